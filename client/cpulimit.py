@@ -1,0 +1,130 @@
+"""The slow device: a CPU limit on the client's processes through a cgroup.
+
+Works with cgroup v1 (`cpu.cfs_quota_us` / `cpu.cfs_period_us`) and v2 (`cpu.max`), whichever the
+machine has. The kernel refuses quotas under 1 ms, so small fractions of a core get a longer period
+rather than a coarser fraction.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.errors import UserError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+MIN_QUOTA_US = 1000
+DEFAULT_PERIOD_US = 100_000
+MAX_PERIOD_US = 1_000_000
+
+
+def quota_period(fraction: float) -> tuple[int, int]:
+    """(quota_us, period_us) for `fraction` of one core, with the quota at least the kernel's 1 ms."""
+    if not 0 < fraction <= 1:
+        raise UserError(f"cpu_quota {fraction} is not a fraction of one core in (0, 1]")
+    period = DEFAULT_PERIOD_US
+    if fraction * period < MIN_QUOTA_US:
+        period = math.ceil(MIN_QUOTA_US / fraction)
+    if period > MAX_PERIOD_US:
+        raise UserError(f"cpu_quota {fraction} is too small for the kernel (1 ms quota per at most 1 s period)",
+                        "use a cpu_quota of at least 0.001")
+    return max(MIN_QUOTA_US, round(fraction * period)), period
+
+
+@dataclass(frozen=True)
+class Write:
+    path: Path
+    value: str
+
+    def __str__(self) -> str:
+        return f"echo {self.value} > {self.path}"
+
+
+def detect_version(root: Path = CGROUP_ROOT) -> int:
+    """2 on a unified hierarchy with the cpu controller, 1 where the v1 cpu controller is mounted."""
+    if (root / "cpu" / "cpu.cfs_quota_us").exists():
+        return 1
+    controllers = root / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        return 2
+    raise UserError("this machine has no cgroup cpu controller (neither v1 cpu.cfs_quota_us nor v2 cpu.max)",
+                    "enable the cgroup cpu controller, or remove client_cpu.cpu_quota from the inventory")
+
+
+class CpuLimit:
+    """A cgroup named after the testbed's prefix, holding the client's processes."""
+
+    def __init__(self, name: str, fraction: float, root: Path = CGROUP_ROOT, version: int | None = None) -> None:
+        self.name = name
+        self.fraction = fraction
+        self.root = root
+        self.version = version or detect_version(root)
+        self.path = root / "cpu" / name if self.version == 1 else root / name
+
+    def plan(self) -> list[Write]:
+        quota, period = quota_period(self.fraction)
+        if self.version == 1:
+            # period first: the kernel checks the quota against the period in force
+            return [Write(self.path / "cpu.cfs_period_us", str(period)),
+                    Write(self.path / "cpu.cfs_quota_us", str(quota))]
+        return [Write(self.root / "cgroup.subtree_control", "+cpu"),
+                Write(self.path / "cpu.max", f"{quota} {period}")]
+
+    def apply(self) -> None:
+        self.path.mkdir(exist_ok=True)
+        for write in self.plan():
+            if write.path.name == "cgroup.subtree_control" and "cpu" in write.path.read_text().split():
+                continue
+            write.path.write_text(write.value)
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    def read(self) -> dict:
+        """The limit in force, as the kernel reports it."""
+        if not self.exists():
+            return {}
+        if self.version == 1:
+            quota = int((self.path / "cpu.cfs_quota_us").read_text())
+            period = int((self.path / "cpu.cfs_period_us").read_text())
+        else:
+            q, p = (self.path / "cpu.max").read_text().split()
+            quota, period = (-1 if q == "max" else int(q)), int(p)
+        fraction = None if quota < 0 else quota / period
+        return {"cgroup": str(self.path), "quota_us": quota, "period_us": period, "fraction": fraction}
+
+    def join_self(self) -> None:
+        """Move the calling process into the cgroup (a `preexec_fn`: children inherit it)."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def remove(self) -> None:
+        """Kill what is still inside, then remove the cgroup; a no-op when it does not exist."""
+        if not self.exists():
+            return
+        for attempt in range(50):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL if attempt else signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        try:
+            self.path.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise UserError(f"cannot remove cgroup {self.path}: {exc.strerror}",
+                            "stop the processes still in it, then run testbed down again") from exc

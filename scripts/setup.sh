@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything the testbed needs on a fresh Debian machine, as root: system packages
+# (Open vSwitch, iperf3 and libiperf, ethtool, iproute2, Python venv) and the project's virtualenv
+# in .venv. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/setup.sh must run as root (it installs packages; the testbed creates namespaces)" >&2
+  exit 1
+fi
+
+APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool iproute2 kmod curl
+              python3 python3-venv python3-dev ca-certificates git)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Never let the package scripts start Open vSwitch or iperf3 in the root namespace: the testbed
+  # runs its own daemons inside the appliance namespace.
+  policy=/usr/sbin/policy-rc.d
+  created_policy=0
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created_policy=1; fi
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  [ "$created_policy" = 1 ] && rm -f "$policy"
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+if [ ! -e "$stamp" ]; then
+  echo "setup: installing the project and its Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+echo "setup: ready (.venv/bin/testbed)"

@@ -1,0 +1,143 @@
+"""The CLI's command handlers: each turns parsed arguments into library calls and prints the outcome."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from testbed.cli import load, parse_rate_list, print_json, resolve_link
+from testbed.errors import UserError
+from testbed.lab import Lab, require_root
+from testbed.rates import format_rate
+
+RESULTS = Path("results")
+
+
+def register_more(sub) -> None:
+    """Subcommands that live in their own modules (sweep, analyze, bench)."""
+    for module in ("testbed.sweep_cli",):
+        try:
+            __import__(module, fromlist=["register"]).register(sub)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    lab = Lab(load(args))
+    require_root()
+    if lab.up(start_server=not args.no_server):
+        print(f"testbed up: {', '.join(lab.names.namespaces)}; bridge {lab.names.bridge} "
+              f"({lab.switch.datapath} datapath); link {format_rate(lab.inv.link.up_rate)} up / "
+              f"{format_rate(lab.inv.link.down_rate)} down; client CPU {lab.inv.client_cpu.describe()}")
+    else:
+        print("testbed is already up (nothing changed); `testbed status` shows it")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    require_root()
+    removed = Lab(load(args)).down()
+    print("testbed down: " + (", ".join(removed) if removed else "nothing to remove"))
+    return 0
+
+
+def cmd_shape(args: argparse.Namespace) -> int:
+    inv = load(args)
+    link = resolve_link(inv.link, args)
+    lab = Lab(inv)
+    if args.dry_run:
+        for port in lab.shape(link, dry_run=True):
+            for cmd in port.commands():
+                print(f"ip netns exec {lab.names.appliance_ns} {cmd}")
+        return 0
+    require_root()
+    lab.require_up()
+    lab.shape(link)
+    extra = ""
+    if link.delay_ms or link.loss_pct:
+        extra = f", delay {link.delay_ms or 0:g} ms, loss {link.loss_pct or 0:g}%"
+    print(f"shaped: up (client->server) {format_rate(link.up_rate)}, down (server->client) "
+          f"{format_rate(link.down_rate)}{extra}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from testbed.validate import format_table, raise_on_failure, validate
+
+    inv = load(args)
+    rates = parse_rate_list(args.rates) if args.rates else sorted({inv.link.up_rate, inv.link.down_rate})
+    if args.duration < 1:
+        raise UserError("--duration must be at least 1 second")
+    require_root()
+    lab = Lab(inv)
+    lab.require_up()
+    checks = validate(lab, rates, args.duration, args.tolerance)
+    print(format_table(checks))
+    out = args.json or RESULTS / f"validate-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"tolerance_pct": args.tolerance, "duration_s": args.duration,
+                               "checks": [c.as_dict() for c in checks]}, indent=2))
+    print(f"written: {out}")
+    raise_on_failure(checks, args.tolerance)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    require_root()
+    status = Lab(load(args)).status()
+    if args.json:
+        print_json(status)
+        return 0
+    print(f"testbed: {'up' if status['up'] else 'down'} ({status['backend']}, {status['inventory']})")
+    for role, h in status["hosts"].items():
+        print(f"  {role:<9} {h['name']:<10} netns {h['netns']:<14} {h['address'] or '-':<16} "
+              f"{'present' if h['present'] else 'absent'}")
+    cpu = status["client_cpu"]
+    force = cpu["in_force"]
+    forced = f"{force['fraction']:g} of a core ({force['quota_us']}/{force['period_us']} us, {force['cgroup']})" \
+        if force.get("fraction") else "none in force"
+    print(f"  client CPU: profile {cpu['profile']}; {forced}")
+    if status["up"]:
+        b = status["bridge"]
+        print(f"  bridge {b['name']} datapath {b['datapath_type']} ports {' '.join(b['ports'])}")
+        for direction, s in status["shaping"].items():
+            htb = s.get("htb")
+            desc = f"htb rate {format_rate(htb['rate'])} ceil {format_rate(htb['ceil'])}" if htb else "not shaped"
+            print(f"  {direction:<22} on {s['port']}: {desc}{' + netem' if s.get('netem') else ''}")
+        print(f"  services: " + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
+              + f"; offload server {status['server_url']}")
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise UserError("no command given", "write e.g. testbed exec client -- ip addr")
+    lab = Lab(load(args))
+    host = lab.find_host(args.host)
+    require_root()
+    lab.require_up()
+    proc = host.popen(cmd, limited=False if args.unlimited else None)
+    return proc.wait()
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from testbed.calibrate import calibrate, format_calibration
+
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if not sizes or min(sizes) < 2:
+        raise UserError(f"--sizes {args.sizes!r} must be matrix sizes of at least 2")
+    require_root()
+    lab = Lab(load(args))
+    lab.require_up()
+    rows = calibrate(lab, sizes, args.reps)
+    print(format_calibration(rows, lab.inv.client_cpu.describe()))
+    return 0
+
+
+def eprint(*a) -> None:
+    print(*a, file=sys.stderr)

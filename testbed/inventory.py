@@ -1,0 +1,191 @@
+"""The testbed's description: hosts, link defaults, the client's CPU profile.
+
+`inventory.yaml` is the single file a user edits. It is read and validated once by `load_inventory`
+into the dataclasses below, which everything else receives.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from testbed.config import Section, load_yaml
+from testbed.errors import UserError
+from testbed.rates import parse_rate
+
+ROLES = ("client", "appliance", "server")
+BACKENDS = ("netns",)
+_NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventory.yaml"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    role: str
+    name: str
+    address: ipaddress.IPv4Interface | None  # data-plane address; the appliance has none
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Shaping of both directions of the client<->server path, in bits per second."""
+
+    up_rate: int  # client -> server
+    down_rate: int  # server -> client
+    ceil: int | None = None  # None: equal to the rate
+    burst: int | None = None  # bytes; None: derived from the rate and the kernel timer
+    mtu: int = 1500
+    delay_ms: float | None = None
+    loss_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """How slow the client is: a fraction of one core, and BLAS threads capped."""
+
+    cpu_quota: float | None = None  # fraction of one core; None: no limit
+    blas_threads: int = 1
+
+    def describe(self) -> str:
+        quota = "unlimited" if self.cpu_quota is None else f"{self.cpu_quota:g} of one core"
+        return f"{quota}, {self.blas_threads} BLAS thread(s)"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path
+    backend: str
+    prefix: str
+    hosts: dict[str, HostSpec]
+    link: LinkSpec
+    client_cpu: CpuProfile
+    server_port: int = 8080
+    iperf3_port: int = 5201
+    extra: dict = field(default_factory=dict)
+
+    def host(self, role: str) -> HostSpec:
+        return self.hosts[role]
+
+    def resource(self, suffix: str) -> str:
+        """The name of anything the tool creates: prefix-suffix, so `down` can find it after a crash."""
+        return f"{self.prefix}-{suffix}"
+
+    def with_client_cpu(self, profile: CpuProfile) -> Inventory:
+        return replace(self, client_cpu=profile)
+
+
+def load_inventory(path: Path | str | None = None) -> Inventory:
+    path = Path(path) if path else DEFAULT_INVENTORY
+    doc = load_yaml(path, "inventory")
+    doc.reject_unknown({"backend", "prefix", "hosts", "link", "client_cpu", "services"})
+    backend = doc.get("backend", str, "netns")
+    if backend not in BACKENDS:
+        if backend == "ssh":
+            raise doc.error("backend", "the ssh backend is not available in this version", "use backend: netns")
+        raise doc.error("backend", f"unknown backend {backend!r}", "use backend: netns")
+    prefix = doc.get("prefix", str, "tb")
+    if not _PREFIX.match(prefix):
+        raise doc.error("prefix", f"{prefix!r} must be 1-6 lowercase letters/digits starting with a letter",
+                        "interface names are limited to 15 characters; use e.g. tb")
+    hosts = _hosts(doc)
+    services = doc.section("services", default_empty=True)
+    services.reject_unknown({"server_port", "iperf3_port"})
+    return Inventory(
+        path=path,
+        backend=backend,
+        prefix=prefix,
+        hosts=hosts,
+        link=parse_link(doc.section("link", default_empty=True)),
+        client_cpu=parse_cpu_profile(doc.section("client_cpu", default_empty=True)),
+        server_port=_port(services, "server_port", 8080),
+        iperf3_port=_port(services, "iperf3_port", 5201),
+    )
+
+
+def _port(section: Section, key: str, default: int) -> int:
+    port = section.get(key, int, default)
+    if not 1024 <= port <= 65535:
+        raise section.error(key, f"{port} is not a port between 1024 and 65535")
+    return port
+
+
+def _hosts(doc: Section) -> dict[str, HostSpec]:
+    hosts: dict[str, HostSpec] = {}
+    for item in doc.sections("hosts"):
+        item.reject_unknown({"role", "name", "address"})
+        role = item.get("role", str)
+        if role not in ROLES:
+            raise item.error("role", f"unknown role {role!r}", f"use one of: {', '.join(ROLES)}")
+        if role in hosts:
+            raise item.error("role", f"role {role!r} appears twice", "describe each role once")
+        name = item.get("name", str)
+        if not _NAME.match(name):
+            raise item.error("name", f"{name!r} must be 1-10 lowercase letters/digits starting with a letter")
+        address = None
+        if role != "appliance":
+            text = item.get("address", str)
+            try:
+                address = ipaddress.IPv4Interface(text)
+            except ValueError:
+                raise item.error("address", f"{text!r} is not an IPv4 address with prefix length",
+                                 "write e.g. 10.77.0.1/24") from None
+            if "/" not in text:
+                raise item.error("address", f"{text!r} has no prefix length", "write e.g. 10.77.0.1/24")
+        hosts[role] = HostSpec(role, name, address)
+    missing = [r for r in ROLES if r not in hosts]
+    if missing:
+        raise doc.error("hosts", f"no host with role {', '.join(missing)}", "describe client, appliance and server")
+    names = [h.name for h in hosts.values()]
+    if len(set(names)) != len(names):
+        raise doc.error("hosts", "two hosts share a name", "give each host its own name")
+    client, server = hosts["client"].address, hosts["server"].address
+    if client.network != server.network or client.ip == server.ip:
+        raise doc.error("hosts", f"client {client} and server {server} must be distinct addresses in one subnet",
+                        "the appliance is a switch, not a router")
+    return hosts
+
+
+def parse_link(sec: Section) -> LinkSpec:
+    sec.reject_unknown({"rate", "up_rate", "down_rate", "ceil", "burst", "mtu", "delay_ms", "loss_pct"})
+    rate = _rate(sec, "rate", "100mbit")
+    up = _rate(sec, "up_rate", rate)
+    down = _rate(sec, "down_rate", rate)
+    ceil = _rate(sec, "ceil", None)
+    burst = sec.get("burst", int, None)
+    if burst is not None and burst < 1600:
+        raise sec.error("burst", f"{burst} bytes is smaller than one frame", "give at least 1600 bytes or leave it out")
+    mtu = sec.get("mtu", int, 1500)
+    if not 576 <= mtu <= 9000:
+        raise sec.error("mtu", f"{mtu} is not between 576 and 9000")
+    delay = sec.get("delay_ms", float, None)
+    loss = sec.get("loss_pct", float, None)
+    if delay is not None and delay < 0:
+        raise sec.error("delay_ms", "must not be negative")
+    if loss is not None and not 0 <= loss <= 100:
+        raise sec.error("loss_pct", "must be between 0 and 100")
+    return LinkSpec(up, down, ceil, burst, mtu, delay, loss)
+
+
+def _rate(sec: Section, key: str, default: int | str | None) -> int | None:
+    value = sec.data.get(key)
+    if value is None:
+        return parse_rate(default) if isinstance(default, str) else default
+    try:
+        return parse_rate(value, key)
+    except UserError as exc:
+        raise sec.error(key, exc.message, exc.fix) from None
+
+
+def parse_cpu_profile(sec: Section) -> CpuProfile:
+    sec.reject_unknown({"cpu_quota", "blas_threads"})
+    quota = sec.get("cpu_quota", float, None)
+    if quota is not None and not 0.001 <= quota <= 1:
+        raise sec.error("cpu_quota", f"{quota} is not a fraction of one core between 0.001 and 1",
+                        "e.g. 0.05 for a twentieth of a core, or leave it out for no limit")
+    threads = sec.get("blas_threads", int, 1)
+    if threads < 1:
+        raise sec.error("blas_threads", "must be at least 1")
+    return CpuProfile(quota, threads)
