@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    from testbed import commands
+    from testbed import commands, sweep_cli
 
-    handler = getattr(commands, f"cmd_{args.command}")
+    name = f"cmd_{args.command}"
+    handler = getattr(commands, name, None) or getattr(sweep_cli, name)
     return handler(args)
 
 

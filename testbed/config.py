@@ -50,7 +50,7 @@ class Section:
         if key is not None and isinstance(node, yaml.MappingNode):
             for k, v in node.value:
                 if k.value == key:
-                    return v.start_mark.line + 1
+                    return k.start_mark.line + 1
         return node.start_mark.line + 1
 
     def dotted(self, key: str | None = None) -> str:

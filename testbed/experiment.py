@@ -1,0 +1,206 @@
+"""Sweep definitions: what to measure, read from YAML and flags, validated before anything runs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from testbed.config import Section, load_yaml
+from testbed.errors import UserError
+from testbed.inventory import CpuProfile, parse_cpu_profile
+from testbed.rates import parse_rate
+
+DTYPES = ("float64", "int32", "int64")
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
+
+
+@dataclass(frozen=True)
+class Validation:
+    enabled: bool = True
+    tolerance_pct: float = 5.0
+    duration: int = 2  # seconds per direction
+    retries: int = 1  # further attempts before a rate is given up
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    ops: tuple[str, ...]
+    sizes: tuple[int, ...]
+    rates_mbps: tuple[float, ...]
+    methods: tuple[str, ...]
+    reps: int
+    warmup: int = 1
+    dtype: str = "float64"
+    seed: int = 1
+    client_cpu: CpuProfile | None = None  # None: the inventory's profile
+    validation: Validation = field(default_factory=Validation)
+    local: bool = True  # measure the local baseline
+    trial_timeout: float = 600.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def known_ops() -> tuple[str, ...]:
+    from server.ops import OPS
+
+    return tuple(OPS)
+
+
+def known_methods() -> tuple[str, ...]:
+    from server.codecs import CODECS
+
+    return tuple(CODECS)
+
+
+def parse_sizes(value, where: str = "sizes") -> tuple[int, ...]:
+    """A list of sizes, or a range 'FROM-TO:STEP' (inclusive), e.g. 400-1200:100."""
+    items: list = []
+    parts = value if isinstance(value, list) else str(value).split(",")
+    for part in parts:
+        if isinstance(part, str) and (m := _RANGE.match(part)):
+            lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 100)
+            if lo > hi or step < 1:
+                raise UserError(f"{where}: range {part!r} is empty", "write FROM-TO:STEP with FROM <= TO")
+            items += list(range(lo, hi + 1, step))
+        else:
+            try:
+                n = int(str(part).strip())
+            except ValueError:
+                raise UserError(f"{where}: {part!r} is not a matrix size", "give integers or FROM-TO:STEP") from None
+            items.append(n)
+    if not items:
+        raise UserError(f"{where}: no sizes given")
+    bad = [n for n in items if not 2 <= n <= 20000]
+    if bad:
+        raise UserError(f"{where}: size {bad[0]} is out of range", "give sizes between 2 and 20000")
+    return tuple(sorted(set(items)))
+
+
+def parse_rates(value, where: str = "rates") -> tuple[float, ...]:
+    parts = value if isinstance(value, list) else [p for p in str(value).split(",") if p.strip()]
+    if not parts:
+        raise UserError(f"{where}: no rates given")
+    return tuple(sorted({parse_rate(p, where) / 1e6 for p in parts}))
+
+
+def _names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+    parts = value if isinstance(value, list) else [p.strip() for p in str(value).split(",") if p.strip()]
+    if not parts:
+        raise UserError(f"{where}: no {what}s given")
+    for p in parts:
+        if p not in known:
+            raise UserError(f"{where}: unknown {what} {p!r}", f"use one of: {', '.join(known)}")
+    return tuple(dict.fromkeys(parts))
+
+
+def load_experiment(path: Path) -> Experiment:
+    doc = load_yaml(path, "experiment")
+    allowed = {"name", "ops", "sizes", "rates", "methods", "reps", "warmup", "dtype", "seed", "client_cpu",
+               "validation", "local", "trial_timeout", "description"}
+    doc.reject_unknown(allowed)
+
+    def wrap(key, fn, *a):
+        try:
+            return fn(doc.raw(key), *a)
+        except UserError as exc:
+            raise doc.error(key, exc.message.split(": ", 1)[-1], exc.fix) from None
+
+    exp = Experiment(
+        name=doc.get("name", str, Path(path).stem),
+        ops=wrap("ops", _names, "ops", known_ops(), "op"),
+        sizes=wrap("sizes", parse_sizes),
+        rates_mbps=wrap("rates", parse_rates),
+        methods=wrap("methods", _names, "methods", known_methods(), "method"),
+        reps=_positive(doc, "reps", None),
+        warmup=_positive(doc, "warmup", 1, minimum=0),
+        dtype=_dtype(doc),
+        seed=doc.get("seed", int, 1),
+        client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
+        validation=_validation(doc.section("validation", default_empty=True)),
+        local=doc.get("local", bool, True),
+        trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
+    )
+    if not re.match(r"^[A-Za-z0-9._-]+$", exp.name):
+        raise doc.error("name", f"{exp.name!r} may only hold letters, digits, '.', '_' and '-'")
+    return exp
+
+
+def _positive(doc: Section, key: str, default, minimum: int = 1) -> int:
+    value = doc.get(key, int, default) if default is not None else doc.get(key, int)
+    if value < minimum:
+        raise doc.error(key, f"must be at least {minimum}")
+    return value
+
+
+def _dtype(doc: Section) -> str:
+    dtype = doc.get("dtype", str, "float64")
+    if dtype not in DTYPES:
+        raise doc.error("dtype", f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
+    return dtype
+
+
+def _validation(sec: Section) -> Validation:
+    sec.reject_unknown({"enabled", "tolerance_pct", "duration", "retries"})
+    v = Validation(
+        enabled=sec.get("enabled", bool, True),
+        tolerance_pct=float(sec.get("tolerance_pct", float, 5.0)),
+        duration=sec.get("duration", int, 2),
+        retries=sec.get("retries", int, 1),
+    )
+    if v.tolerance_pct <= 0 or v.duration < 1 or v.retries < 0:
+        raise sec.error(None, "tolerance_pct must be > 0, duration >= 1 and retries >= 0")
+    return v
+
+
+def override(exp: Experiment | None, flags: dict) -> Experiment:
+    """Flags over file over defaults, in this one place. `flags` holds only what the user gave."""
+    if exp is None:
+        missing = [k for k in ("ops", "sizes", "rates", "methods", "reps") if flags.get(k) is None]
+        if missing:
+            raise UserError(f"no experiment file and no --{', --'.join(missing)}",
+                            "give an experiment file (e.g. experiments/smoke.yaml) or all of those flags")
+        exp = Experiment(name="adhoc", ops=(), sizes=(), rates_mbps=(), methods=(), reps=1)
+    changes: dict = {}
+    if flags.get("ops") is not None:
+        changes["ops"] = _names(flags["ops"], "--ops", known_ops(), "op")
+    if flags.get("sizes") is not None:
+        changes["sizes"] = parse_sizes(flags["sizes"], "--sizes")
+    if flags.get("rates") is not None:
+        changes["rates_mbps"] = parse_rates(flags["rates"], "--rates")
+    if flags.get("methods") is not None:
+        changes["methods"] = _names(flags["methods"], "--methods", known_methods(), "method")
+    for key in ("reps", "warmup", "seed"):
+        if flags.get(key) is not None:
+            if flags[key] < (0 if key != "reps" else 1):
+                raise UserError(f"--{key} {flags[key]} is too small")
+            changes[key] = flags[key]
+    if flags.get("dtype") is not None:
+        if flags["dtype"] not in DTYPES:
+            raise UserError(f"--dtype: unknown dtype {flags['dtype']!r}", f"use one of: {', '.join(DTYPES)}")
+        changes["dtype"] = flags["dtype"]
+    if flags.get("cpu_quota") is not None:
+        quota = flags["cpu_quota"]
+        if not 0.001 <= quota <= 1:
+            raise UserError(f"--cpu-quota {quota} is not a fraction of one core between 0.001 and 1")
+        base = exp.client_cpu or CpuProfile()
+        changes["client_cpu"] = replace(base, cpu_quota=quota)
+    if flags.get("no_validate"):
+        changes["validation"] = replace(exp.validation, enabled=False)
+    if flags.get("name") is not None:
+        changes["name"] = flags["name"]
+    return replace(exp, **changes)
+
+
+def from_dict(data: dict) -> Experiment:
+    """The resolved experiment stored in a run's manifest (for --resume)."""
+    data = dict(data)
+    cpu = data.pop("client_cpu", None)
+    val = data.pop("validation", None) or {}
+    return Experiment(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()},
+        client_cpu=CpuProfile(**cpu) if cpu else None,
+        validation=Validation(**val),
+    )

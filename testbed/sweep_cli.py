@@ -1,0 +1,88 @@
+"""`testbed sweep` and `testbed analyze`: argument parsing and the calls into the sweep and analysis."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from testbed.cli import load
+from testbed.errors import UserError
+from testbed.experiment import from_dict, load_experiment, override
+from testbed.results import Manifest, new_run_id
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="run op x size x rate x method x repetitions, then analyze")
+    p.add_argument("experiment", nargs="?", type=Path, help="experiment file, e.g. experiments/smoke.yaml")
+    p.add_argument("--ops", help="comma-separated, e.g. mul,inv,log")
+    p.add_argument("--sizes", help="e.g. 400,800 or 400-1200:100")
+    p.add_argument("--rates", help="Mbit/s, e.g. 10,20,40")
+    p.add_argument("--methods", help="marshalling methods, e.g. json,ujson,raw")
+    p.add_argument("--reps", type=int)
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--dtype")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--cpu-quota", type=float, help="client CPU limit, fraction of one core")
+    p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
+    p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run the trials missing from an earlier run")
+    p.add_argument("--results", type=Path, default=Path("results"), help="where runs are written (default results/)")
+    p.add_argument("--keep-up", action="store_true", help="leave the testbed up afterwards")
+    p.add_argument("--no-analyze", action="store_true", help="do not run the analysis at the end")
+
+    p = sub.add_parser("analyze", help="decision vectors, penalties, plots and report of a run")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--no-plots", action="store_true")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from testbed.lab import Lab, require_root
+    from testbed.sweep import run_sweep, start_run
+
+    inv = load(args)
+    flags = {k: getattr(args, k) for k in ("ops", "sizes", "rates", "methods", "reps", "warmup", "dtype", "seed",
+                                           "cpu_quota", "name")}
+    flags["no_validate"] = args.no_validate
+    if args.resume:
+        if args.experiment or any(v is not None for v in flags.values()) or args.no_validate:
+            raise UserError("--resume takes the run's own experiment; other settings cannot change it",
+                            "drop the experiment file and flags when resuming")
+        manifest = Manifest.load(args.resume / "manifest.json")
+        exp = from_dict(manifest.data["experiment"])
+        run_dir = args.resume
+    else:
+        base = load_experiment(args.experiment) if args.experiment else None
+        exp = override(base, flags)
+        run_id = new_run_id(exp.name)
+        run_dir = args.results / run_id
+    if exp.client_cpu:
+        inv = inv.with_client_cpu(exp.client_cpu)
+    require_root()
+    lab = Lab(inv)
+    if not args.resume:
+        manifest = start_run(run_dir, run_id, exp, lab)
+    print(f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
+          f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s); client CPU "
+          f"{inv.client_cpu.describe()}; results in {run_dir}")
+    try:
+        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up)
+    except KeyboardInterrupt:
+        print(f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "
+              f"Continue with: testbed sweep --resume {run_dir}")
+        return 130
+    print(f"sweep {summary['status']}: {summary['ran']} trial(s) run, {summary['failed']} failed; "
+          f"{run_dir / 'trials.csv'}")
+    if not args.no_analyze:
+        from analysis import analyze
+
+        out = analyze(run_dir)
+        print(f"analysis: {out} (open {out / 'report.html'})")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from analysis import analyze
+
+    out = analyze(args.run_dir, plots=not args.no_plots)
+    print(f"analysis written to {out}" + ("" if args.no_plots else f" (open {out / 'report.html'})"))
+    return 0

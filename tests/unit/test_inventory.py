@@ -1,0 +1,110 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from testbed.errors import UserError
+from testbed.inventory import DEFAULT_INVENTORY, load_inventory
+from testbed.topology import Names, plan
+
+GOOD = """\
+backend: netns
+prefix: tb
+hosts:
+  - role: client
+    name: client
+    address: 10.77.0.1/24
+  - role: appliance
+    name: appliance
+  - role: server
+    name: server
+    address: 10.77.0.2/24
+link:
+  rate: 20mbit
+client_cpu:
+  cpu_quota: 0.05
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_the_repository_inventory_loads():
+    inv = load_inventory(DEFAULT_INVENTORY)
+    assert inv.backend == "netns"
+    assert set(inv.hosts) == {"client", "appliance", "server"}
+
+
+def test_good_inventory(tmp_path):
+    inv = load_inventory(write(tmp_path, GOOD))
+    assert inv.link.up_rate == inv.link.down_rate == 20_000_000
+    assert inv.client_cpu.cpu_quota == 0.05
+    assert str(inv.host("client").address) == "10.77.0.1/24"
+    assert inv.host("appliance").address is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message", "line"),
+    [
+        (("rate: 20mbit", "rate: fast"), "link.rate", 13),
+        (("rate: 20mbit", "rate: 0"), "link.rate", 13),
+        (("cpu_quota: 0.05", "cpu_quota: 5"), "client_cpu.cpu_quota", 15),
+        (("backend: netns", "backend: vms"), "backend", 1),
+        (("address: 10.77.0.1/24", "address: 10.77.0.300/24"), "hosts[0].address", 6),
+        (("address: 10.77.0.2/24", "address: 10.99.0.2/24"), "hosts", 3),
+        (("role: server", "role: client"), "role", 9),
+        (("link:", "links:"), "links", 12),
+        (("prefix: tb", "prefix: my-very-long-prefix"), "prefix", 2),
+        (("    name: appliance\n", ""), "hosts[1].name", 7),
+    ],
+)
+def test_bad_inventory_names_key_and_line(tmp_path, change, message, line):
+    with pytest.raises(UserError) as info:
+        load_inventory(write(tmp_path, GOOD.replace(*change)))
+    text = str(info.value)
+    assert message in text
+    assert f"inventory.yaml:{line}:" in text
+
+
+def test_missing_role_is_reported(tmp_path):
+    text = GOOD.replace("  - role: server\n    name: server\n    address: 10.77.0.2/24\n", "")
+    with pytest.raises(UserError, match="no host with role server"):
+        load_inventory(write(tmp_path, text))
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    with pytest.raises(UserError, match=r"inventory.yaml:\d+: malformed YAML"):
+        load_inventory(write(tmp_path, GOOD + "link: [unclosed\n"))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_inventory(tmp_path / "nope.yaml")
+
+
+def test_ssh_backend_is_refused_clearly(tmp_path):
+    with pytest.raises(UserError, match="ssh backend"):
+        load_inventory(write(tmp_path, GOOD.replace("backend: netns", "backend: ssh")))
+
+
+def test_every_created_name_carries_the_prefix_and_fits_linux_limits(tmp_path):
+    inv = load_inventory(write(tmp_path, GOOD.replace("prefix: tb", "prefix: lab42")))
+    names = Names.of(inv)
+    for name in (*names.namespaces, *names.links, names.bridge, names.cgroup):
+        assert name.startswith("lab42-")
+    for ifname in (*names.links, names.bridge):
+        assert len(ifname) <= 15
+
+
+def test_topology_plan_wires_client_and_server_through_the_appliance(tmp_path):
+    inv = load_inventory(write(tmp_path, GOOD))
+    steps = [str(s) for s in plan(inv)]
+    assert "ip netns add tb-appliance" in steps
+    assert "ip link add tb-c0 netns tb-client type veth peer name tb-a0 netns tb-appliance" in steps
+    assert "ip link add tb-s0 netns tb-server type veth peer name tb-a1 netns tb-appliance" in steps
+    assert "ip -n tb-client addr add 10.77.0.1/24 dev tb-c0" in steps
+    assert steps.index("ip netns add tb-client") < steps.index(
+        "ip link add tb-c0 netns tb-client type veth peer name tb-a0 netns tb-appliance")
