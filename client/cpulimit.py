@@ -128,3 +128,37 @@ class CpuLimit:
         except OSError as exc:
             raise UserError(f"cannot remove cgroup {self.path}: {exc.strerror}",
                             "stop the processes still in it, then run testbed down again") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m client.cpulimit`: the same limit on a remote client host (SSH backend)."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m client.cpulimit")
+    parser.add_argument("action", choices=("apply", "remove", "read", "exec"))
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--quota", type=float, default=1.0)
+    parser.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    try:
+        limit = CpuLimit(args.name, args.quota)
+        if args.action == "apply":
+            limit.apply()
+        elif args.action == "remove":
+            limit.remove()
+        elif args.action == "read":
+            json.dump(limit.read(), sys.stdout)
+        else:
+            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+            limit.join_self()
+            os.execvp(cmd[0], cmd)
+    except UserError as exc:
+        print(f"cpulimit: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

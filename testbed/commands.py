@@ -10,7 +10,7 @@ from pathlib import Path
 
 from testbed.cli import load, parse_rate_list, print_json, resolve_link
 from testbed.errors import UserError
-from testbed.lab import Lab, require_root
+from testbed.lab import open_lab, require_root
 from testbed.rates import format_rate
 
 RESULTS = Path("results")
@@ -27,11 +27,11 @@ def register_more(sub) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    lab = Lab(load(args))
+    lab = open_lab(load(args))
     require_root()
     if lab.up(start_server=not args.no_server):
-        print(f"testbed up: {', '.join(lab.names.namespaces)}; bridge {lab.names.bridge} "
-              f"({lab.switch.datapath} datapath); link {format_rate(lab.inv.link.up_rate)} up / "
+        hosts = ", ".join(f"{h.role} ({h.where})" for h in lab.hosts.values())
+        print(f"testbed up: {hosts}; bridge {lab.bridge}; link {format_rate(lab.inv.link.up_rate)} up / "
               f"{format_rate(lab.inv.link.down_rate)} down; client CPU {lab.inv.client_cpu.describe()}")
     else:
         print("testbed is already up (nothing changed); `testbed status` shows it")
@@ -40,7 +40,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     require_root()
-    removed = Lab(load(args)).down()
+    removed = open_lab(load(args)).down()
     print("testbed down: " + (", ".join(removed) if removed else "nothing to remove"))
     return 0
 
@@ -48,11 +48,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_shape(args: argparse.Namespace) -> int:
     inv = load(args)
     link = resolve_link(inv.link, args)
-    lab = Lab(inv)
+    lab = open_lab(inv)
     if args.dry_run:
         for port in lab.shape(link, dry_run=True):
             for cmd in port.commands():
-                print(f"ip netns exec {lab.names.appliance_ns} {cmd}")
+                print(f"on {lab.host('appliance').where}: {cmd}")
         return 0
     require_root()
     lab.require_up()
@@ -73,7 +73,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.duration < 1:
         raise UserError("--duration must be at least 1 second")
     require_root()
-    lab = Lab(inv)
+    lab = open_lab(inv)
     lab.require_up()
     checks = validate(lab, rates, args.duration, args.tolerance)
     print(format_table(checks))
@@ -88,14 +88,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     require_root()
-    status = Lab(load(args)).status()
+    status = open_lab(load(args)).status()
     if args.json:
         print_json(status)
         return 0
     print(f"testbed: {'up' if status['up'] else 'down'} ({status['backend']}, {status['inventory']})")
     for role, h in status["hosts"].items():
-        print(f"  {role:<9} {h['name']:<10} netns {h['netns']:<14} {h['address'] or '-':<16} "
-              f"{'present' if h['present'] else 'absent'}")
+        print(f"  {role:<9} {h['name']:<10} {h['where']:<24} {h['address'] or '-'}")
     cpu = status["client_cpu"]
     force = cpu["in_force"]
     forced = f"{force['fraction']:g} of a core ({force['quota_us']}/{force['period_us']} us, {force['cgroup']})" \
@@ -108,7 +107,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             htb = s.get("htb")
             desc = f"htb rate {format_rate(htb['rate'])} ceil {format_rate(htb['ceil'])}" if htb else "not shaped"
             print(f"  {direction:<22} on {s['port']}: {desc}{' + netem' if s.get('netem') else ''}")
-        print(f"  services: " + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
+        print("  services: " + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
               + f"; offload server {status['server_url']}")
     return 0
 
@@ -117,7 +116,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise UserError("no command given", "write e.g. testbed exec client -- ip addr")
-    lab = Lab(load(args))
+    lab = open_lab(load(args))
     host = lab.find_host(args.host)
     require_root()
     lab.require_up()
@@ -132,7 +131,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not sizes or min(sizes) < 2:
         raise UserError(f"--sizes {args.sizes!r} must be matrix sizes of at least 2")
     require_root()
-    lab = Lab(load(args))
+    lab = open_lab(load(args))
     lab.require_up()
     rows = calibrate(lab, sizes, args.reps)
     print(format_calibration(rows, lab.inv.client_cpu.describe()))

@@ -48,7 +48,7 @@ class Section:
         if node is None:
             return None
         if key is not None and isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
+            for k, _ in node.value:
                 if k.value == key:
                     return k.start_mark.line + 1
         return node.start_mark.line + 1

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from client.cpulimit import CpuLimit
-from testbed.errors import UserError
+from testbed import service as service_mod
 from testbed.inventory import HostSpec
 from testbed.runner import Result, run
 
@@ -58,7 +56,15 @@ class Host(ABC):
     def stop(self, service: str) -> None: ...
 
     @abstractmethod
+    def service_pid(self, service: str) -> int | None: ...
+
+    @abstractmethod
     def put(self, src: Path, dst: str) -> None: ...
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """Where the host is, for people: a namespace, or user@address."""
 
     def python(self, module: str, *args: str) -> list[str]:
         """argv that runs one of the project's role modules (`python -m client ...`) on this host."""
@@ -84,6 +90,10 @@ class NetnsHost(Host):
         self.cpu_limit = cpu_limit
         self.env = dict(env or {})
 
+    @property
+    def where(self) -> str:
+        return f"netns {self.netns}"
+
     def _argv(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *[str(a) for a in argv]]
 
@@ -103,75 +113,20 @@ class NetnsHost(Host):
         env = {**os.environ, **self._env(kwargs.pop("env", None))}
         return subprocess.Popen(self._argv(argv), env=env, preexec_fn=self._preexec(limited), **kwargs)
 
-    def _pidfile(self, service: str) -> Path:
-        return self.state_dir / "services" / f"{self.name}-{service}.pid"
-
     def log_path(self, service: str) -> Path:
-        return self.state_dir / "logs" / f"{self.name}-{service}.log"
+        return service_mod.logfile(self.state_dir, f"{self.name}-{service}")
 
     def start(self, service, argv, *, limited=None) -> int:
-        """Start a background service in its own session; its pid is recorded so `stop` finds it."""
-        self.stop(service)
-        log = self.log_path(service)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self._pidfile(service).parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(self._argv(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **self.env}, start_new_session=True,
-                                    preexec_fn=self._preexec(limited))
-        self._pidfile(service).write_text(str(proc.pid))
-        return proc.pid
+        """A background service in its own session; its pid file lets `stop` find it, also after a crash."""
+        return service_mod.start(self.state_dir, f"{self.name}-{service}", self._argv(argv), env=self.env,
+                                 preexec_fn=self._preexec(limited))
 
     def service_pid(self, service: str) -> int | None:
-        try:
-            pid = int(self._pidfile(service).read_text())
-        except (OSError, ValueError):
-            return None
-        return pid if _alive(pid) else None
+        return service_mod.pid_of(self.state_dir, f"{self.name}-{service}")
 
     def stop(self, service) -> None:
-        pid = self.service_pid(service)
-        if pid is not None:
-            terminate_group(pid)
-        self._pidfile(service).unlink(missing_ok=True)
+        service_mod.stop(self.state_dir, f"{self.name}-{service}")
 
     def put(self, src, dst) -> None:
         # Namespaces share this machine's filesystem: a copy is a plain copy.
         shutil.copyfile(src, dst)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def terminate_group(pid: int, grace: float = 5.0) -> None:
-    """SIGTERM the process group led by `pid`, then SIGKILL what is left after `grace` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        except PermissionError as exc:
-            raise UserError(f"not allowed to stop process {pid}", "run testbed as root") from exc
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            _reap(pid)
-            if not _alive(pid):
-                return
-            time.sleep(0.05)
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

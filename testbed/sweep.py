@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import selectors
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from testbed.errors import UserError
 from testbed.experiment import Experiment
-from testbed.lab import Lab
+from testbed.lab import BaseLab as Lab
 from testbed.plan import LOCAL, Trial, phases, plan_trials
 from testbed.results import Manifest, TrialWriter, completed_trials, environment
 from testbed.validate import validate_rate
@@ -33,7 +34,11 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """The client host's trial worker process, spoken to in JSON lines."""
+    """The client host's trial worker process, spoken to in JSON lines.
+
+    A reader thread turns its stdout into a queue, so a trial can time out whatever carries the
+    pipe (a local process or an SSH channel).
+    """
 
     def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path) -> None:
         host = lab.host("client")
@@ -42,35 +47,33 @@ class Worker:
         self.proc = host.popen(
             host.python("client.worker", "--url", lab.server_url, "--seed", str(exp.seed),
                         "--timeout", str(exp.trial_timeout)),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, bufsize=0,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
         )
-        self._sel = selectors.DefaultSelector()
-        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self._buf = b""
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
         # importing numpy under a small CPU quota takes a while
         self._read(timeout=max(120.0, self.timeout))
 
+    def _pump(self) -> None:
+        for line in iter(self.proc.stdout.readline, b""):
+            self._lines.put(line)
+        self._lines.put(b"")
+
     def _read(self, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no answer from the client worker within {timeout:g} s")
-            if not self._sel.select(left):
-                continue
-            chunk = self.proc.stdout.read1(1 << 16) if hasattr(self.proc.stdout, "read1") else \
-                self.proc.stdout.read(1 << 16)
-            if not chunk:
-                raise WorkerDied(f"the client worker exited (status {self.proc.poll()})")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no answer from the client worker within {timeout:g} s") from None
+        if not line:
+            raise WorkerDied(f"the client worker exited (status {self.proc.poll()})")
         return json.loads(line)
 
     def run(self, trial: Trial) -> dict:
         spec = {"trial": trial.trial, "op": trial.op, "size": trial.size, "dtype": trial.dtype, "method": trial.method}
         try:
             self.proc.stdin.write((json.dumps(spec) + "\n").encode())
-        except BrokenPipeError as exc:
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
             raise WorkerDied("the client worker exited") from exc
         return self._read(self.timeout + 30)
 
@@ -85,7 +88,6 @@ class Worker:
         except (subprocess.TimeoutExpired, OSError):
             self.proc.kill()
             self.proc.wait()
-        self._sel.close()
         self._stderr.close()
 
 
@@ -192,8 +194,7 @@ def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep
     try:
         with sigterm_as_interrupt():
             brought_up = lab.up()
-            if lab.cpu_limit:
-                lab.cpu_limit.apply()  # the experiment's profile, also on a testbed that was already up
+            lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
             if not lab.server_alive():
                 lab.start_offload_server()
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))

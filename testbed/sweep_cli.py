@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from testbed.lab import Lab, require_root
+    from testbed.lab import open_lab, require_root
     from testbed.sweep import run_sweep, start_run
 
     inv = load(args)
@@ -58,7 +58,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if exp.client_cpu:
         inv = inv.with_client_cpu(exp.client_cpu)
     require_root()
-    lab = Lab(inv)
+    lab = open_lab(inv)
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, lab)
     print(f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from testbed.errors import UserError
-from testbed.lab import Lab
+from testbed.lab import BaseLab as Lab
 from testbed.rates import expected_goodput
 
 
