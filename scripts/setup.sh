@@ -11,6 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool iproute2 kmod curl
+              openssh-server openssh-client
               python3 python3-venv python3-dev ca-certificates git)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

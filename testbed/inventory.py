@@ -16,10 +16,23 @@ from testbed.errors import UserError
 from testbed.rates import parse_rate
 
 ROLES = ("client", "appliance", "server")
-BACKENDS = ("netns",)
+BACKENDS = ("netns", "ssh")
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventory.yaml"
+
+
+@dataclass(frozen=True)
+class SshSpec:
+    """How the control machine reaches a host of a real lab."""
+
+    host: str
+    user: str = "root"
+    port: int = 22
+    key: str | None = None  # None: the SSH agent and ~/.ssh/config decide
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,10 @@ class HostSpec:
     role: str
     name: str
     address: ipaddress.IPv4Interface | None  # data-plane address; the appliance has none
+    ssh: SshSpec | None = None  # backend ssh only
+    interface: str | None = None  # backend ssh: the client's/server's data-plane NIC
+    ports: tuple[str, str] | None = None  # backend ssh: the appliance's NICs facing client, server
+    python: str = "python3"  # backend ssh: the interpreter that runs the roles there
 
 
 @dataclass(frozen=True)
@@ -83,14 +100,12 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
     doc.reject_unknown({"backend", "prefix", "hosts", "link", "client_cpu", "services"})
     backend = doc.get("backend", str, "netns")
     if backend not in BACKENDS:
-        if backend == "ssh":
-            raise doc.error("backend", "the ssh backend is not available in this version", "use backend: netns")
-        raise doc.error("backend", f"unknown backend {backend!r}", "use backend: netns")
+        raise doc.error("backend", f"unknown backend {backend!r}", "use netns (this machine) or ssh (a real lab)")
     prefix = doc.get("prefix", str, "tb")
     if not _PREFIX.match(prefix):
         raise doc.error("prefix", f"{prefix!r} must be 1-6 lowercase letters/digits starting with a letter",
                         "interface names are limited to 15 characters; use e.g. tb")
-    hosts = _hosts(doc)
+    hosts = _hosts(doc, backend)
     services = doc.section("services", default_empty=True)
     services.reject_unknown({"server_port", "iperf3_port"})
     return Inventory(
@@ -112,10 +127,11 @@ def _port(section: Section, key: str, default: int) -> int:
     return port
 
 
-def _hosts(doc: Section) -> dict[str, HostSpec]:
+def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
     hosts: dict[str, HostSpec] = {}
     for item in doc.sections("hosts"):
-        item.reject_unknown({"role", "name", "address"})
+        item.reject_unknown({"role", "name", "address"} | ({"ssh", "interface", "ports", "python"}
+                                                           if backend == "ssh" else set()))
         role = item.get("role", str)
         if role not in ROLES:
             raise item.error("role", f"unknown role {role!r}", f"use one of: {', '.join(ROLES)}")
@@ -134,7 +150,10 @@ def _hosts(doc: Section) -> dict[str, HostSpec]:
                                  "write e.g. 10.77.0.1/24") from None
             if "/" not in text:
                 raise item.error("address", f"{text!r} has no prefix length", "write e.g. 10.77.0.1/24")
-        hosts[role] = HostSpec(role, name, address)
+        spec = HostSpec(role, name, address)
+        if backend == "ssh":
+            spec = _ssh_fields(item, spec)
+        hosts[role] = spec
     missing = [r for r in ROLES if r not in hosts]
     if missing:
         raise doc.error("hosts", f"no host with role {', '.join(missing)}", "describe client, appliance and server")
@@ -146,6 +165,40 @@ def _hosts(doc: Section) -> dict[str, HostSpec]:
         raise doc.error("hosts", f"client {client} and server {server} must be distinct addresses in one subnet",
                         "the appliance is a switch, not a router")
     return hosts
+
+
+def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
+    """What a real lab adds per host; every value that reaches a remote command is checked here."""
+    ssh = item.section("ssh")
+    ssh.reject_unknown({"host", "user", "port", "key"})
+    host = ssh.get("host", str)
+    if not _HOSTNAME.match(host):
+        raise ssh.error("host", f"{host!r} is not a host name or address")
+    user = ssh.get("user", str, "root")
+    if not _USER.match(user):
+        raise ssh.error("user", f"{user!r} is not a user name")
+    port = ssh.get("port", int, 22)
+    if not 1 <= port <= 65535:
+        raise ssh.error("port", f"{port} is not a port")
+    key = ssh.get("key", str, None)
+    if key is not None and not Path(key).expanduser().is_file():
+        raise ssh.error("key", f"key file {key} does not exist", "give the private key's path or leave it out")
+    python = item.get("python", str, "python3")
+    if not re.match(r"^[A-Za-z0-9_./-]+$", python):
+        raise item.error("python", f"{python!r} is not a program path")
+    interface, ports = None, None
+    if spec.role == "appliance":
+        raw = item.get("ports", list)
+        if len(raw) != 2 or not all(isinstance(p, str) and _IFNAME.match(p) for p in raw) or raw[0] == raw[1]:
+            raise item.error("ports", f"{raw!r} must be two interface names: the NIC facing the client, "
+                                      "then the one facing the server")
+        ports = (raw[0], raw[1])
+    else:
+        interface = item.get("interface", str)
+        if not _IFNAME.match(interface):
+            raise item.error("interface", f"{interface!r} is not an interface name")
+    return replace(spec, ssh=SshSpec(host, user, port, str(Path(key).expanduser()) if key else None),
+                   interface=interface, ports=ports, python=python)
 
 
 def parse_link(sec: Section) -> LinkSpec:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, leftovers, run_cli, write_inventory
 from testbed.rates import expected_goodput
+from tests.conftest import REPO, leftovers, run_cli, write_inventory
 
 pytestmark = pytest.mark.privileged
 

@@ -85,8 +85,8 @@ def test_missing_file(tmp_path):
         load_inventory(tmp_path / "nope.yaml")
 
 
-def test_ssh_backend_is_refused_clearly(tmp_path):
-    with pytest.raises(UserError, match="ssh backend"):
+def test_ssh_backend_needs_ssh_details_per_host(tmp_path):
+    with pytest.raises(UserError, match=r"hosts\[0\]\.ssh': is missing"):
         load_inventory(write(tmp_path, GOOD.replace("backend: netns", "backend: ssh")))
 
 

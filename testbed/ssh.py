@@ -1,0 +1,185 @@
+"""Hosts of a real lab, reached over SSH with fabric.
+
+Commands stay argv lists: they are quoted with shlex.join for the remote shell, and every value in
+them comes from the validated inventory or from the tool itself. The project's roles run remotely as
+`python -m ROLE` from a copy of the code synced by `up`.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+
+import paramiko
+from fabric import Connection
+from invoke.exceptions import CommandTimedOut
+
+from testbed.errors import UserError
+from testbed.hosts import Host
+from testbed.inventory import HostSpec
+from testbed.runner import Result
+
+
+def connection_error(host: str, where: str, exc: BaseException) -> UserError:
+    if isinstance(exc, paramiko.AuthenticationException):
+        return UserError(f"{host} ({where}): SSH authentication failed: {exc}",
+                         "check the host's ssh.user and ssh.key in the inventory")
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return UserError(f"{host} ({where}): no answer (SSH connection timed out)",
+                         "check that the host is up and ssh.host/ssh.port are right")
+    return UserError(f"{host} ({where}): cannot connect over SSH: {exc}",
+                     "check that the host is up, reachable and runs sshd on ssh.port")
+
+
+class SshHost(Host):
+    def __init__(self, spec: HostSpec, state_dir: PurePosixPath, code_dir: PurePosixPath,
+                 cgroup: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        assert spec.ssh is not None
+        self.spec = spec
+        self.state_dir = state_dir
+        self.code_dir = code_dir
+        self.cgroup = cgroup
+        self.env = dict(env or {})
+        self._conn: Connection | None = None
+
+    @property
+    def where(self) -> str:
+        s = self.spec.ssh
+        return f"{s.user}@{s.host}:{s.port}"
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            s = self.spec.ssh
+            kwargs = {"banner_timeout": 15, "auth_timeout": 15}
+            if s.key:
+                kwargs.update(key_filename=s.key, look_for_keys=False, allow_agent=False)
+            conn = Connection(s.host, user=s.user, port=s.port, connect_timeout=10, connect_kwargs=kwargs)
+            try:
+                conn.open()
+            except Exception as exc:  # paramiko and socket errors of every kind
+                raise connection_error(self.name, self.where, exc) from exc
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # ------------------------------------------------------------------ commands
+    def _wrap(self, argv: Sequence[str], env: Mapping[str, str] | None, limited: bool | None) -> list[str]:
+        full: list[str] = [str(a) for a in argv]
+        if self.cgroup and limited is not False:
+            full = [*self.python("client.cpulimit", "exec", "--name", self.cgroup, "--"), *full]
+        merged = {**self.env, **(env or {})}
+        if merged:
+            full = ["env", *[f"{k}={v}" for k, v in merged.items()], *full]
+        if self.spec.ssh.user != "root":
+            full = ["sudo", "-n", "--", *full]
+        return full
+
+    def python(self, module: str, *args: str) -> list[str]:
+        return ["env", f"PYTHONPATH={self.code_dir}", self.spec.python, "-m", module, *args]
+
+    def run(self, argv, *, check=True, timeout=None, env=None, limited=None, input=None) -> Result:
+        full = self._wrap(argv, env, limited)
+        try:
+            r = self.conn.run(shlex.join(full), hide=True, warn=True, timeout=timeout,
+                              in_stream=io.StringIO(input) if input is not None else False)
+        except CommandTimedOut as exc:
+            raise UserError(f"on {self.name}: `{shlex.join(list(argv))}` did not finish within {timeout} s") from exc
+        except (OSError, paramiko.SSHException) as exc:
+            raise connection_error(self.name, self.where, exc) from exc
+        result = Result(self.name, full, r.exited, r.stdout, r.stderr)
+        return result.check() if check else result
+
+    def popen(self, argv, *, limited=None, **kwargs) -> RemoteProcess:
+        stderr = kwargs.get("stderr")
+        return RemoteProcess(self.conn, shlex.join(self._wrap(argv, kwargs.get("env"), limited)), stderr)
+
+    # ------------------------------------------------------------------ services and files
+    def start(self, service, argv, *, limited=None) -> int:
+        wrapped = self._wrap(argv, None, limited)
+        out = self.run(self.python("testbed.service", "start", "--dir", str(self.state_dir),
+                                   "--name", f"{self.name}-{service}", "--", *wrapped), limited=False)
+        return int(out.stdout.strip())
+
+    def service_pid(self, service: str) -> int | None:
+        out = self.run(self.python("testbed.service", "pid", "--dir", str(self.state_dir),
+                                   "--name", f"{self.name}-{service}"), check=False, limited=False)
+        return int(out.stdout) if out.ok and out.stdout.strip() else None
+
+    def stop(self, service) -> None:
+        self.run(self.python("testbed.service", "stop", "--dir", str(self.state_dir),
+                             "--name", f"{self.name}-{service}"), check=False, limited=False)
+
+    def log_path(self, service: str) -> str:
+        return str(self.state_dir / "logs" / f"{self.name}-{service}.log")
+
+    def put(self, src: Path, dst: str) -> None:
+        self.conn.put(str(src), dst)
+
+    def write(self, data: bytes, dst: str) -> None:
+        self.conn.put(io.BytesIO(data), dst)
+
+    def read(self, path: str) -> str | None:
+        r = self.run(["cat", path], check=False, limited=False)
+        return r.stdout if r.ok else None
+
+
+class _ChannelStdin:
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self._channel = channel
+        self._file = channel.makefile_stdin("wb")
+
+    def write(self, data: bytes) -> int:
+        self._file.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._channel.shutdown_write()
+
+
+class RemoteProcess:
+    """A remote command with pipes, shaped like subprocess.Popen for the sweep's worker."""
+
+    def __init__(self, conn: Connection, command: str, stderr=None) -> None:
+        self.channel = conn.client.get_transport().open_session()
+        self.channel.exec_command(command)
+        self.stdin = _ChannelStdin(self.channel)
+        self.stdout = self.channel.makefile("rb")
+        self._stderr = stderr
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+
+    def _drain_stderr(self) -> None:
+        f = self.channel.makefile_stderr("rb")
+        for line in iter(f.readline, b""):
+            if self._stderr is not None and not self._stderr.closed:
+                self._stderr.write(line)
+                self._stderr.flush()
+
+    def poll(self) -> int | None:
+        if self.channel.status_event.is_set():
+            return self.channel.exit_status
+        return -1 if self.channel.closed else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (status := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("remote worker", timeout)
+            time.sleep(0.05)
+        return status
+
+    def kill(self) -> None:
+        self.channel.close()

@@ -1,0 +1,277 @@
+"""A real three-machine lab driven over SSH: the same testbed as the embedded one, on real hosts.
+
+`up` checks every host first and reports every problem in one list; then it syncs the project's
+code, builds the appliance's bridge (kernel datapath where the module is loaded, userspace
+otherwise), adds the data-plane addresses that are missing, applies the CPU limit and starts the
+services. Each host keeps a record of what `up` did there, written as it goes, and `down` undoes
+exactly that, so pre-existing configuration is never touched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from dataclasses import asdict
+from pathlib import Path, PurePosixPath
+
+from appliance.shaper import PortShaping
+from appliance.switch import Switch
+from testbed.errors import UserError
+from testbed.hosts import blas_env
+from testbed.inventory import Inventory, LinkSpec
+from testbed.lab import BaseLab
+from testbed.ssh import SshHost
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("testbed", "appliance", "client", "server")
+PROGRAMS = {"client": ("ip", "ethtool"), "server": ("ip", "ethtool", "iperf3"),
+            "appliance": ("ip", "ethtool", "ovs-vsctl", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd",
+                          "ovs-appctl")}
+
+
+def code_archive() -> bytes:
+    """The roles' code as a tar.gz: what runs on the lab's hosts is what runs here."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for package in PACKAGES:
+            for path in sorted((REPO / package).rglob("*.py")):
+                tar.add(path, arcname=str(path.relative_to(REPO)))
+    return buf.getvalue()
+
+
+class SshLab(BaseLab):
+    def __init__(self, inv: Inventory) -> None:
+        self.inv = inv
+        # per host, so that hosts sharing a filesystem (as in the tests) keep apart
+        self.state_root = PurePosixPath("/run/testbed") / inv.prefix
+        self.code_root = PurePosixPath("/var/lib/testbed") / inv.prefix
+        self.bridge = inv.resource("br0")
+        self.cgroup = inv.resource("client")
+        ports = inv.host("appliance").ports
+        self.down_if, self.up_if = ports
+        quota = inv.client_cpu.cpu_quota
+        self.hosts = {
+            role: SshHost(inv.host(role), self.state_root / inv.host(role).name,
+                          self.code_root / inv.host(role).name / "src",
+                          cgroup=self.cgroup if role == "client" and quota else None,
+                          env=blas_env(inv.client_cpu.blas_threads) if role == "client" else None)
+            for role in ("client", "appliance", "server")
+        }
+        self.switch = Switch(self.bridge, ports, Path(str(self.hosts["appliance"].state_dir / "ovs")))
+
+    # ---------------------------------------------------------------- records of what up did
+    def _record_path(self, host: SshHost) -> str:
+        return str(host.state_dir / "up.json")
+
+    def _record(self, host: SshHost, **changes) -> None:
+        record = self._read_record(host) or {}
+        for key, value in changes.items():
+            if isinstance(value, list):
+                record.setdefault(key, []).extend(value)
+            else:
+                record[key] = value
+        host.run(["mkdir", "-p", str(host.state_dir)], limited=False)
+        host.write(json.dumps(record).encode(), self._record_path(host))
+
+    def _read_record(self, host: SshHost) -> dict | None:
+        text = host.read(self._record_path(host))
+        return json.loads(text) if text else None
+
+    # ---------------------------------------------------------------- checks
+    def is_up(self) -> bool:
+        record = self._read_record(self.host("appliance"))
+        return bool(record and record.get("complete"))
+
+    def preflight(self) -> list[str]:
+        problems: list[str] = []
+        for role, host in self.hosts.items():
+            try:
+                problems += [f"{host.name} ({host.where}): {p}" for p in self._check_host(role, host)]
+            except UserError as exc:
+                problems.append(exc.message)
+        if problems:  # leave no host half-configured: take back the code synced for the check
+            for host in self.hosts.values():
+                try:
+                    host.run(["rm", "-rf", str(host.code_dir.parent)], limited=False, check=False)
+                    host.run(["rmdir", "--ignore-fail-on-non-empty", str(self.code_root)], limited=False,
+                             check=False)
+                except UserError:
+                    pass
+        return problems
+
+    def _check_host(self, role: str, host: SshHost) -> list[str]:
+        ident = host.run(["id", "-u"], check=False, limited=False)
+        if not ident.ok:
+            return [f"cannot run commands{' with sudo -n' if host.spec.ssh.user != 'root' else ''}: "
+                    f"{ident.stderr.strip()[-200:]} (give the user root or password-less sudo)"]
+        version = host.run([host.spec.python, "--version"], check=False, limited=False)
+        if not version.ok:
+            return [f"no Python at {host.spec.python!r} (install python3, or set the host's python in the inventory)"]
+        self.sync(host)
+        interfaces = list(host.spec.ports or ()) + ([host.spec.interface] if host.spec.interface else [])
+        probe = json.loads(host.run(host.python("testbed.probe", "--programs", ",".join(PROGRAMS[role]),
+                                                "--interfaces", ",".join(interfaces),
+                                                *(["--cgroup"] if role == "client" else [])),
+                                    limited=False).stdout)
+        problems = []
+        if not probe["root"]:
+            problems.append("commands do not run as root")
+        missing = [p for p, path in probe["programs"].items() if not path]
+        if missing:
+            problems.append(f"programs missing: {', '.join(missing)}")
+        absent = [i for i, present in probe["interfaces"].items() if not present]
+        if absent:
+            problems.append(f"no interface {', '.join(absent)}")
+        modules = [m for m, ok in probe["python_modules"].items() if not ok]
+        if modules:
+            problems.append(f"Python modules missing for {host.spec.python}: {', '.join(modules)} "
+                            f"(pip install the project's dependencies there)")
+        if role == "client" and self.inv.client_cpu.cpu_quota and probe.get("cgroup") is None:
+            problems.append(probe.get("cgroup_error", "no cgroup cpu controller"))
+        if role == "appliance":
+            self._appliance_probe = probe
+            if not probe["ovs_kernel_module"] and not probe["tun"]:
+                problems.append("/dev/net/tun missing: the userspace OVS bridge needs the tun device")
+        return problems
+
+    def sync(self, host: SshHost) -> None:
+        """Install the project's role code on the host (a fresh copy on every `up`)."""
+        archive = str(host.code_dir.parent / "src.tar.gz")
+        host.run(["mkdir", "-p", str(host.code_dir.parent)], limited=False)
+        host.write(code_archive(), archive)
+        host.run(["rm", "-rf", str(host.code_dir)], limited=False)
+        host.run([host.spec.python, "-m", "tarfile", "-e", archive, str(host.code_dir)], limited=False)
+
+    # ---------------------------------------------------------------- up
+    def _up(self) -> None:
+        appliance = self.host("appliance")
+        probe = getattr(self, "_appliance_probe", {})
+        datapath = "system" if probe.get("ovs_kernel_module") else "netdev"
+        own = not probe.get("system_ovs")
+        self.switch = Switch(self.bridge, (self.down_if, self.up_if), self.switch.rundir, datapath)
+        if own:
+            appliance.run(["mkdir", "-p", str(self.switch.rundir)], limited=False)
+            self._record(appliance, own_ovs=True)
+            for argv in self.switch.plan_up():
+                appliance.run(argv, env=self.switch.env(), timeout=60, limited=False)
+        else:
+            argv = self.switch.plan_up()[-1]
+            appliance.run(["ovs-vsctl", *argv[3:]], timeout=60, limited=False)  # the system's database
+        self._record(appliance, bridge=self.bridge, datapath=datapath, system_ovs=not own)
+        if datapath == "netdev":
+            # the userspace datapath forwards packets as the NIC handed them: checksums must be filled in
+            for ifname in (self.down_if, self.up_if):
+                self._tx_offload_off(appliance, ifname)
+        for role in ("client", "server"):
+            host = self.host(role)
+            spec = self.inv.host(role)
+            present = host.run(["ip", "-o", "-4", "addr", "show", "dev", spec.interface], limited=False).stdout
+            if str(spec.address) not in present.split():
+                host.run(["ip", "addr", "add", str(spec.address), "dev", spec.interface], limited=False)
+                self._record(host, addresses=[[str(spec.address), spec.interface]])
+            if datapath == "netdev":
+                self._tx_offload_off(host, spec.interface)
+        self.apply_cpu_limit()
+
+    def _tx_offload_off(self, host: SshHost, ifname: str) -> None:
+        state = host.run(["ethtool", "-k", ifname], limited=False, check=False).stdout
+        if "tx-checksumming: on" in state:
+            host.run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
+            self._record(host, tx_offload_off=[ifname])
+
+    def _mark_up(self) -> None:
+        self._record(self.host("appliance"), complete=True)
+
+    # ---------------------------------------------------------------- down
+    def down(self) -> list[str]:
+        """Undo on every host what `up` recorded there; unreachable hosts are reported, not skipped silently."""
+        removed: list[str] = []
+        problems: list[str] = []
+        for role in ("server", "client", "appliance"):
+            host = self.host(role)
+            try:
+                removed += self._down_host(role, host)
+            except UserError as exc:
+                problems.append(exc.message)
+            finally:
+                host.close()
+        if problems:
+            raise UserError("testbed down could not reach every host: " + "; ".join(problems)
+                            + (f" (removed elsewhere: {', '.join(removed)})" if removed else ""),
+                            "fix the connection and run testbed down again")
+        return removed
+
+    def _down_host(self, role: str, host: SshHost) -> list[str]:
+        record = self._read_record(host) or {}
+        removed = []
+        for service in ("offload", "iperf3"):
+            if host.service_pid(service):
+                host.stop(service)
+                removed.append(f"{host.name}: {service} service")
+        if role == "appliance":
+            own = record.get("own_ovs")
+            if record.get("bridge"):
+                host.run(self._appliance_python("clear", "--ifs", f"{self.up_if},{self.down_if}"),
+                         limited=False, check=False)
+                removed.append(f"{host.name}: qdiscs on {self.up_if}, {self.down_if}")
+                vsctl = self.switch.vsctl if own else (lambda *a: ["ovs-vsctl", *a])
+                host.run(vsctl("--if-exists", "del-br", self.bridge), limited=False, check=False)
+                removed.append(f"{host.name}: bridge {self.bridge}")
+            if own:
+                for argv in self.switch.plan_down()[1:]:
+                    host.run(argv, limited=False, check=False)
+                removed.append(f"{host.name}: ovsdb-server, ovs-vswitchd")
+        for address, ifname in record.get("addresses", []):
+            host.run(["ip", "addr", "del", address, "dev", ifname], limited=False, check=False)
+            removed.append(f"{host.name}: address {address} on {ifname}")
+        for ifname in record.get("tx_offload_off", []):
+            host.run(["ethtool", "-K", ifname, "tx", "on"], limited=False, check=False)
+        if record.get("cgroup"):
+            host.run(host.python("client.cpulimit", "remove", "--name", self.cgroup), limited=False, check=False)
+            removed.append(f"{host.name}: cgroup {self.cgroup}")
+        host.run(["rm", "-rf", str(host.state_dir), str(host.code_dir.parent)], limited=False, check=False)
+        host.run(["rmdir", "--ignore-fail-on-non-empty", str(self.state_root), str(self.code_root)],
+                 limited=False, check=False)
+        return removed
+
+    # ---------------------------------------------------------------- shaping and CPU limit
+    def _appliance_python(self, *args: str) -> list[str]:
+        return self.host("appliance").python("appliance", *args)
+
+    def _apply_shaping(self, link: LinkSpec, plan: list[PortShaping]) -> None:
+        result = self.host("appliance").run(
+            self._appliance_python("shape", "--up-if", self.up_if, "--down-if", self.down_if,
+                                   "--link", json.dumps(asdict(link))), check=False, limited=False)
+        if not result.ok:
+            raise UserError(f"{self.host('appliance').name}: shaping failed: "
+                            f"{result.stderr.strip().removeprefix('appliance: error: ')}")
+
+    def read_shaping(self) -> dict[str, dict]:
+        out = self.host("appliance").run(self._appliance_python("read", "--ifs", f"{self.up_if},{self.down_if}"),
+                                         limited=False)
+        return json.loads(out.stdout)
+
+    def apply_cpu_limit(self) -> None:
+        quota = self.inv.client_cpu.cpu_quota
+        if not quota:
+            return
+        client = self.host("client")
+        client.run(client.python("client.cpulimit", "apply", "--name", self.cgroup, "--quota", str(quota)),
+                   limited=False)
+        self._record(client, cgroup=self.cgroup)
+
+    def cpu_in_force(self) -> dict:
+        client = self.host("client")
+        out = client.run(client.python("client.cpulimit", "read", "--name", self.cgroup), limited=False,
+                         check=False)
+        return json.loads(out.stdout) if out.ok and out.stdout.strip() else {}
+
+    def bridge_status(self) -> dict:
+        record = self._read_record(self.host("appliance")) or {}
+        appliance = self.host("appliance")
+        vsctl = self.switch.vsctl if record.get("own_ovs") else (lambda *a: ["ovs-vsctl", *a])
+        ports = appliance.run(vsctl("list-ports", self.bridge), check=False, limited=False)
+        dp = appliance.run(vsctl("get", "bridge", self.bridge, "datapath_type"), check=False, limited=False)
+        return {"name": self.bridge, "datapath_type": dp.stdout.strip().strip('"') or None,
+                "ports": ports.stdout.split()}
