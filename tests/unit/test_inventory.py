@@ -108,3 +108,33 @@ def test_topology_plan_wires_client_and_server_through_the_appliance(tmp_path):
     assert "ip -n tb-client addr add 10.77.0.1/24 dev tb-c0" in steps
     assert steps.index("ip netns add tb-client") < steps.index(
         "ip link add tb-c0 netns tb-client type veth peer name tb-a0 netns tb-appliance")
+
+
+def test_the_ssh_example_inventory_describes_a_valid_lab(tmp_path):
+    key = tmp_path / "id_ed25519"
+    key.write_text("not really a key")
+    text = (Path(__file__).resolve().parents[2] / "inventory.ssh.example.yaml").read_text()
+    inv = load_inventory(write(tmp_path, text.replace("~/.ssh/id_ed25519", str(key))))
+    assert inv.backend == "ssh"
+    assert inv.host("appliance").ports == ("enp3s0", "enp4s0")
+    assert inv.host("client").ssh.key == str(key)
+    assert inv.host("server").ssh.user == "labadmin"
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (("interface: enp2s0", "interface: 'eth0; reboot'"), "hosts[0].interface"),
+        (("ports: [enp3s0, enp4s0]", "ports: [enp3s0]"), "hosts[1].ports"),
+        (("host: server.lab.example.org", "host: 'server $(id)'"), "hosts[2].ssh.host"),
+        (("user: labadmin", "user: 'lab admin'"), "hosts[2].ssh.user"),
+    ],
+)
+def test_ssh_values_that_reach_remote_commands_are_validated(tmp_path, change, key):
+    key_file = tmp_path / "k"
+    key_file.write_text("x")
+    text = (Path(__file__).resolve().parents[2] / "inventory.ssh.example.yaml").read_text()
+    text = text.replace("~/.ssh/id_ed25519", str(key_file)).replace(*change)
+    with pytest.raises(UserError) as info:
+        load_inventory(write(tmp_path, text))
+    assert f"'{key}'" in str(info.value)
