@@ -1,0 +1,71 @@
+"""Analysis of a run: reads only `trials.csv` and `manifest.json`, writes `RUN_DIR/analysis/`.
+
+Stages, one module each: load (read and check) -> cells (per-cell statistics against the local
+baseline) -> decisions (decision and cumulative penalty vectors) -> tables (CSVs), plots, report
+(HTML) and summary (terminal).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from testbed.errors import UserError
+
+__all__ = ["analyze"]
+
+
+def analyze(run_dir: Path, *, plots: bool = True, out: TextIO | None = None) -> Path:
+    """Analyse the run in `run_dir`; returns the analysis directory and prints the summary to `out`
+    (default: standard output).
+
+    Raises UserError for anything the user can fix in the run's files. Figures of an earlier analysis
+    are removed even with `plots=False`, so no figure disagrees with the tables next to it.
+    """
+    from analysis.cells import cell_table
+    from analysis.decisions import cumulative_penalties, decision_vectors
+    from analysis.load import load_run
+    from analysis.plots import make_plots, remove_plots
+    from analysis.report import write_report
+    from analysis.summary import summary_text
+    from analysis.tables import write_tables
+
+    run = load_run(Path(run_dir))
+    cells = cell_table(run.trials, run.manifest)
+    tables = {
+        "cells": cells,
+        "decision_vectors": decision_vectors(cells),
+        "cumulative_penalty": cumulative_penalties(cells),
+    }
+    out_dir = run.run_dir / "analysis"
+    try:
+        out_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create {out_dir}: {exc.strerror}", "make the run directory writable"
+        ) from None
+    write_tables(tables, out_dir)
+    remove_plots(out_dir)
+    figures = []
+    if plots:
+        figures = make_plots(cells, tables["decision_vectors"], tables["cumulative_penalty"], out_dir)
+    run_id = str((run.manifest or {}).get("run_id") or _run_id(run.trials) or run.run_dir.name)
+    summary = summary_text(
+        run_id, run.trials, cells, tables["decision_vectors"], tables["cumulative_penalty"], run.manifest
+    )
+    write_report(
+        out_dir / "report.html",
+        run_id=run_id,
+        summary=summary,
+        manifest=run.manifest,
+        tables=tables,
+        plots=figures,
+    )
+    print(summary, file=out or sys.stdout)
+    return out_dir
+
+
+def _run_id(trials) -> str | None:
+    ids = [i for i in trials.get("run_id", []) if i]
+    return ids[0] if ids else None

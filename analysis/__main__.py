@@ -1,0 +1,32 @@
+"""`python -m analysis RUN_DIR [--no-plots]`: the analysis without the testbed CLI (e.g. on a laptop)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis import analyze
+from testbed.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split(":", 1)[1].strip())
+    parser.add_argument(
+        "run_dir", type=Path, help="directory of a run, holding trials.csv (and manifest.json)"
+    )
+    parser.add_argument(
+        "--no-plots", action="store_true", help="only the CSVs, summary and a report without plots"
+    )
+    args = parser.parse_args(argv)
+    try:
+        out = analyze(args.run_dir, plots=not args.no_plots)
+    except UserError as exc:
+        print(f"analysis: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"analysis written to {out} (open {out / 'report.html'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

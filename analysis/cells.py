@@ -1,0 +1,132 @@
+"""Per-cell statistics: one row per (op, size, rate, method), compared with the local baseline.
+
+These are the measures of section II-E of the paper. A cell is every combination the run planned or
+touched: the (op, size) pairs seen (and those in the manifest's experiment) crossed with every rate
+and method. A cell without a successful trial stays in the table as `missing` (n = 0, numbers empty)
+so a failure can never pass for a result; its failed trials are still counted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import LOCAL, STAGES
+from analysis.stats import ci95, welch
+
+KEYS = ["op", "size", "rate_mbps", "method"]
+PREFERRED_METHODS = ("json", "ujson", "raw")
+REFERENCE_METHOD = "json"
+
+
+def method_order(methods) -> list[str]:
+    """json, ujson, raw first (the paper's order), then any others alphabetically."""
+    methods = set(methods)
+    first = [m for p in PREFERRED_METHODS for m in sorted(methods) if m.lower() == p]
+    return first + sorted(methods - set(first), key=lambda m: (m.lower(), m))
+
+
+def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
+    """All cells of the grid with n, failed, means, CIs, decision, significance, penalty and ratios."""
+    local = trials[trials["method"] == LOCAL]
+    remote = trials[trials["method"] != LOCAL]
+    index = _grid(trials, manifest)
+    cells = pd.DataFrame(index=index)
+
+    good = remote[remote["ok"]].groupby(KEYS)
+    total = good["t_total"].agg(["count", "mean", "std"]).reindex(index)
+    cells["n"] = total["count"].fillna(0).astype(int)
+    cells["failed"] = remote[~remote["ok"]].groupby(KEYS).size().reindex(index).fillna(0).astype(int)
+    cells["missing"] = cells["n"] == 0
+    cells["mean"] = total["mean"]
+    cells["std"] = total["std"]
+    cells["ci95"] = ci95(total["std"], cells["n"])
+
+    base = local[local["ok"]].groupby(["op", "size"])["t_total"].agg(["count", "mean", "std"])
+    pairs = pd.MultiIndex.from_arrays([index.get_level_values("op"), index.get_level_values("size")])
+    base = base.reindex(pairs)
+    cells["local_n"] = base["count"].fillna(0).astype(int).to_numpy()
+    cells["local_mean"] = base["mean"].to_numpy()
+    cells["local_std"] = base["std"].to_numpy()
+    cells["local_ci95"] = ci95(cells["local_std"], cells["local_n"])
+
+    known = (cells["n"] > 0) & (cells["local_n"] > 0)
+    cells["offload"] = pd.array(np.where(known, cells["mean"] < cells["local_mean"], pd.NA), dtype="Int64")
+    diff, half, dof = welch(
+        cells["mean"], cells["std"], cells["n"], cells["local_mean"], cells["local_std"], cells["local_n"]
+    )
+    cells["significant"] = pd.array(np.where(np.isnan(half), pd.NA, np.abs(diff) > half), dtype="boolean")
+    cells["penalty"] = cells["mean"] - cells["local_mean"]
+    cells["diff_ci95"] = half
+    cells["welch_dof"] = dof
+
+    for stage in STAGES:
+        s = good[stage].agg(["count", "mean", "std"]).reindex(index)
+        cells[f"{stage}_mean"] = s["mean"]
+        cells[f"{stage}_ci95"] = ci95(s["std"], s["count"].fillna(0))
+    cells["marshalling_ratio"] = (cells["mean"] - cells["t_server_compute_mean"]) / cells["mean"]
+    cells["json_ratio"] = cells["mean"] / _reference_means(cells)
+    return cells.reset_index()
+
+
+def _reference_means(cells: pd.DataFrame) -> np.ndarray:
+    """The json cell's mean at each cell's (op, size, rate); NaN where there is none."""
+    methods = cells.index.get_level_values("method")
+    ref = [m for m in dict.fromkeys(methods) if m.lower() == REFERENCE_METHOD][:1]
+    if not ref:
+        return np.full(len(cells), np.nan)
+    means = cells["mean"].xs(ref[0], level="method")
+    triples = pd.MultiIndex.from_arrays(
+        [cells.index.get_level_values(k) for k in ("op", "size", "rate_mbps")]
+    )
+    return means.reindex(triples).to_numpy()
+
+
+def _grid(trials: pd.DataFrame, manifest: dict | None) -> pd.MultiIndex:
+    remote = trials[trials["method"] != LOCAL]
+    pairs = set(zip(trials["op"], trials["size"], strict=True))
+    rates = set(remote["rate_mbps"])
+    methods = set(remote["method"])
+    plan = planned_grid(manifest)
+    if plan:
+        ops, sizes, plan_rates, plan_methods = plan
+        pairs |= {(op, size) for op in ops for size in sizes}
+        rates |= set(plan_rates)
+        methods |= set(plan_methods)
+    tuples = [
+        (op, size, rate, method)
+        for op, size in sorted(pairs)
+        for rate in sorted(rates)
+        for method in method_order(methods)
+    ]
+    return pd.MultiIndex.from_tuples(tuples, names=KEYS)
+
+
+def planned_grid(manifest: dict | None) -> tuple[list, list, list, list] | None:
+    """The experiment's ops, sizes, rates and methods from the manifest, if it states them all.
+
+    Cells the sweep planned but never wrote (an interrupted run) then show up as missing instead of
+    silently shrinking the grid. Anything unexpected in the manifest means: rely on the data alone.
+    """
+    exp = (manifest or {}).get("experiment")
+    if not isinstance(exp, dict):
+        return None
+    try:
+        ops = [str(o) for o in exp["ops"]]
+        sizes = [_as_size(s) for s in exp["sizes"]]
+        rates = [float(r) for r in exp["rates_mbps"]]
+        methods = [str(m) for m in exp["methods"] if str(m).lower() != LOCAL]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not all(math.isfinite(r) and r > 0 for r in rates):
+        return None
+    return ops, sizes, rates, methods
+
+
+def _as_size(value) -> int | float:
+    size = float(value)
+    if not math.isfinite(size):
+        raise ValueError(value)
+    return int(size) if size.is_integer() else size

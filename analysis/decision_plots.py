@@ -1,0 +1,139 @@
+"""Decision figures: rates where offloading pays and cumulative penalties (the paper's Fig. 5), and a
+size x rate decision map per method that also shows what the paper's vectors hide: which decisions
+are statistically significant and which cells are missing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from analysis.plots import method_styles, rate_label
+
+# decision map categories, in colour order
+CATEGORIES = [
+    ("offload (significant)", "#1A9850"),
+    ("stay local (significant)", "#D73027"),
+    ("not significant", "#FEE08B"),
+    ("missing", "#FFFFFF"),
+]
+
+
+def decisions_figure(
+    vectors: pd.DataFrame, penalties: pd.DataFrame, op: str, methods: list[str], n_rates: int
+) -> Figure:
+    sizes = sorted(vectors["size"].unique())
+    methods = [m for m in methods if m in set(vectors["method"])]
+    styles = method_styles(methods)
+    width = 0.8 / max(len(methods), 1)
+    fig = Figure(figsize=(max(8.0, 2.0 + 0.35 * len(sizes) * len(methods)), 6.4), layout="constrained")
+    ax_count, ax_pen = fig.subplots(2, 1, sharex=True)
+    incomplete = False
+    for j, method in enumerate(methods):
+        x = np.arange(len(sizes)) - 0.4 + width * (j + 0.5)
+        v = vectors[vectors["method"] == method].set_index("size").reindex(sizes)
+        p = penalties[penalties["method"] == method].set_index("size").reindex(sizes)
+        style = dict(
+            color=styles[method]["color"], hatch=styles[method]["hatch"], edgecolor="black", linewidth=0.4
+        )
+        counts = v["offload_count"].fillna(0).to_numpy(dtype=float)
+        ax_count.bar(x, counts, width, label=method, **style)
+        for xi, count, gaps in zip(x, counts, v["missing_rates"].fillna(0), strict=True):
+            ax_count.text(
+                xi,
+                count,
+                f"{count:.0f}" + ("?" if gaps else ""),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                in_layout=False,
+            )
+        full = p["cumulative_penalty"].to_numpy(dtype=float)
+        ax_pen.bar(x, np.nan_to_num(full), width, label=method, **style)
+        partial = np.where(np.isnan(full), p["partial_penalty"].to_numpy(dtype=float), np.nan)
+        if not np.isnan(partial).all():
+            incomplete = True
+            ax_pen.bar(
+                x,
+                np.nan_to_num(partial),
+                width,
+                fill=False,
+                edgecolor=styles[method]["color"],
+                linestyle="--",
+                linewidth=1.0,
+            )
+    ax_count.set_ylim(0, n_rates + 0.6)
+    ax_count.set_yticks(range(n_rates + 1))
+    ax_count.set_ylabel(f"rates where offloading pays\n(of {n_rates})")
+    title = f"{op}: offloading decision vectors (sum) and cumulative penalty per size"
+    if (vectors["missing_rates"] > 0).any():
+        title += "\n? = some rates missing (the count is a lower bound)"
+    ax_count.set_title(title)
+    ax_count.legend(title="method", loc="upper left", frameon=False)
+    ax_pen.axhline(0, color="black", linewidth=0.8)
+    ax_pen.set_ylabel("cumulative penalty (s)\n< 0: offloading saves time")
+    ax_pen.set_xlabel("matrix size")
+    ax_pen.set_xticks(np.arange(len(sizes)), [str(s) for s in sizes])
+    if incomplete:
+        ax_pen.legend(
+            handles=[
+                Patch(
+                    fill=False,
+                    linestyle="--",
+                    edgecolor="black",
+                    label="incomplete: sum over known rates only",
+                )
+            ],
+            loc="best",
+            frameon=False,
+        )
+    for ax in (ax_count, ax_pen):
+        ax.grid(axis="y", linewidth=0.4, alpha=0.5)
+        ax.set_axisbelow(True)
+    return fig
+
+
+def category(cells: pd.DataFrame) -> np.ndarray:
+    """Index into CATEGORIES per cell; undetermined significance (n < 2) counts as not significant."""
+    offload = cells["offload"]
+    significant = cells["significant"].fillna(False).astype(bool).to_numpy()
+    known = offload.notna().to_numpy()
+    pays = offload.fillna(0).astype(int).to_numpy() == 1
+    return np.select([~known, ~significant, pays], [3, 2, 0], default=1)
+
+
+def decision_map(cells: pd.DataFrame, op: str, method: str) -> Figure:
+    sizes = sorted(cells["size"].unique())
+    rates = sorted(cells["rate_mbps"].unique())
+    grid = cells.set_index(["size", "rate_mbps"]).reindex(pd.MultiIndex.from_product([sizes, rates]))
+    codes = category(grid).reshape(len(sizes), len(rates))
+    penalty = grid["penalty"].to_numpy(dtype=float).reshape(len(sizes), len(rates))
+    no_base = (grid["local_n"].fillna(0).to_numpy() == 0) & (grid["n"].fillna(0).to_numpy() > 0)
+    no_base = no_base.reshape(len(sizes), len(rates))
+    fig = Figure(figsize=(max(6.5, 2.4 + 0.85 * len(rates)), 2.0 + 0.38 * len(sizes)), layout="constrained")
+    ax = fig.add_subplot()
+    cmap = ListedColormap([color for _, color in CATEGORIES])
+    ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(CATEGORIES) - 0.5, aspect="auto", origin="lower")
+    for (i, k), code in np.ndenumerate(codes):
+        unknown = "no local" if no_base[i, k] else "missing"
+        text = unknown if code == 3 else f"{penalty[i, k]:+.3g} s"
+        ax.text(k, i, text, ha="center", va="center", fontsize=7, in_layout=False)
+    ax.set_xticks(np.arange(len(rates)) + 0.5, minor=True)
+    ax.set_yticks(np.arange(len(sizes)) + 0.5, minor=True)
+    ax.grid(which="minor", color="#888888", linewidth=0.5)
+    ax.tick_params(which="minor", length=0)
+    ax.set_xticks(np.arange(len(rates)), [rate_label(r) for r in rates])
+    ax.set_yticks(np.arange(len(sizes)), [str(s) for s in sizes])
+    ax.set_xlabel("link rate (Mbit/s)")
+    ax.set_ylabel("matrix size")
+    ax.set_title(f"{op}, {method}: offloading decision\n(cell text: penalty = mean remote - mean local)")
+    fig.legend(
+        handles=[Patch(facecolor=color, edgecolor="#888888", label=label) for label, color in CATEGORIES],
+        loc="outside lower center",
+        ncol=len(CATEGORIES) if len(rates) >= 4 else 2,
+        frameon=False,
+    )
+    return fig

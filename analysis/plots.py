@@ -1,0 +1,214 @@
+"""The figures, written as PNG (for the report) and SVG (for a paper), and the list the report embeds.
+
+Figures are built on `matplotlib.figure.Figure` rather than pyplot: nothing global to close or leak, and
+no display backend is needed (the PNG/SVG writers are Agg-based).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+
+from analysis.cells import method_order
+
+PNG_DPI = 150
+STAGE_LABELS = {
+    "t_client_encode": "client encode",
+    "t_comm": "communication",
+    "t_server_decode": "server decode",
+    "t_server_compute": "server compute",
+    "t_server_encode": "server encode",
+    "t_client_decode": "client decode",
+}
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies and in greyscale print
+STAGE_COLORS = {
+    "t_client_encode": "#E69F00",
+    "t_comm": "#56B4E9",
+    "t_server_decode": "#009E73",
+    "t_server_compute": "#0072B2",
+    "t_server_encode": "#F0E442",
+    "t_client_decode": "#D55E00",
+}
+OTHER_COLOR = "#BBBBBB"
+METHOD_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+# line hatches only: dot and circle hatches make multi-megabyte SVGs and slow renders
+HATCHES = ["", "///", "\\\\\\", "xxx", "---", "|||", "+++", "//--"]
+PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-")
+STYLE = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "legend.fontsize": 8,
+    "svg.hashsalt": "offload-analysis",
+    "hatch.linewidth": 0.6,
+}
+
+
+@dataclass(frozen=True)
+class Plot:
+    kind: str  # stages | decisions | map | ratios
+    title: str
+    png: Path
+    svg: Path
+
+
+@dataclass(frozen=True)
+class Job:
+    """One figure to draw: picklable, so figures can be drawn in parallel processes."""
+
+    figure: str  # key of _builders()
+    args: tuple
+    stem: str
+    title: str
+    kind: str
+
+
+def make_plots(
+    cells: pd.DataFrame,
+    vectors: pd.DataFrame,
+    penalties: pd.DataFrame,
+    out_dir: Path,
+    workers: int | None = None,
+) -> list[Plot]:
+    """Every figure of the run, drawn by up to `workers` processes (default: one per CPU, at most 8).
+
+    Drawing dominates the analysis (about a second per figure, 40 figures for the paper's grid), and
+    figures are independent, so they are spread over processes.
+    """
+    remove_plots(out_dir)
+    jobs = plan_figures(cells, vectors, penalties)
+    workers = min(workers or _usable_cpus(), 8, len(jobs))
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+        try:
+            return _render_in_forks(jobs, out_dir, workers)
+        except OSError:  # no semaphores for a pool (some containers): draw them here instead
+            pass
+    return [render(job, out_dir) for job in jobs]
+
+
+def _render_in_forks(jobs: list[Job], out_dir: Path, workers: int) -> list[Plot]:
+    """Draw in worker processes forked from this one.
+
+    Fork, not spawn or forkserver: those re-import the caller's main module in every worker, which
+    fails for a script read from stdin and re-runs an unguarded script's top level. The only other
+    threads here are OpenBLAS's idle pool, which resets itself in a forked child (pthread_atfork), so
+    the DeprecationWarning Python 3.12+ gives for forking a threaded process is silenced.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(render, jobs, [out_dir] * len(jobs)))
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def remove_plots(out_dir: Path) -> None:
+    """Delete figures of an earlier analysis: made from other data, they must not sit next to new tables."""
+    for old in out_dir.iterdir():
+        if old.suffix in (".png", ".svg") and old.name.startswith(PREFIXES):
+            old.unlink()
+
+
+def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataFrame) -> list[Job]:
+    methods = method_order(cells["method"].unique())
+    jobs = []
+    for (op, size), g in cells.groupby(["op", "size"], sort=True):
+        jobs.append(
+            Job(
+                "stages",
+                (g, op, size, methods),
+                f"stages-{op}-{size}",
+                f"{op}, size {size}: completion time by stage",
+                "stages",
+            )
+        )
+    for op, g in cells.groupby("op", sort=True):
+        jobs.append(
+            Job(
+                "decisions",
+                (
+                    vectors[vectors["op"] == op],
+                    penalties[penalties["op"] == op],
+                    op,
+                    methods,
+                    g["rate_mbps"].nunique(),
+                ),
+                f"decisions-{op}",
+                f"{op}: offloading decisions and cumulative penalty",
+                "decisions",
+            )
+        )
+        for method in methods:
+            jobs.append(
+                Job(
+                    "map",
+                    (g[g["method"] == method], op, method),
+                    f"decision-map-{op}-{method}",
+                    f"{op}, {method}: decision map",
+                    "map",
+                )
+            )
+        jobs.append(
+            Job(
+                "ratios",
+                (g, op, methods),
+                f"ratios-{op}",
+                f"{op}: marshalling-to-completion and method-to-JSON ratios",
+                "ratios",
+            )
+        )
+    return jobs
+
+
+def _builders() -> dict:
+    from analysis.decision_plots import decision_map, decisions_figure
+    from analysis.ratio_plots import ratios_figure
+    from analysis.stage_plots import stage_figure
+
+    return {
+        "stages": stage_figure,
+        "decisions": decisions_figure,
+        "map": decision_map,
+        "ratios": ratios_figure,
+    }
+
+
+def render(job: Job, out_dir: Path) -> Plot:
+    with matplotlib.rc_context(STYLE):
+        fig = _builders()[job.figure](*job.args)
+        stem = safe_name(job.stem)
+        png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
+        # solve the layout once, then freeze it: otherwise each savefig draws twice (layout, then output)
+        fig.draw_without_rendering()
+        fig.set_layout_engine(None)
+        fig.savefig(png, dpi=PNG_DPI, metadata={"Software": None})
+        fig.savefig(svg, metadata={"Date": None})
+    return Plot(job.kind, job.title, png, svg)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))
+
+
+def method_styles(methods: list[str]) -> dict[str, dict]:
+    """A fixed colour and hatch per method, by its position in the run's method order."""
+    return {
+        m: {"color": METHOD_COLORS[i % len(METHOD_COLORS)], "hatch": HATCHES[i % len(HATCHES)]}
+        for i, m in enumerate(methods)
+    }
+
+
+def rate_label(rate: float) -> str:
+    return f"{rate:g}"

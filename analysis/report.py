@@ -1,0 +1,211 @@
+"""`report.html`: one self-contained page (inline CSS, PNGs as data URIs) to look at a run.
+
+Self-contained so it can be mailed, archived next to the paper draft or opened from disk on a machine
+without network; the only links are relative ones to the SVGs and CSVs next to it, for convenience.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.decisions import format_rate
+from analysis.plots import Plot
+from analysis.tables import CELL_COLUMNS, FILES, csv_frame
+
+KIND_TITLES = {
+    "stages": "Completion time by stage (Fig. 4)",
+    "decisions": "Offloading decisions (Fig. 5)",
+    "map": "Decision maps",
+    "ratios": "Ratios",
+}
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1400px; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+table { border-collapse: collapse; font-size: 12px; margin: .5em 0 1em; }
+th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
+th { background: #f3f3f3; } td.k, th.k { text-align: left; }
+tr.missing td { background: #fde0e0; } tr.bad td { background: #fde0e0; }
+pre { background: #f7f7f7; padding: .6em; overflow-x: auto; font-size: 12px; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 13px; color: #444; } nav a { margin-right: 1em; }
+.note { font-size: 13px; color: #555; } .wide { overflow-x: auto; }
+"""
+
+
+def write_report(
+    path: Path,
+    *,
+    run_id: str,
+    summary: str,
+    manifest: dict | None,
+    tables: dict[str, pd.DataFrame],
+    plots: list[Plot],
+) -> Path:
+    cells = tables["cells"]
+    parts = [
+        f"<h1>Offloading analysis: {_e(run_id)}</h1>",
+        '<nav><a href="#summary">Summary</a><a href="#manifest">Run</a><a href="#validation">Link validation</a>'
+        '<a href="#plots">Plots</a><a href="#tables">Tables</a></nav>',
+        '<h2 id="summary">Summary</h2>',
+        f"<pre>{_e(summary)}</pre>",
+        '<p class="note">Decision vectors list, per rate in ascending order, 1 where the mean remote completion '
+        "time is below the local one, 0 where it is not, and - where the cell is missing (no successful trial "
+        "or no local baseline); the count in brackets counts the known 1s only. Penalty = mean remote - mean "
+        "local completion time (s); a cumulative penalty is only given when every rate is known.</p>",
+        '<h2 id="manifest">Run</h2>',
+        _manifest_html(manifest),
+        '<h2 id="validation">Link validation</h2>',
+        _validation_html(manifest),
+        '<h2 id="plots">Plots</h2>',
+        _plots_html(plots),
+        '<h2 id="tables">Tables</h2>',
+        "<h3>Decision vectors</h3>",
+        _table(tables["decision_vectors"]),
+        "<h3>Cumulative penalty vectors (s)</h3>",
+        _table(tables["cumulative_penalty"]),
+        "<h3>Failures</h3>",
+        _failures_html(cells),
+        "<h3>Cells</h3>",
+        '<p class="note">Missing cells are highlighted. Times in seconds; ci95 = half-width '
+        "of the 95% confidence interval (Student t); diff_ci95 = half-width of the Welch 95% CI of remote - "
+        "local.</p>",
+        _cells_html(cells),
+        '<p class="note">Files: ' + " ".join(f'<a href="{f}">{f}</a>' for f in FILES.values()) + "</p>",
+    ]
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Offloading analysis: {_e(run_id)}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(parts)
+        + "\n</body></html>\n"
+    )
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _table(frame: pd.DataFrame, classes: list[str] | None = None) -> str:
+    if frame.empty:
+        return "<p>(none)</p>"
+    text = csv_frame(frame).to_html(
+        index=False, na_rep="", float_format=lambda v: f"{v:.4g}", escape=True, border=0
+    )
+    head, sep, body = text.partition("<tbody>")
+    rows = body.split("<tr>")
+    if (
+        classes and sep and len(rows) == len(classes) + 1
+    ):  # else leave the rows plain rather than mislabel them
+        body = rows[0] + "".join(
+            (f'<tr class="{c}">' if c else "<tr>") + r for c, r in zip(classes, rows[1:], strict=True)
+        )
+        text = head + sep + body
+    return text
+
+
+def _cells_html(cells: pd.DataFrame) -> str:
+    frame = cells[CELL_COLUMNS]
+    return '<div class="wide">' + _table(frame, ["missing" if m else "" for m in frame["missing"]]) + "</div>"
+
+
+def _failures_html(cells: pd.DataFrame) -> str:
+    failed = cells[cells["failed"] > 0][["op", "size", "rate_mbps", "method", "n", "failed", "missing"]]
+    if failed.empty:
+        return "<p>No remote trial failed.</p>"
+    return (
+        '<p class="note">Failed trials per cell (the error texts are in trials.csv, column error).</p>'
+        + _table(failed)
+    )
+
+
+def _plots_html(plots: list[Plot]) -> str:
+    if not plots:
+        return "<p>Plots were not made (analysis run without plots).</p>"
+    out = []
+    for kind, title in KIND_TITLES.items():
+        chosen = [p for p in plots if p.kind == kind]
+        if not chosen:
+            continue
+        out.append(f"<h3>{_e(title)}</h3>")
+        for p in chosen:
+            data = base64.b64encode(p.png.read_bytes()).decode("ascii")
+            out.append(
+                f'<figure><img src="data:image/png;base64,{data}" alt="{_e(p.title)}">'
+                f'<figcaption>{_e(p.title)} (<a href="{_e(p.svg.name)}">SVG</a>)</figcaption></figure>'
+            )
+    return "\n".join(out)
+
+
+def _manifest_html(manifest: dict | None) -> str:
+    if manifest is None:
+        return "<p>No manifest.json in the run directory.</p>"
+    scalars = {k: v for k, v in manifest.items() if not isinstance(v, dict | list) and k != "validation"}
+    out = [_kv(scalars)] if scalars else []
+    for key, value in manifest.items():
+        if key == "validation":
+            continue
+        if isinstance(value, dict):
+            out.append(f"<h3>{_e(key)}</h3>" + _kv(_flatten(value)))
+        elif isinstance(value, list):
+            out.append(f"<h3>{_e(key)}</h3>" + _records(value))
+    return "\n".join(out)
+
+
+def _validation_html(manifest: dict | None) -> str:
+    checks = (manifest or {}).get("validation")
+    if not checks:
+        return "<p>No link validation recorded in the manifest.</p>"
+    return _records(checks, mark_bad=True)
+
+
+def _records(items: list, mark_bad: bool = False) -> str:
+    if not items:
+        return "<p>(empty)</p>"
+    if not all(isinstance(i, dict) for i in items):
+        return f"<pre>{_e(json.dumps(items, indent=2, default=str))}</pre>"
+    frame = pd.DataFrame([_flatten(i) for i in items])
+    for column in frame.columns:
+        if frame[column].map(lambda v: isinstance(v, list)).any():
+            frame[column] = frame[column].map(
+                lambda v: json.dumps(v, default=str) if isinstance(v, list) else v
+            )
+    classes = None
+    if mark_bad and "ok" in frame.columns:
+        classes = ["bad" if v is False else "" for v in frame["ok"]]
+    if "rate_mbps" in frame.columns:
+        frame["rate_mbps"] = frame["rate_mbps"].map(
+            lambda r: format_rate(r) if isinstance(r, int | float) else r
+        )
+    return _table(frame.astype(object).where(frame.notna(), ""), classes)
+
+
+def _kv(data: dict) -> str:
+    rows = "".join(
+        f'<tr><th class="k">{_e(k)}</th><td class="k">{_e(_plain(v))}</td></tr>' for k, v in data.items()
+    )
+    return f"<table>{rows}</table>"
+
+
+def _plain(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat

@@ -1,0 +1,176 @@
+"""A synthetic run in the sweep's format, from a crude cost model, for trying out the analysis.
+
+Plots, the report and `scripts/check-report.sh` need a run of realistic shape without a testbed; the
+numbers only have to look plausible (marshalling grows with size^2 and falls with rate, compute grows
+with size^3), not to be right. `python -m analysis.synthetic RUN_DIR` writes one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from analysis.load import STAGES
+
+COLUMNS = [
+    "run_id",
+    "trial",
+    "op",
+    "size",
+    "dtype",
+    "rate_mbps",
+    "method",
+    "rep",
+    "ok",
+    "error",
+    "t_total",
+    *STAGES,
+    "bytes_up",
+    "bytes_down",
+    "started_at",
+]
+# seconds per byte to encode / decode, and bytes on the wire per float64 element
+CODEC = {"json": (40e-9, 24.0), "ujson": (15e-9, 24.0), "raw": (0.5e-9, 8.0), "msgpack": (3e-9, 9.0)}
+# local seconds per size^3 (or per size^2 for element-wise ops) on the slow client; the server is 8x faster
+OPS = {"mul": (2e-8, 3), "inv": (1e-8, 3), "log": (2e-7, 2)}
+
+
+def write_synthetic_run(
+    run_dir: Path,
+    *,
+    ops=("mul",),
+    sizes=(400, 800),
+    rates=(10, 40, 100),
+    methods=("json", "ujson", "raw"),
+    reps=5,
+    fail_every: int = 0,
+    seed: int = 1,
+) -> Path:
+    """Write trials.csv and manifest.json; every `fail_every`-th remote trial fails (0: none)."""
+    rng = np.random.default_rng(seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = run_dir.name
+    rows = []
+
+    def add(**row):
+        rows.append(
+            {
+                "run_id": run_id,
+                "trial": len(rows),
+                "dtype": "float64",
+                "ok": "true",
+                "started_at": f"2026-01-01T00:00:{len(rows) % 60:02d}",
+                **row,
+            }
+        )
+
+    for op in ops:
+        per, power = OPS.get(op, OPS["mul"])
+        for size in sizes:
+            local = per * size**power
+            for rep in range(reps):
+                add(op=op, size=size, rate_mbps="", method="local", rep=rep, t_total=local * _noise(rng))
+            for rate in rates:
+                for method in methods:
+                    cost, width = CODEC.get(method, CODEC["json"])
+                    up, down = 2 * size * size * width, size * size * width
+                    for rep in range(reps):
+                        if fail_every and len(rows) % fail_every == 0:
+                            add(
+                                op=op,
+                                size=size,
+                                rate_mbps=rate,
+                                method=method,
+                                rep=rep,
+                                ok="false",
+                                error="synthetic failure",
+                            )
+                            continue
+                        t = {
+                            "t_client_encode": cost * up,
+                            "t_comm": (up + down) * 8 / (rate * 1e6) + 0.002,
+                            "t_server_decode": cost * up / 8,
+                            "t_server_compute": local / 8,
+                            "t_server_encode": cost * down / 8,
+                            "t_client_decode": cost * down,
+                        }
+                        t = {k: v * _noise(rng) for k, v in t.items()}
+                        add(
+                            op=op,
+                            size=size,
+                            rate_mbps=rate,
+                            method=method,
+                            rep=rep,
+                            t_total=sum(t.values()),
+                            bytes_up=int(up),
+                            bytes_down=int(down),
+                            **t,
+                        )
+    with open(run_dir / "trials.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    validation = [
+        {
+            "rate_mbps": r,
+            "direction": d,
+            "expected_mbps": round(r * 0.9564, 3),
+            "measured_mbps": round(r * 0.9564 * (1 + rng.normal(0, 0.002)), 3),
+            "error_pct": 0.1,
+            "ok": True,
+        }
+        for r in rates
+        for d in ("up", "down")
+    ]
+    manifest = {
+        "run_id": run_id,
+        "status": "synthetic",
+        "experiment": {
+            "name": "synthetic",
+            "ops": list(ops),
+            "sizes": list(sizes),
+            "rates_mbps": list(rates),
+            "methods": list(methods),
+            "reps": reps,
+            "dtype": "float64",
+        },
+        "versions": {"generator": "analysis.synthetic"},
+        "validation": validation,
+        "started_at": "2026-01-01T00:00:00",
+        "ended_at": "2026-01-01T01:00:00",
+    }
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return run_dir
+
+
+def _noise(rng: np.random.Generator) -> float:
+    return float(rng.lognormal(0.0, 0.05))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.synthetic", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument(
+        "--paper", action="store_true", help="the paper's grid: 3 ops x 9 sizes x 6 rates x 3 methods"
+    )
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args(argv)
+    grid = {}
+    if args.paper:
+        grid = {
+            "ops": ("mul", "inv", "log"),
+            "sizes": tuple(range(400, 1201, 100)),
+            "rates": (10, 20, 40, 60, 80, 100),
+        }
+    write_synthetic_run(args.run_dir, reps=args.reps, fail_every=97, **grid)
+    print(f"synthetic run written to {args.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

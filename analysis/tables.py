@@ -1,0 +1,63 @@
+"""The analysis CSVs: what other tools (and the paper's tables) read, so their columns are fixed here.
+
+Unknown values are empty fields, never 0; flags are `true`/`false` like `ok` in trials.csv.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.load import STAGES
+
+CELL_COLUMNS = [
+    "op",
+    "size",
+    "rate_mbps",
+    "method",
+    "n",
+    "failed",
+    "missing",
+    "mean",
+    "ci95",
+    "local_n",
+    "local_mean",
+    "local_ci95",
+    "offload",
+    "significant",
+    "diff_ci95",
+    "welch_dof",
+    "penalty",
+    "marshalling_ratio",
+    "json_ratio",
+    *(f"{stage}_{what}" for stage in STAGES for what in ("mean", "ci95")),
+]
+FILES = {
+    "cells": "cells.csv",
+    "decision_vectors": "decision_vectors.csv",
+    "cumulative_penalty": "cumulative_penalty.csv",
+}
+
+
+def csv_frame(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
+    """Flags as true/false and unknowns as empty, in the given column order."""
+    out = (frame[columns] if columns else frame).copy()
+    for column in out.columns:
+        if out[column].dtype in ("bool", "boolean"):
+            out[column] = (
+                out[column].map(lambda v: "" if pd.isna(v) else ("true" if v else "false")).astype(object)
+            )
+        elif out[column].dtype == "Int64":  # to_html would print <NA>
+            out[column] = out[column].map(lambda v: "" if pd.isna(v) else str(v)).astype(object)
+    return out
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
+    paths = {}
+    for name, filename in FILES.items():
+        columns = CELL_COLUMNS if name == "cells" else None
+        path = out_dir / filename
+        csv_frame(tables[name], columns).to_csv(path, index=False, na_rep="", float_format=None)
+        paths[name] = path
+    return paths
