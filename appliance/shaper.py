@@ -56,8 +56,10 @@ class PortShaping:
                 opts.append(f"delay {self.delay_ms:g}ms")
             if self.loss_pct:
                 opts.append(f"loss {self.loss_pct:g}%")
-            cmds.append(f"tc qdisc replace {dev} parent {CLASS_HANDLE} handle {NETEM_HANDLE} netem "
-                        f"{' '.join(opts)} limit {self.netem_limit}")
+            cmds.append(
+                f"tc qdisc replace {dev} parent {CLASS_HANDLE} handle {NETEM_HANDLE} netem "
+                f"{' '.join(opts)} limit {self.netem_limit}"
+            )
         return cmds
 
 
@@ -75,8 +77,11 @@ def plan_shaping(link: LinkSpec, up_if: str, down_if: str, hz: int | None = None
             # enough packets to hold rate x delay (the bandwidth-delay product), with headroom
             bdp_packets = rate / 8 * (link.delay_ms or 0) / 1000 / (link.mtu + ETH_HEADER)
             limit = max(1000, math.ceil(bdp_packets * 2))
-        ports.append(PortShaping(ifname, direction, rate, ceil, burst, cburst, quantum,
-                                 link.delay_ms, link.loss_pct, limit))
+        ports.append(
+            PortShaping(
+                ifname, direction, rate, ceil, burst, cburst, quantum, link.delay_ms, link.loss_pct, limit
+            )
+        )
     return ports
 
 
@@ -119,8 +124,13 @@ class Shaper:
         with self._ipr() as ipr:
             for port in plan:
                 index = ipr.link_lookup(ifname=port.ifname)[0]
-                htb = dict(rate=f"{port.rate}bit", ceil=f"{port.ceil}bit", burst=port.burst, cburst=port.cburst,
-                           quantum=port.quantum)
+                htb = dict(
+                    rate=f"{port.rate}bit",
+                    ceil=f"{port.ceil}bit",
+                    burst=port.burst,
+                    cburst=port.cburst,
+                    quantum=port.quantum,
+                )
                 if self._has_htb(ipr, index):
                     # the cheap path between sweep cells: change the class in place
                     ipr.tc("change-class", "htb", index, handle=CLASS_HANDLE, parent=ROOT_HANDLE, **htb)
@@ -140,8 +150,16 @@ class Shaper:
     def _set_netem(ipr, index: int, port: PortShaping) -> None:
         has = any(q.get_attr("TCA_KIND") == "netem" for q in ipr.get_qdiscs(index))
         if port.needs_netem:
-            ipr.tc("replace", "netem", index, parent=CLASS_HANDLE, handle=NETEM_HANDLE,
-                   delay=int((port.delay_ms or 0) * 1000), loss=port.loss_pct or 0, limit=port.netem_limit)
+            ipr.tc(
+                "replace",
+                "netem",
+                index,
+                parent=CLASS_HANDLE,
+                handle=NETEM_HANDLE,
+                delay=int((port.delay_ms or 0) * 1000),
+                loss=port.loss_pct or 0,
+                limit=port.netem_limit,
+            )
         elif has:
             ipr.tc("del", "netem", index, parent=CLASS_HANDLE, handle=NETEM_HANDLE)
 

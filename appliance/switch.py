@@ -31,20 +31,39 @@ class Switch:
 
     def env(self) -> dict[str, str]:
         d = str(self.rundir)
-        return {"OVS_RUNDIR": d, "OVS_LOGDIR": d, "OVS_DBDIR": d, "OVS_SYSCONFDIR": d, "OVS_PKGDATADIR": str(SCHEMA.parent)}
+        return {
+            "OVS_RUNDIR": d,
+            "OVS_LOGDIR": d,
+            "OVS_DBDIR": d,
+            "OVS_SYSCONFDIR": d,
+            "OVS_PKGDATADIR": str(SCHEMA.parent),
+        }
 
     def vsctl(self, *args: str) -> list[str]:
         return ["ovs-vsctl", f"--db={self.sock}", "--timeout=10", *args]
 
     def _daemon(self, program: str, *args: str) -> list[str]:
         r = self.rundir
-        return [program, *args, f"--pidfile={r / (program + '.pid')}", f"--unixctl={r / (program + '.ctl')}",
-                f"--log-file={r / (program + '.log')}", "--detach", "--no-chdir"]
+        return [
+            program,
+            *args,
+            f"--pidfile={r / (program + '.pid')}",
+            f"--unixctl={r / (program + '.ctl')}",
+            f"--log-file={r / (program + '.log')}",
+            "--detach",
+            "--no-chdir",
+        ]
 
     def plan_up(self) -> list[list[str]]:
         """Commands, in order, that bring the bridge up (run on the appliance host)."""
-        bridge = [*self.vsctl("--may-exist", "add-br", self.bridge), "--", "set", "bridge", self.bridge,
-                  f"datapath_type={self.datapath}"]
+        bridge = [
+            *self.vsctl("--may-exist", "add-br", self.bridge),
+            "--",
+            "set",
+            "bridge",
+            self.bridge,
+            f"datapath_type={self.datapath}",
+        ]
         for port in self.ports:
             bridge += ["--", "--may-exist", "add-port", self.bridge, port]
         return [
@@ -56,9 +75,13 @@ class Switch:
         ]
 
     def plan_down(self) -> list[list[str]]:
-        return [self.vsctl("--if-exists", "del-br", self.bridge),
-                ["ovs-appctl", "-t", str(self.rundir / "ovs-vswitchd.ctl"), "exit"],
-                ["ovs-appctl", "-t", str(self.rundir / "ovsdb-server.ctl"), "exit"]]
+        return [
+            self.vsctl("--if-exists", "del-br", self.bridge),
+            ["ovs-appctl", "-t", str(self.rundir / "ovs-vswitchd.ctl"), "exit"],
+            ["ovs-appctl", "-t", str(self.rundir / "ovsdb-server.ctl"), "exit"],
+        ]
 
     def plan_status(self) -> list[str]:
-        return self.vsctl("--format=json", "--columns=name,datapath_type,ports", "list", "Bridge", self.bridge)
+        return self.vsctl(
+            "--format=json", "--columns=name,datapath_type,ports", "list", "Bridge", self.bridge
+        )

@@ -30,8 +30,10 @@ def quota_period(fraction: float) -> tuple[int, int]:
     if fraction * period < MIN_QUOTA_US:
         period = math.ceil(MIN_QUOTA_US / fraction)
     if period > MAX_PERIOD_US:
-        raise UserError(f"cpu_quota {fraction} is too small for the kernel (1 ms quota per at most 1 s period)",
-                        "use a cpu_quota of at least 0.001")
+        raise UserError(
+            f"cpu_quota {fraction} is too small for the kernel (1 ms quota per at most 1 s period)",
+            "use a cpu_quota of at least 0.001",
+        )
     return max(MIN_QUOTA_US, round(fraction * period)), period
 
 
@@ -51,14 +53,18 @@ def detect_version(root: Path = CGROUP_ROOT) -> int:
     controllers = root / "cgroup.controllers"
     if controllers.exists() and "cpu" in controllers.read_text().split():
         return 2
-    raise UserError("this machine has no cgroup cpu controller (neither v1 cpu.cfs_quota_us nor v2 cpu.max)",
-                    "enable the cgroup cpu controller, or remove client_cpu.cpu_quota from the inventory")
+    raise UserError(
+        "this machine has no cgroup cpu controller (neither v1 cpu.cfs_quota_us nor v2 cpu.max)",
+        "enable the cgroup cpu controller, or remove client_cpu.cpu_quota from the inventory",
+    )
 
 
 class CpuLimit:
     """A cgroup named after the testbed's prefix, holding the client's processes."""
 
-    def __init__(self, name: str, fraction: float, root: Path = CGROUP_ROOT, version: int | None = None) -> None:
+    def __init__(
+        self, name: str, fraction: float, root: Path = CGROUP_ROOT, version: int | None = None
+    ) -> None:
         self.name = name
         self.fraction = fraction
         self.root = root
@@ -69,10 +75,14 @@ class CpuLimit:
         quota, period = quota_period(self.fraction)
         if self.version == 1:
             # period first: the kernel checks the quota against the period in force
-            return [Write(self.path / "cpu.cfs_period_us", str(period)),
-                    Write(self.path / "cpu.cfs_quota_us", str(quota))]
-        return [Write(self.root / "cgroup.subtree_control", "+cpu"),
-                Write(self.path / "cpu.max", f"{quota} {period}")]
+            return [
+                Write(self.path / "cpu.cfs_period_us", str(period)),
+                Write(self.path / "cpu.cfs_quota_us", str(quota)),
+            ]
+        return [
+            Write(self.root / "cgroup.subtree_control", "+cpu"),
+            Write(self.path / "cpu.max", f"{quota} {period}"),
+        ]
 
     def apply(self) -> None:
         self.path.mkdir(exist_ok=True)
@@ -126,8 +136,10 @@ class CpuLimit:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise UserError(f"cannot remove cgroup {self.path}: {exc.strerror}",
-                            "stop the processes still in it, then run testbed down again") from exc
+            raise UserError(
+                f"cannot remove cgroup {self.path}: {exc.strerror}",
+                "stop the processes still in it, then run testbed down again",
+            ) from exc
 
 
 def main(argv: list[str] | None = None) -> int:

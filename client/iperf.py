@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=5201)
     parser.add_argument("--duration", type=int, default=3)
     parser.add_argument("--omit", type=int, default=1)
-    parser.add_argument("--reverse", action="store_true", help="server sends, client receives (down direction)")
+    parser.add_argument(
+        "--reverse", action="store_true", help="server sends, client receives (down direction)"
+    )
     args = parser.parse_args(argv)
     data = run_test(args.server, args.port, args.duration, args.reverse, args.omit)
     json.dump(data, sys.stdout)

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import zlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -28,7 +28,9 @@ class Worker:
     def operands(self, op: str, size: int, dtype: str) -> list[np.ndarray]:
         key = (op, size, dtype)
         if key not in self._operands:
-            rng = np.random.default_rng([self.seed, size, zlib.crc32(op.encode()), zlib.crc32(dtype.encode())])
+            rng = np.random.default_rng(
+                [self.seed, size, zlib.crc32(op.encode()), zlib.crc32(dtype.encode())]
+            )
             self._operands[key] = make_operands(op, size, dtype, rng)
         return self._operands[key]
 
@@ -36,7 +38,7 @@ class Worker:
         out = {"trial": spec.get("trial")}
         try:
             operands = self.operands(spec["op"], int(spec["size"]), spec["dtype"])
-            out["started_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+            out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             if spec["method"] == "local":
                 _, seconds = local(spec["op"], operands)
                 out.update(ok=True, t_total=seconds)

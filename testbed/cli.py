@@ -19,9 +19,16 @@ from testbed.rates import format_rate, parse_rate
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="testbed", description="Network-emulation testbed for offloading experiments")
-    parser.add_argument("--inventory", "-i", type=Path, default=None,
-                        help="inventory file (default: inventory.yaml at the repository root)")
+    parser = argparse.ArgumentParser(
+        prog="testbed", description="Network-emulation testbed for offloading experiments"
+    )
+    parser.add_argument(
+        "--inventory",
+        "-i",
+        type=Path,
+        default=None,
+        help="inventory file (default: inventory.yaml at the repository root)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("up", help="bring up client, appliance and server")
@@ -34,10 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the tc commands instead of applying them")
 
     p = sub.add_parser("validate", help="measure the shaped link with iperf3 in both directions")
-    p.add_argument("--rates", default=None, help="comma-separated rates (Mbit/s or with units); default: the link's")
-    p.add_argument("--duration", type=int, default=3, help="seconds per direction (default 3, after 1 omitted)")
+    p.add_argument(
+        "--rates", default=None, help="comma-separated rates (Mbit/s or with units); default: the link's"
+    )
+    p.add_argument(
+        "--duration", type=int, default=3, help="seconds per direction (default 3, after 1 omitted)"
+    )
     p.add_argument("--tolerance", type=float, default=5.0, help="allowed deviation in %% (default 5)")
-    p.add_argument("--json", type=Path, default=None, help="write the results here (default results/validate-*.json)")
+    p.add_argument(
+        "--json", type=Path, default=None, help="write the results here (default results/validate-*.json)"
+    )
 
     p = sub.add_parser("status", help="hosts, addresses, bridge, shaping, client CPU limit")
     p.add_argument("--json", action="store_true")

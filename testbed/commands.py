@@ -31,8 +31,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     require_root()
     if lab.up(start_server=not args.no_server):
         hosts = ", ".join(f"{h.role} ({h.where})" for h in lab.hosts.values())
-        print(f"testbed up: {hosts}; bridge {lab.bridge}; link {format_rate(lab.inv.link.up_rate)} up / "
-              f"{format_rate(lab.inv.link.down_rate)} down; client CPU {lab.inv.client_cpu.describe()}")
+        print(
+            f"testbed up: {hosts}; bridge {lab.bridge}; link {format_rate(lab.inv.link.up_rate)} up / "
+            f"{format_rate(lab.inv.link.down_rate)} down; client CPU {lab.inv.client_cpu.describe()}"
+        )
     else:
         print("testbed is already up (nothing changed); `testbed status` shows it")
     return 0
@@ -60,8 +62,10 @@ def cmd_shape(args: argparse.Namespace) -> int:
     extra = ""
     if link.delay_ms or link.loss_pct:
         extra = f", delay {link.delay_ms or 0:g} ms, loss {link.loss_pct or 0:g}%"
-    print(f"shaped: up (client->server) {format_rate(link.up_rate)}, down (server->client) "
-          f"{format_rate(link.down_rate)}{extra}")
+    print(
+        f"shaped: up (client->server) {format_rate(link.up_rate)}, down (server->client) "
+        f"{format_rate(link.down_rate)}{extra}"
+    )
     return 0
 
 
@@ -79,8 +83,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(format_table(checks))
     out = args.json or RESULTS / f"validate-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"tolerance_pct": args.tolerance, "duration_s": args.duration,
-                               "checks": [c.as_dict() for c in checks]}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "tolerance_pct": args.tolerance,
+                "duration_s": args.duration,
+                "checks": [c.as_dict() for c in checks],
+            },
+            indent=2,
+        )
+    )
     print(f"written: {out}")
     raise_on_failure(checks, args.tolerance)
     return 0
@@ -97,18 +109,28 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  {role:<9} {h['name']:<10} {h['where']:<24} {h['address'] or '-'}")
     cpu = status["client_cpu"]
     force = cpu["in_force"]
-    forced = f"{force['fraction']:g} of a core ({force['quota_us']}/{force['period_us']} us, {force['cgroup']})" \
-        if force.get("fraction") else "none in force"
+    forced = (
+        f"{force['fraction']:g} of a core ({force['quota_us']}/{force['period_us']} us, {force['cgroup']})"
+        if force.get("fraction")
+        else "none in force"
+    )
     print(f"  client CPU: profile {cpu['profile']}; {forced}")
     if status["up"]:
         b = status["bridge"]
         print(f"  bridge {b['name']} datapath {b['datapath_type']} ports {' '.join(b['ports'])}")
         for direction, s in status["shaping"].items():
             htb = s.get("htb")
-            desc = f"htb rate {format_rate(htb['rate'])} ceil {format_rate(htb['ceil'])}" if htb else "not shaped"
+            desc = (
+                f"htb rate {format_rate(htb['rate'])} ceil {format_rate(htb['ceil'])}"
+                if htb
+                else "not shaped"
+            )
             print(f"  {direction:<22} on {s['port']}: {desc}{' + netem' if s.get('netem') else ''}")
-        print("  services: " + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
-              + f"; offload server {status['server_url']}")
+        print(
+            "  services: "
+            + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
+            + f"; offload server {status['server_url']}"
+        )
     return 0
 
 

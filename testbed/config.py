@@ -21,7 +21,9 @@ def load_yaml(path: Path, what: str) -> Section:
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        raise UserError(f"{what} {path} does not exist", f"create it or pass the path of an existing {what}") from None
+        raise UserError(
+            f"{what} {path} does not exist", f"create it or pass the path of an existing {what}"
+        ) from None
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror}") from None
     try:

@@ -69,7 +69,9 @@ def parse_sizes(value, where: str = "sizes") -> tuple[int, ...]:
             try:
                 n = int(str(part).strip())
             except ValueError:
-                raise UserError(f"{where}: {part!r} is not a matrix size", "give integers or FROM-TO:STEP") from None
+                raise UserError(
+                    f"{where}: {part!r} is not a matrix size", "give integers or FROM-TO:STEP"
+                ) from None
             items.append(n)
     if not items:
         raise UserError(f"{where}: no sizes given")
@@ -98,8 +100,22 @@ def _names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, .
 
 def load_experiment(path: Path) -> Experiment:
     doc = load_yaml(path, "experiment")
-    allowed = {"name", "ops", "sizes", "rates", "methods", "reps", "warmup", "dtype", "seed", "client_cpu",
-               "validation", "local", "trial_timeout", "description"}
+    allowed = {
+        "name",
+        "ops",
+        "sizes",
+        "rates",
+        "methods",
+        "reps",
+        "warmup",
+        "dtype",
+        "seed",
+        "client_cpu",
+        "validation",
+        "local",
+        "trial_timeout",
+        "description",
+    }
     doc.reject_unknown(allowed)
 
     def wrap(key, fn, *a):
@@ -160,8 +176,10 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
     if exp is None:
         missing = [k for k in ("ops", "sizes", "rates", "methods", "reps") if flags.get(k) is None]
         if missing:
-            raise UserError(f"no experiment file and no --{', --'.join(missing)}",
-                            "give an experiment file (e.g. experiments/smoke.yaml) or all of those flags")
+            raise UserError(
+                f"no experiment file and no --{', --'.join(missing)}",
+                "give an experiment file (e.g. experiments/smoke.yaml) or all of those flags",
+            )
         exp = Experiment(name="adhoc", ops=(), sizes=(), rates_mbps=(), methods=(), reps=1)
     changes: dict = {}
     if flags.get("ops") is not None:

@@ -74,16 +74,28 @@ class Host(ABC):
 def blas_env(threads: int) -> dict[str, str]:
     """Cap every BLAS/OpenMP flavour numpy may be linked against, so the device model holds."""
     n = str(threads)
-    keys = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-            "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+    keys = (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "BLIS_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    )
     return dict.fromkeys(keys, n)
 
 
 class NetnsHost(Host):
     """A host that is a network namespace on this machine."""
 
-    def __init__(self, spec: HostSpec, netns: str, state_dir: Path, cpu_limit: CpuLimit | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: HostSpec,
+        netns: str,
+        state_dir: Path,
+        cpu_limit: CpuLimit | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.spec = spec
         self.netns = netns
         self.state_dir = state_dir
@@ -106,8 +118,15 @@ class NetnsHost(Host):
         return {**self.env, **(env or {})}
 
     def run(self, argv, *, check=True, timeout=None, env=None, limited=None, input=None) -> Result:
-        return run(self._argv(argv), host=self.name, check=check, timeout=timeout, env=self._env(env),
-                   input=input, preexec_fn=self._preexec(limited))
+        return run(
+            self._argv(argv),
+            host=self.name,
+            check=check,
+            timeout=timeout,
+            env=self._env(env),
+            input=input,
+            preexec_fn=self._preexec(limited),
+        )
 
     def popen(self, argv, *, limited=None, **kwargs) -> subprocess.Popen:
         env = {**os.environ, **self._env(kwargs.pop("env", None))}
@@ -118,8 +137,13 @@ class NetnsHost(Host):
 
     def start(self, service, argv, *, limited=None) -> int:
         """A background service in its own session; its pid file lets `stop` find it, also after a crash."""
-        return service_mod.start(self.state_dir, f"{self.name}-{service}", self._argv(argv), env=self.env,
-                                 preexec_fn=self._preexec(limited))
+        return service_mod.start(
+            self.state_dir,
+            f"{self.name}-{service}",
+            self._argv(argv),
+            env=self.env,
+            preexec_fn=self._preexec(limited),
+        )
 
     def service_pid(self, service: str) -> int | None:
         return service_mod.pid_of(self.state_dir, f"{self.name}-{service}")

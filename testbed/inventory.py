@@ -100,11 +100,16 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
     doc.reject_unknown({"backend", "prefix", "hosts", "link", "client_cpu", "services"})
     backend = doc.get("backend", str, "netns")
     if backend not in BACKENDS:
-        raise doc.error("backend", f"unknown backend {backend!r}", "use netns (this machine) or ssh (a real lab)")
+        raise doc.error(
+            "backend", f"unknown backend {backend!r}", "use netns (this machine) or ssh (a real lab)"
+        )
     prefix = doc.get("prefix", str, "tb")
     if not _PREFIX.match(prefix):
-        raise doc.error("prefix", f"{prefix!r} must be 1-6 lowercase letters/digits starting with a letter",
-                        "interface names are limited to 15 characters; use e.g. tb")
+        raise doc.error(
+            "prefix",
+            f"{prefix!r} must be 1-6 lowercase letters/digits starting with a letter",
+            "interface names are limited to 15 characters; use e.g. tb",
+        )
     hosts = _hosts(doc, backend)
     services = doc.section("services", default_empty=True)
     services.reject_unknown({"server_port", "iperf3_port"})
@@ -130,8 +135,10 @@ def _port(section: Section, key: str, default: int) -> int:
 def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
     hosts: dict[str, HostSpec] = {}
     for item in doc.sections("hosts"):
-        item.reject_unknown({"role", "name", "address"} | ({"ssh", "interface", "ports", "python"}
-                                                           if backend == "ssh" else set()))
+        item.reject_unknown(
+            {"role", "name", "address"}
+            | ({"ssh", "interface", "ports", "python"} if backend == "ssh" else set())
+        )
         role = item.get("role", str)
         if role not in ROLES:
             raise item.error("role", f"unknown role {role!r}", f"use one of: {', '.join(ROLES)}")
@@ -146,8 +153,11 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
             try:
                 address = ipaddress.IPv4Interface(text)
             except ValueError:
-                raise item.error("address", f"{text!r} is not an IPv4 address with prefix length",
-                                 "write e.g. 10.77.0.1/24") from None
+                raise item.error(
+                    "address",
+                    f"{text!r} is not an IPv4 address with prefix length",
+                    "write e.g. 10.77.0.1/24",
+                ) from None
             if "/" not in text:
                 raise item.error("address", f"{text!r} has no prefix length", "write e.g. 10.77.0.1/24")
         spec = HostSpec(role, name, address)
@@ -156,14 +166,19 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
         hosts[role] = spec
     missing = [r for r in ROLES if r not in hosts]
     if missing:
-        raise doc.error("hosts", f"no host with role {', '.join(missing)}", "describe client, appliance and server")
+        raise doc.error(
+            "hosts", f"no host with role {', '.join(missing)}", "describe client, appliance and server"
+        )
     names = [h.name for h in hosts.values()]
     if len(set(names)) != len(names):
         raise doc.error("hosts", "two hosts share a name", "give each host its own name")
     client, server = hosts["client"].address, hosts["server"].address
     if client.network != server.network or client.ip == server.ip:
-        raise doc.error("hosts", f"client {client} and server {server} must be distinct addresses in one subnet",
-                        "the appliance is a switch, not a router")
+        raise doc.error(
+            "hosts",
+            f"client {client} and server {server} must be distinct addresses in one subnet",
+            "the appliance is a switch, not a router",
+        )
     return hosts
 
 
@@ -182,7 +197,9 @@ def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
         raise ssh.error("port", f"{port} is not a port")
     key = ssh.get("key", str, None)
     if key is not None and not Path(key).expanduser().is_file():
-        raise ssh.error("key", f"key file {key} does not exist", "give the private key's path or leave it out")
+        raise ssh.error(
+            "key", f"key file {key} does not exist", "give the private key's path or leave it out"
+        )
     python = item.get("python", str, "python3")
     if not re.match(r"^[A-Za-z0-9_./-]+$", python):
         raise item.error("python", f"{python!r} is not a program path")
@@ -190,15 +207,23 @@ def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
     if spec.role == "appliance":
         raw = item.get("ports", list)
         if len(raw) != 2 or not all(isinstance(p, str) and _IFNAME.match(p) for p in raw) or raw[0] == raw[1]:
-            raise item.error("ports", f"{raw!r} must be two interface names: the NIC facing the client, "
-                                      "then the one facing the server")
+            raise item.error(
+                "ports",
+                f"{raw!r} must be two interface names: the NIC facing the client, "
+                "then the one facing the server",
+            )
         ports = (raw[0], raw[1])
     else:
         interface = item.get("interface", str)
         if not _IFNAME.match(interface):
             raise item.error("interface", f"{interface!r} is not an interface name")
-    return replace(spec, ssh=SshSpec(host, user, port, str(Path(key).expanduser()) if key else None),
-                   interface=interface, ports=ports, python=python)
+    return replace(
+        spec,
+        ssh=SshSpec(host, user, port, str(Path(key).expanduser()) if key else None),
+        interface=interface,
+        ports=ports,
+        python=python,
+    )
 
 
 def parse_link(sec: Section) -> LinkSpec:
@@ -209,7 +234,9 @@ def parse_link(sec: Section) -> LinkSpec:
     ceil = _rate(sec, "ceil", None)
     burst = sec.get("burst", int, None)
     if burst is not None and burst < 1600:
-        raise sec.error("burst", f"{burst} bytes is smaller than one frame", "give at least 1600 bytes or leave it out")
+        raise sec.error(
+            "burst", f"{burst} bytes is smaller than one frame", "give at least 1600 bytes or leave it out"
+        )
     mtu = sec.get("mtu", int, 1500)
     if not 576 <= mtu <= 9000:
         raise sec.error("mtu", f"{mtu} is not between 576 and 9000")
@@ -236,8 +263,11 @@ def parse_cpu_profile(sec: Section) -> CpuProfile:
     sec.reject_unknown({"cpu_quota", "blas_threads"})
     quota = sec.get("cpu_quota", float, None)
     if quota is not None and not 0.001 <= quota <= 1:
-        raise sec.error("cpu_quota", f"{quota} is not a fraction of one core between 0.001 and 1",
-                        "e.g. 0.05 for a twentieth of a core, or leave it out for no limit")
+        raise sec.error(
+            "cpu_quota",
+            f"{quota} is not a fraction of one core between 0.001 and 1",
+            "e.g. 0.05 for a twentieth of a core, or leave it out for no limit",
+        )
     threads = sec.get("blas_threads", int, 1)
     if threads < 1:
         raise sec.error("blas_threads", "must be at least 1")

@@ -34,8 +34,9 @@ REQUIRED_PROGRAMS = ("ip", "ethtool", "iperf3", *OVS_PROGRAMS, "ovs-appctl")
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        raise UserError("testbed must run as root: it creates network namespaces, qdiscs and cgroups",
-                        "run it with sudo")
+        raise UserError(
+            "testbed must run as root: it creates network namespaces, qdiscs and cgroups", "run it with sudo"
+        )
 
 
 def open_lab(inv: Inventory) -> BaseLab:
@@ -142,12 +143,18 @@ class BaseLab(ABC):
     def wait_for_server(self, timeout: float = 60.0) -> dict:
         """Ask from the client host, so the answer also proves the path through the switch."""
         client = self.host("client")
-        result = client.run(client.python("client", "health", "--url", self.server_url, "--wait", str(timeout)),
-                            limited=False, check=False, timeout=timeout + 30)
+        result = client.run(
+            client.python("client", "health", "--url", self.server_url, "--wait", str(timeout)),
+            limited=False,
+            check=False,
+            timeout=timeout + 30,
+        )
         if not result.ok:
-            raise UserError(f"the offload server at {self.server_url} did not answer from the client: "
-                            f"{(result.stderr or result.stdout).strip()[-300:]}",
-                            f"see the server's log on {self.host('server').name}")
+            raise UserError(
+                f"the offload server at {self.server_url} did not answer from the client: "
+                f"{(result.stderr or result.stdout).strip()[-300:]}",
+                f"see the server's log on {self.host('server').name}",
+            )
         return json.loads(result.stdout or "{}")
 
     def server_alive(self) -> bool:
@@ -174,18 +181,32 @@ class BaseLab(ABC):
         down = (shaping.get(self.down_if) or {}).get("htb")
         link = self.inv.link
         if up and down:
-            link = replace(link, up_rate=up["rate"], down_rate=down["rate"],
-                           ceil=max(up["ceil"], down["ceil"]) if link.ceil else None)
+            link = replace(
+                link,
+                up_rate=up["rate"],
+                down_rate=down["rate"],
+                ceil=max(up["ceil"], down["ceil"]) if link.ceil else None,
+            )
         return link
 
     # ---------------------------------------------------------------- status
     def status(self) -> dict:
         up = self.is_up()
-        hosts = {role: {"name": host.name, "where": host.where,
-                        "address": str(self.inv.host(role).address) if self.inv.host(role).address else None}
-                 for role, host in self.hosts.items()}
-        status = {"up": up, "backend": self.inv.backend, "inventory": str(self.inv.path), "hosts": hosts,
-                  "client_cpu": {"profile": asdict(self.inv.client_cpu), "in_force": self.cpu_in_force()}}
+        hosts = {
+            role: {
+                "name": host.name,
+                "where": host.where,
+                "address": str(self.inv.host(role).address) if self.inv.host(role).address else None,
+            }
+            for role, host in self.hosts.items()
+        }
+        status = {
+            "up": up,
+            "backend": self.inv.backend,
+            "inventory": str(self.inv.path),
+            "hosts": hosts,
+            "client_cpu": {"profile": asdict(self.inv.client_cpu), "in_force": self.cpu_in_force()},
+        }
         if not up:
             return status
         status["bridge"] = self.bridge_status()
@@ -194,7 +215,9 @@ class BaseLab(ABC):
             "up (client->server)": {"port": self.up_if, **(shaping.get(self.up_if) or {})},
             "down (server->client)": {"port": self.down_if, **(shaping.get(self.down_if) or {})},
         }
-        status["services"] = {svc: bool(self.host("server").service_pid(svc)) for svc in ("iperf3", "offload")}
+        status["services"] = {
+            svc: bool(self.host("server").service_pid(svc)) for svc in ("iperf3", "offload")
+        }
         status["server_url"] = self.server_url
         return status
 
@@ -213,8 +236,13 @@ class NetnsLab(BaseLab):
         self.cpu_limit = CpuLimit(self.names.cgroup, quota) if quota else None
         specs = inv.hosts
         self.hosts = {
-            "client": NetnsHost(specs["client"], self.names.client_ns, self.state_dir, self.cpu_limit,
-                                env=blas_env(inv.client_cpu.blas_threads)),
+            "client": NetnsHost(
+                specs["client"],
+                self.names.client_ns,
+                self.state_dir,
+                self.cpu_limit,
+                env=blas_env(inv.client_cpu.blas_threads),
+            ),
             "appliance": NetnsHost(specs["appliance"], self.names.appliance_ns, self.state_dir),
             "server": NetnsHost(specs["server"], self.names.server_ns, self.state_dir),
         }
@@ -240,7 +268,9 @@ class NetnsLab(BaseLab):
                 problems.append(exc.message)
         present = topology.existing_namespaces(self.names)
         if present:
-            problems.append(f"leftovers of an earlier testbed: {', '.join(present)} (run `testbed down` first)")
+            problems.append(
+                f"leftovers of an earlier testbed: {', '.join(present)} (run `testbed down` first)"
+            )
         return problems
 
     def _up(self) -> None:
@@ -248,8 +278,11 @@ class NetnsLab(BaseLab):
         topology.apply(topology.plan(self.inv))
         # veth TX checksum offload must be off, or the userspace datapath forwards packets whose
         # checksums were never filled in, and TCP stalls
-        for role, ifnames in (("client", [self.names.client_if]), ("server", [self.names.server_if]),
-                              ("appliance", [self.down_if, self.up_if])):
+        for role, ifnames in (
+            ("client", [self.names.client_if]),
+            ("server", [self.names.server_if]),
+            ("appliance", [self.down_if, self.up_if]),
+        ):
             for ifname in ifnames:
                 self.host(role).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
         self.switch.rundir.mkdir(parents=True, exist_ok=True)
@@ -259,9 +292,18 @@ class NetnsLab(BaseLab):
         self.apply_cpu_limit()
 
     def _mark_up(self) -> None:
-        (self.state_dir / "up.json").write_text(json.dumps({
-            "inventory": str(self.inv.path), "prefix": self.inv.prefix, "namespaces": list(self.names.namespaces),
-            "started_at": time.time(), "pid": os.getpid()}, indent=2))
+        (self.state_dir / "up.json").write_text(
+            json.dumps(
+                {
+                    "inventory": str(self.inv.path),
+                    "prefix": self.inv.prefix,
+                    "namespaces": list(self.names.namespaces),
+                    "started_at": time.time(),
+                    "pid": os.getpid(),
+                },
+                indent=2,
+            )
+        )
 
     def down(self) -> list[str]:
         """Remove everything of this testbed; idempotent, and works from any half-built state."""
@@ -300,8 +342,11 @@ class NetnsLab(BaseLab):
         appliance = self.host("appliance")
         ports = appliance.run(self.switch.vsctl("list-ports", self.bridge), check=False)
         dp = appliance.run(self.switch.vsctl("get", "bridge", self.bridge, "datapath_type"), check=False)
-        return {"name": self.bridge, "datapath_type": dp.stdout.strip().strip('"') or None,
-                "ports": ports.stdout.split()}
+        return {
+            "name": self.bridge,
+            "datapath_type": dp.stdout.strip().strip('"') or None,
+            "ports": ports.stdout.split(),
+        }
 
 
 Lab = NetnsLab

@@ -51,7 +51,9 @@ def plan_trials(exp: Experiment) -> list[Trial]:
     return trials
 
 
-def phases(exp: Experiment, trials: list[Trial], done: set[int] = frozenset()) -> list[tuple[float | None, list[Trial]]]:
+def phases(
+    exp: Experiment, trials: list[Trial], done: set[int] = frozenset()
+) -> list[tuple[float | None, list[Trial]]]:
     """(rate, trials still to run) per phase in execution order: local baseline first, then rates ascending."""
     out = []
     for rate in ([None] if exp.local else []) + list(exp.rates_mbps):

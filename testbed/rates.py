@@ -32,7 +32,9 @@ def parse_rate(text: str | int | float, what: str = "rate") -> int:
     if unit in ("mbps", "kbps", "gbps", "bps"):
         raise UserError(
             f"{what} {text!r} is ambiguous (tc reads '{unit}' as bytes per second)",
-            f"write {match.group(1)}{unit[0]}bit for bits per second" if unit != "bps" else "write e.g. 20mbit",
+            f"write {match.group(1)}{unit[0]}bit for bits per second"
+            if unit != "bps"
+            else "write e.g. 20mbit",
         )
     if unit not in _UNITS:
         raise UserError(f"{what} {text!r} has an unknown unit {unit!r}", "use bit, kbit, mbit or gbit")

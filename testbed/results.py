@@ -17,9 +17,29 @@ from pathlib import Path
 from testbed import __version__
 from testbed.errors import UserError
 
-COLUMNS = ("run_id", "trial", "op", "size", "dtype", "rate_mbps", "method", "rep", "ok", "error",
-           "t_total", "t_client_encode", "t_comm", "t_server_decode", "t_server_compute", "t_server_encode",
-           "t_client_decode", "t_request", "bytes_up", "bytes_down", "started_at")
+COLUMNS = (
+    "run_id",
+    "trial",
+    "op",
+    "size",
+    "dtype",
+    "rate_mbps",
+    "method",
+    "rep",
+    "ok",
+    "error",
+    "t_total",
+    "t_client_encode",
+    "t_comm",
+    "t_server_decode",
+    "t_server_compute",
+    "t_server_encode",
+    "t_client_decode",
+    "t_request",
+    "bytes_up",
+    "bytes_down",
+    "started_at",
+)
 
 
 class TrialWriter:
@@ -100,13 +120,17 @@ def environment() -> dict:
 
     def cmd(argv):
         try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+            return subprocess.run(
+                argv, capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             return None
 
     root = Path(__file__).resolve().parent.parent
-    cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
     ovs = cmd(["ovs-vsctl", "--version"])
     return {
         "tool_version": __version__,
@@ -141,7 +165,9 @@ class Manifest:
         try:
             return cls(path, json.loads(path.read_text()))
         except FileNotFoundError:
-            raise UserError(f"{path} does not exist", "pass the directory of a run made by testbed sweep") from None
+            raise UserError(
+                f"{path} does not exist", "pass the directory of a run made by testbed sweep"
+            ) from None
         except json.JSONDecodeError as exc:
             raise UserError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
 

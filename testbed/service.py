@@ -24,15 +24,27 @@ def logfile(state_dir: Path, name: str) -> Path:
     return Path(state_dir) / "logs" / f"{name}.log"
 
 
-def start(state_dir: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
-          preexec_fn: Callable[[], None] | None = None) -> int:
+def start(
+    state_dir: Path,
+    name: str,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> int:
     stop(state_dir, name)
     log = logfile(state_dir, name)
     log.parent.mkdir(parents=True, exist_ok=True)
     pidfile(state_dir, name).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=preexec_fn)
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
     pidfile(state_dir, name).write_text(str(proc.pid))
     return proc.pid
 

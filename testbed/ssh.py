@@ -28,18 +28,30 @@ from testbed.runner import Result
 
 def connection_error(host: str, where: str, exc: BaseException) -> UserError:
     if isinstance(exc, paramiko.AuthenticationException):
-        return UserError(f"{host} ({where}): SSH authentication failed: {exc}",
-                         "check the host's ssh.user and ssh.key in the inventory")
+        return UserError(
+            f"{host} ({where}): SSH authentication failed: {exc}",
+            "check the host's ssh.user and ssh.key in the inventory",
+        )
     if isinstance(exc, socket.timeout | TimeoutError):
-        return UserError(f"{host} ({where}): no answer (SSH connection timed out)",
-                         "check that the host is up and ssh.host/ssh.port are right")
-    return UserError(f"{host} ({where}): cannot connect over SSH: {exc}",
-                     "check that the host is up, reachable and runs sshd on ssh.port")
+        return UserError(
+            f"{host} ({where}): no answer (SSH connection timed out)",
+            "check that the host is up and ssh.host/ssh.port are right",
+        )
+    return UserError(
+        f"{host} ({where}): cannot connect over SSH: {exc}",
+        "check that the host is up, reachable and runs sshd on ssh.port",
+    )
 
 
 class SshHost(Host):
-    def __init__(self, spec: HostSpec, state_dir: PurePosixPath, code_dir: PurePosixPath,
-                 cgroup: str | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        spec: HostSpec,
+        state_dir: PurePosixPath,
+        code_dir: PurePosixPath,
+        cgroup: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         assert spec.ssh is not None
         self.spec = spec
         self.state_dir = state_dir
@@ -91,10 +103,17 @@ class SshHost(Host):
     def run(self, argv, *, check=True, timeout=None, env=None, limited=None, input=None) -> Result:
         full = self._wrap(argv, env, limited)
         try:
-            r = self.conn.run(shlex.join(full), hide=True, warn=True, timeout=timeout,
-                              in_stream=io.StringIO(input) if input is not None else False)
+            r = self.conn.run(
+                shlex.join(full),
+                hide=True,
+                warn=True,
+                timeout=timeout,
+                in_stream=io.StringIO(input) if input is not None else False,
+            )
         except CommandTimedOut as exc:
-            raise UserError(f"on {self.name}: `{shlex.join(list(argv))}` did not finish within {timeout} s") from exc
+            raise UserError(
+                f"on {self.name}: `{shlex.join(list(argv))}` did not finish within {timeout} s"
+            ) from exc
         except (OSError, paramiko.SSHException) as exc:
             raise connection_error(self.name, self.where, exc) from exc
         result = Result(self.name, full, r.exited, r.stdout, r.stderr)
@@ -107,18 +126,39 @@ class SshHost(Host):
     # ------------------------------------------------------------------ services and files
     def start(self, service, argv, *, limited=None) -> int:
         wrapped = self._wrap(argv, None, limited)
-        out = self.run(self.python("testbed.service", "start", "--dir", str(self.state_dir),
-                                   "--name", f"{self.name}-{service}", "--", *wrapped), limited=False)
+        out = self.run(
+            self.python(
+                "testbed.service",
+                "start",
+                "--dir",
+                str(self.state_dir),
+                "--name",
+                f"{self.name}-{service}",
+                "--",
+                *wrapped,
+            ),
+            limited=False,
+        )
         return int(out.stdout.strip())
 
     def service_pid(self, service: str) -> int | None:
-        out = self.run(self.python("testbed.service", "pid", "--dir", str(self.state_dir),
-                                   "--name", f"{self.name}-{service}"), check=False, limited=False)
+        out = self.run(
+            self.python(
+                "testbed.service", "pid", "--dir", str(self.state_dir), "--name", f"{self.name}-{service}"
+            ),
+            check=False,
+            limited=False,
+        )
         return int(out.stdout) if out.ok and out.stdout.strip() else None
 
     def stop(self, service) -> None:
-        self.run(self.python("testbed.service", "stop", "--dir", str(self.state_dir),
-                             "--name", f"{self.name}-{service}"), check=False, limited=False)
+        self.run(
+            self.python(
+                "testbed.service", "stop", "--dir", str(self.state_dir), "--name", f"{self.name}-{service}"
+            ),
+            check=False,
+            limited=False,
+        )
 
     def log_path(self, service: str) -> str:
         return str(self.state_dir / "logs" / f"{self.name}-{service}.log")

@@ -25,9 +25,11 @@ from testbed.ssh import SshHost
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("testbed", "appliance", "client", "server")
-PROGRAMS = {"client": ("ip", "ethtool"), "server": ("ip", "ethtool", "iperf3"),
-            "appliance": ("ip", "ethtool", "ovs-vsctl", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd",
-                          "ovs-appctl")}
+PROGRAMS = {
+    "client": ("ip", "ethtool"),
+    "server": ("ip", "ethtool", "iperf3"),
+    "appliance": ("ip", "ethtool", "ovs-vsctl", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-appctl"),
+}
 
 
 def code_archive() -> bytes:
@@ -52,10 +54,13 @@ class SshLab(BaseLab):
         self.down_if, self.up_if = ports
         quota = inv.client_cpu.cpu_quota
         self.hosts = {
-            role: SshHost(inv.host(role), self.state_root / inv.host(role).name,
-                          self.code_root / inv.host(role).name / "src",
-                          cgroup=self.cgroup if role == "client" and quota else None,
-                          env=blas_env(inv.client_cpu.blas_threads) if role == "client" else None)
+            role: SshHost(
+                inv.host(role),
+                self.state_root / inv.host(role).name,
+                self.code_root / inv.host(role).name / "src",
+                cgroup=self.cgroup if role == "client" and quota else None,
+                env=blas_env(inv.client_cpu.blas_threads) if role == "client" else None,
+            )
             for role in ("client", "appliance", "server")
         }
         self.switch = Switch(self.bridge, ports, Path(str(self.hosts["appliance"].state_dir / "ovs")))
@@ -94,8 +99,11 @@ class SshLab(BaseLab):
             for host in self.hosts.values():
                 try:
                     host.run(["rm", "-rf", str(host.code_dir.parent)], limited=False, check=False)
-                    host.run(["rmdir", "--ignore-fail-on-non-empty", str(self.code_root)], limited=False,
-                             check=False)
+                    host.run(
+                        ["rmdir", "--ignore-fail-on-non-empty", str(self.code_root)],
+                        limited=False,
+                        check=False,
+                    )
                 except UserError:
                     pass
         return problems
@@ -103,17 +111,30 @@ class SshLab(BaseLab):
     def _check_host(self, role: str, host: SshHost) -> list[str]:
         ident = host.run(["id", "-u"], check=False, limited=False)
         if not ident.ok:
-            return [f"cannot run commands{' with sudo -n' if host.spec.ssh.user != 'root' else ''}: "
-                    f"{ident.stderr.strip()[-200:]} (give the user root or password-less sudo)"]
+            return [
+                f"cannot run commands{' with sudo -n' if host.spec.ssh.user != 'root' else ''}: "
+                f"{ident.stderr.strip()[-200:]} (give the user root or password-less sudo)"
+            ]
         version = host.run([host.spec.python, "--version"], check=False, limited=False)
         if not version.ok:
-            return [f"no Python at {host.spec.python!r} (install python3, or set the host's python in the inventory)"]
+            return [
+                f"no Python at {host.spec.python!r} (install python3, or set the host's python in the inventory)"
+            ]
         self.sync(host)
         interfaces = list(host.spec.ports or ()) + ([host.spec.interface] if host.spec.interface else [])
-        probe = json.loads(host.run(host.python("testbed.probe", "--programs", ",".join(PROGRAMS[role]),
-                                                "--interfaces", ",".join(interfaces),
-                                                *(["--cgroup"] if role == "client" else [])),
-                                    limited=False).stdout)
+        probe = json.loads(
+            host.run(
+                host.python(
+                    "testbed.probe",
+                    "--programs",
+                    ",".join(PROGRAMS[role]),
+                    "--interfaces",
+                    ",".join(interfaces),
+                    *(["--cgroup"] if role == "client" else []),
+                ),
+                limited=False,
+            ).stdout
+        )
         problems = []
         if not probe["root"]:
             problems.append("commands do not run as root")
@@ -125,8 +146,10 @@ class SshLab(BaseLab):
             problems.append(f"no interface {', '.join(absent)}")
         modules = [m for m, ok in probe["python_modules"].items() if not ok]
         if modules:
-            problems.append(f"Python modules missing for {host.spec.python}: {', '.join(modules)} "
-                            f"(pip install the project's dependencies there)")
+            problems.append(
+                f"Python modules missing for {host.spec.python}: {', '.join(modules)} "
+                f"(pip install the project's dependencies there)"
+            )
         if role == "client" and self.inv.client_cpu.cpu_quota and probe.get("cgroup") is None:
             problems.append(probe.get("cgroup_error", "no cgroup cpu controller"))
         if role == "appliance":
@@ -166,7 +189,9 @@ class SshLab(BaseLab):
         for role in ("client", "server"):
             host = self.host(role)
             spec = self.inv.host(role)
-            present = host.run(["ip", "-o", "-4", "addr", "show", "dev", spec.interface], limited=False).stdout
+            present = host.run(
+                ["ip", "-o", "-4", "addr", "show", "dev", spec.interface], limited=False
+            ).stdout
             if str(spec.address) not in present.split():
                 host.run(["ip", "addr", "add", str(spec.address), "dev", spec.interface], limited=False)
                 self._record(host, addresses=[[str(spec.address), spec.interface]])
@@ -197,9 +222,12 @@ class SshLab(BaseLab):
             finally:
                 host.close()
         if problems:
-            raise UserError("testbed down could not reach every host: " + "; ".join(problems)
-                            + (f" (removed elsewhere: {', '.join(removed)})" if removed else ""),
-                            "fix the connection and run testbed down again")
+            raise UserError(
+                "testbed down could not reach every host: "
+                + "; ".join(problems)
+                + (f" (removed elsewhere: {', '.join(removed)})" if removed else ""),
+                "fix the connection and run testbed down again",
+            )
         return removed
 
     def _down_host(self, role: str, host: SshHost) -> list[str]:
@@ -212,8 +240,11 @@ class SshLab(BaseLab):
         if role == "appliance":
             own = record.get("own_ovs")
             if record.get("bridge"):
-                host.run(self._appliance_python("clear", "--ifs", f"{self.up_if},{self.down_if}"),
-                         limited=False, check=False)
+                host.run(
+                    self._appliance_python("clear", "--ifs", f"{self.up_if},{self.down_if}"),
+                    limited=False,
+                    check=False,
+                )
                 removed.append(f"{host.name}: qdiscs on {self.up_if}, {self.down_if}")
                 vsctl = self.switch.vsctl if own else (lambda *a: ["ovs-vsctl", *a])
                 host.run(vsctl("--if-exists", "del-br", self.bridge), limited=False, check=False)
@@ -228,11 +259,16 @@ class SshLab(BaseLab):
         for ifname in record.get("tx_offload_off", []):
             host.run(["ethtool", "-K", ifname, "tx", "on"], limited=False, check=False)
         if record.get("cgroup"):
-            host.run(host.python("client.cpulimit", "remove", "--name", self.cgroup), limited=False, check=False)
+            host.run(
+                host.python("client.cpulimit", "remove", "--name", self.cgroup), limited=False, check=False
+            )
             removed.append(f"{host.name}: cgroup {self.cgroup}")
         host.run(["rm", "-rf", str(host.state_dir), str(host.code_dir.parent)], limited=False, check=False)
-        host.run(["rmdir", "--ignore-fail-on-non-empty", str(self.state_root), str(self.code_root)],
-                 limited=False, check=False)
+        host.run(
+            ["rmdir", "--ignore-fail-on-non-empty", str(self.state_root), str(self.code_root)],
+            limited=False,
+            check=False,
+        )
         return removed
 
     # ---------------------------------------------------------------- shaping and CPU limit
@@ -241,15 +277,22 @@ class SshLab(BaseLab):
 
     def _apply_shaping(self, link: LinkSpec, plan: list[PortShaping]) -> None:
         result = self.host("appliance").run(
-            self._appliance_python("shape", "--up-if", self.up_if, "--down-if", self.down_if,
-                                   "--link", json.dumps(asdict(link))), check=False, limited=False)
+            self._appliance_python(
+                "shape", "--up-if", self.up_if, "--down-if", self.down_if, "--link", json.dumps(asdict(link))
+            ),
+            check=False,
+            limited=False,
+        )
         if not result.ok:
-            raise UserError(f"{self.host('appliance').name}: shaping failed: "
-                            f"{result.stderr.strip().removeprefix('appliance: error: ')}")
+            raise UserError(
+                f"{self.host('appliance').name}: shaping failed: "
+                f"{result.stderr.strip().removeprefix('appliance: error: ')}"
+            )
 
     def read_shaping(self) -> dict[str, dict]:
-        out = self.host("appliance").run(self._appliance_python("read", "--ifs", f"{self.up_if},{self.down_if}"),
-                                         limited=False)
+        out = self.host("appliance").run(
+            self._appliance_python("read", "--ifs", f"{self.up_if},{self.down_if}"), limited=False
+        )
         return json.loads(out.stdout)
 
     def apply_cpu_limit(self) -> None:
@@ -257,14 +300,17 @@ class SshLab(BaseLab):
         if not quota:
             return
         client = self.host("client")
-        client.run(client.python("client.cpulimit", "apply", "--name", self.cgroup, "--quota", str(quota)),
-                   limited=False)
+        client.run(
+            client.python("client.cpulimit", "apply", "--name", self.cgroup, "--quota", str(quota)),
+            limited=False,
+        )
         self._record(client, cgroup=self.cgroup)
 
     def cpu_in_force(self) -> dict:
         client = self.host("client")
-        out = client.run(client.python("client.cpulimit", "read", "--name", self.cgroup), limited=False,
-                         check=False)
+        out = client.run(
+            client.python("client.cpulimit", "read", "--name", self.cgroup), limited=False, check=False
+        )
         return json.loads(out.stdout) if out.ok and out.stdout.strip() else {}
 
     def bridge_status(self) -> dict:
@@ -273,5 +319,8 @@ class SshLab(BaseLab):
         vsctl = self.switch.vsctl if record.get("own_ovs") else (lambda *a: ["ovs-vsctl", *a])
         ports = appliance.run(vsctl("list-ports", self.bridge), check=False, limited=False)
         dp = appliance.run(vsctl("get", "bridge", self.bridge, "datapath_type"), check=False, limited=False)
-        return {"name": self.bridge, "datapath_type": dp.stdout.strip().strip('"') or None,
-                "ports": ports.stdout.split()}
+        return {
+            "name": self.bridge,
+            "datapath_type": dp.stdout.strip().strip('"') or None,
+            "ports": ports.stdout.split(),
+        }

@@ -45,9 +45,18 @@ class Worker:
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self.timeout = exp.trial_timeout
         self.proc = host.popen(
-            host.python("client.worker", "--url", lab.server_url, "--seed", str(exp.seed),
-                        "--timeout", str(exp.trial_timeout)),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            host.python(
+                "client.worker",
+                "--url",
+                lab.server_url,
+                "--seed",
+                str(exp.seed),
+                "--timeout",
+                str(exp.trial_timeout),
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
         )
         self._lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -69,7 +78,13 @@ class Worker:
         return json.loads(line)
 
     def run(self, trial: Trial) -> dict:
-        spec = {"trial": trial.trial, "op": trial.op, "size": trial.size, "dtype": trial.dtype, "method": trial.method}
+        spec = {
+            "trial": trial.trial,
+            "op": trial.op,
+            "size": trial.size,
+            "dtype": trial.dtype,
+            "method": trial.method,
+        }
         try:
             self.proc.stdin.write((json.dumps(spec) + "\n").encode())
             self.proc.stdin.flush()
@@ -115,8 +130,10 @@ class Progress:
         if self.ran:
             per = (time.monotonic() - self.started) / self.ran
             eta = f" ETA {_duration(per * (self.total_trials - self.done))}"
-        line = (f"[cells {cells_done}/{self.total_cells}] trials {self.done}/{self.total_trials} "
-                f"{_bar(self.done, self.total_trials)} {label}{eta}")
+        line = (
+            f"[cells {cells_done}/{self.total_cells}] trials {self.done}/{self.total_trials} "
+            f"{_bar(self.done, self.total_trials)} {label}{eta}"
+        )
         now = time.monotonic()
         if self.tty:
             sys.stderr.write("\r\033[K" + line + ("\n" if final else ""))
@@ -133,7 +150,11 @@ def _bar(done: int, total: int, width: int = 20) -> str:
 
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 def cell_label(t: Trial) -> str:
@@ -144,6 +165,7 @@ def cell_label(t: Trial) -> str:
 @contextmanager
 def sigterm_as_interrupt():
     """A `kill` ends the sweep as cleanly as Ctrl-C does."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt
 
@@ -158,11 +180,25 @@ def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> Manifest
     if run_dir.exists() and any(run_dir.iterdir()):
         raise UserError(f"{run_dir} already exists", "give another --name, or --resume it")
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest(run_dir / "manifest.json", {
-        "run_id": run_id, "status": "running", "experiment": exp.as_dict(), "inventory": str(lab.inv.path),
-        "client_cpu": {"cpu_quota": lab.inv.client_cpu.cpu_quota, "blas_threads": lab.inv.client_cpu.blas_threads},
-        "environment": environment(), "planned_trials": len(plan_trials(exp)), "validation": [],
-        "started_at": _now(), "ended_at": None, "sessions": []})
+    manifest = Manifest(
+        run_dir / "manifest.json",
+        {
+            "run_id": run_id,
+            "status": "running",
+            "experiment": exp.as_dict(),
+            "inventory": str(lab.inv.path),
+            "client_cpu": {
+                "cpu_quota": lab.inv.client_cpu.cpu_quota,
+                "blas_threads": lab.inv.client_cpu.blas_threads,
+            },
+            "environment": environment(),
+            "planned_trials": len(plan_trials(exp)),
+            "validation": [],
+            "started_at": _now(),
+            "ended_at": None,
+            "sessions": [],
+        },
+    )
     manifest.save()
     return manifest
 
@@ -230,8 +266,13 @@ def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep
             lab.down()
         elif not brought_up:
             lab.shape(lab.inv.link)  # leave a testbed that was up before as the inventory describes it
-    return {"run_dir": str(run_dir), "trials": len(trials), "ran": progress.ran, "failed": failed,
-            "status": status}
+    return {
+        "run_dir": str(run_dir),
+        "trials": len(trials),
+        "ran": progress.ran,
+        "failed": failed,
+        "status": status,
+    }
 
 
 def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Manifest) -> str | None:
@@ -249,12 +290,21 @@ def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Ma
             manifest.data["validation"].append({**c.as_dict(), "attempt": attempt + 1, "at": _now()})
         manifest.save()
         if all(c.ok for c in checks):
-            log.info("rate %g Mbit/s validated: %s", rate_mbps,
-                     ", ".join(f"{c.direction} {c.measured_mbps} Mbit/s" for c in checks))
+            log.info(
+                "rate %g Mbit/s validated: %s",
+                rate_mbps,
+                ", ".join(f"{c.direction} {c.measured_mbps} Mbit/s" for c in checks),
+            )
             return None
-        log.warning("rate %g Mbit/s failed validation (attempt %d): %s", rate_mbps, attempt + 1,
-                    [c.as_dict() for c in checks if not c.ok])
-    bad = "; ".join(f"{c.direction} measured {c.measured_mbps} vs {c.expected_mbps} Mbit/s" for c in checks if not c.ok)
+        log.warning(
+            "rate %g Mbit/s failed validation (attempt %d): %s",
+            rate_mbps,
+            attempt + 1,
+            [c.as_dict() for c in checks if not c.ok],
+        )
+    bad = "; ".join(
+        f"{c.direction} measured {c.measured_mbps} vs {c.expected_mbps} Mbit/s" for c in checks if not c.ok
+    )
     return f"link validation failed at {rate_mbps:g} Mbit/s ({bad}); rate skipped"
 
 
@@ -291,9 +341,19 @@ def run_trial(lab: Lab, exp: Experiment, worker: Worker, run_dir: Path, t: Trial
 
 
 def _row(run_id: str, t: Trial, record: dict) -> dict:
-    return {**record, "run_id": run_id, "trial": t.trial, "op": t.op, "size": t.size, "dtype": t.dtype,
-            "rate_mbps": t.rate_mbps, "method": t.method, "rep": t.rep, "ok": bool(record.get("ok")),
-            "error": record.get("error")}
+    return {
+        **record,
+        "run_id": run_id,
+        "trial": t.trial,
+        "op": t.op,
+        "size": t.size,
+        "dtype": t.dtype,
+        "rate_mbps": t.rate_mbps,
+        "method": t.method,
+        "rep": t.rep,
+        "ok": bool(record.get("ok")),
+        "error": record.get("error"),
+    }
 
 
 def _setup_log(path: Path) -> None:

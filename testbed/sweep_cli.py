@@ -25,8 +25,12 @@ def register(sub) -> None:
     p.add_argument("--cpu-quota", type=float, help="client CPU limit, fraction of one core")
     p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
     p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")
-    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run the trials missing from an earlier run")
-    p.add_argument("--results", type=Path, default=Path("results"), help="where runs are written (default results/)")
+    p.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="run the trials missing from an earlier run"
+    )
+    p.add_argument(
+        "--results", type=Path, default=Path("results"), help="where runs are written (default results/)"
+    )
     p.add_argument("--keep-up", action="store_true", help="leave the testbed up afterwards")
     p.add_argument("--no-analyze", action="store_true", help="do not run the analysis at the end")
 
@@ -40,13 +44,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.sweep import run_sweep, start_run
 
     inv = load(args)
-    flags = {k: getattr(args, k) for k in ("ops", "sizes", "rates", "methods", "reps", "warmup", "dtype", "seed",
-                                           "cpu_quota", "name")}
+    flags = {
+        k: getattr(args, k)
+        for k in ("ops", "sizes", "rates", "methods", "reps", "warmup", "dtype", "seed", "cpu_quota", "name")
+    }
     flags["no_validate"] = args.no_validate
     if args.resume:
         if args.experiment or any(v is not None for v in flags.values()) or args.no_validate:
-            raise UserError("--resume takes the run's own experiment; other settings cannot change it",
-                            "drop the experiment file and flags when resuming")
+            raise UserError(
+                "--resume takes the run's own experiment; other settings cannot change it",
+                "drop the experiment file and flags when resuming",
+            )
         manifest = Manifest.load(args.resume / "manifest.json")
         exp = from_dict(manifest.data["experiment"])
         run_dir = args.resume
@@ -61,17 +69,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     lab = open_lab(inv)
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, lab)
-    print(f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
-          f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s); client CPU "
-          f"{inv.client_cpu.describe()}; results in {run_dir}")
+    print(
+        f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
+        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s); client CPU "
+        f"{inv.client_cpu.describe()}; results in {run_dir}"
+    )
     try:
         summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up)
     except KeyboardInterrupt:
-        print(f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "
-              f"Continue with: testbed sweep --resume {run_dir}")
+        print(
+            f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "
+            f"Continue with: testbed sweep --resume {run_dir}"
+        )
         return 130
-    print(f"sweep {summary['status']}: {summary['ran']} trial(s) run, {summary['failed']} failed; "
-          f"{run_dir / 'trials.csv'}")
+    print(
+        f"sweep {summary['status']}: {summary['ran']} trial(s) run, {summary['failed']} failed; "
+        f"{run_dir / 'trials.csv'}"
+    )
     if not args.no_analyze:
         from analysis import analyze
 

@@ -88,8 +88,12 @@ def plan(inv: Inventory) -> list[Step]:
     ]
     for ns in n.namespaces:
         steps.append(Step("up", ns, "lo"))
-    for ns, ifname in ((n.client_ns, n.client_if), (n.appliance_ns, n.to_client), (n.appliance_ns, n.to_server),
-                       (n.server_ns, n.server_if)):
+    for ns, ifname in (
+        (n.client_ns, n.client_if),
+        (n.appliance_ns, n.to_client),
+        (n.appliance_ns, n.to_server),
+        (n.server_ns, n.server_if),
+    ):
         steps.append(Step("mtu", ns, ifname, mtu=mtu))
         steps.append(Step("up", ns, ifname))
     return steps

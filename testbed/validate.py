@@ -41,8 +41,9 @@ def parse_iperf3(data: dict) -> tuple[float, int | None]:
     return float(received), retransmits
 
 
-def validate_rate(lab: Lab, rate_bps: int, duration: int = 3, tolerance_pct: float = 5.0,
-                  shape: bool = True) -> list[Check]:
+def validate_rate(
+    lab: Lab, rate_bps: int, duration: int = 3, tolerance_pct: float = 5.0, shape: bool = True
+) -> list[Check]:
     if shape:
         lab.set_rate(rate_bps)
     expected = expected_goodput(rate_bps, lab.inv.link.mtu)
@@ -50,8 +51,15 @@ def validate_rate(lab: Lab, rate_bps: int, duration: int = 3, tolerance_pct: flo
     server_addr = str(lab.inv.host("server").address.ip)
     checks = []
     for direction, reverse in (("up", False), ("down", True)):
-        argv = client.python("client.iperf", "--server", server_addr, "--port", str(lab.inv.iperf3_port),
-                             "--duration", str(duration))
+        argv = client.python(
+            "client.iperf",
+            "--server",
+            server_addr,
+            "--port",
+            str(lab.inv.iperf3_port),
+            "--duration",
+            str(duration),
+        )
         if reverse:
             argv.append("--reverse")
         measured = retrans = err = None
@@ -69,8 +77,17 @@ def validate_rate(lab: Lab, rate_bps: int, duration: int = 3, tolerance_pct: flo
             checks.append(Check(rate_bps / 1e6, direction, expected / 1e6, None, None, False, None, err))
             continue
         error_pct = (measured - expected) / expected * 100
-        checks.append(Check(rate_bps / 1e6, direction, round(expected / 1e6, 3), round(measured / 1e6, 3),
-                            round(error_pct, 2), abs(error_pct) <= tolerance_pct, retrans))
+        checks.append(
+            Check(
+                rate_bps / 1e6,
+                direction,
+                round(expected / 1e6, 3),
+                round(measured / 1e6, 3),
+                round(error_pct, 2),
+                abs(error_pct) <= tolerance_pct,
+                retrans,
+            )
+        )
     return checks
 
 
@@ -93,8 +110,10 @@ def format_table(checks: list[Check]) -> str:
         measured = f"{c.measured_mbps:.2f}" if c.measured_mbps is not None else "-"
         err = f"{c.error_pct:+.1f}%" if c.error_pct is not None else "-"
         verdict = "ok" if c.ok else ("FAIL: " + c.error if c.error else "FAIL")
-        lines.append(f"{c.rate_mbps:>6g}M  {label:<26} {c.expected_mbps:>9.2f}M {measured:>9}M {err:>8} "
-                     f"{c.retransmits if c.retransmits is not None else '-':>5}  {verdict}")
+        lines.append(
+            f"{c.rate_mbps:>6g}M  {label:<26} {c.expected_mbps:>9.2f}M {measured:>9}M {err:>8} "
+            f"{c.retransmits if c.retransmits is not None else '-':>5}  {verdict}"
+        )
     return "\n".join(lines)
 
 
@@ -102,5 +121,7 @@ def raise_on_failure(checks: list[Check], tolerance_pct: float) -> None:
     bad = [c for c in checks if not c.ok]
     if bad:
         what = ", ".join(f"{c.rate_mbps:g} Mbit/s {c.direction}" for c in bad)
-        raise UserError(f"link validation failed for {what} (tolerance {tolerance_pct:g}%)",
-                        "see the table above; check the shaping with `testbed status` and the machine's load")
+        raise UserError(
+            f"link validation failed for {what} (tolerance {tolerance_pct:g}%)",
+            "see the table above; check the shaping with `testbed status` and the machine's load",
+        )

@@ -34,10 +34,19 @@ services:
 """
 
 
-def write_inventory(path: Path, prefix: str = "tbt", net: int = 78, quota: float = 0.5, port: int = 18080,
-                    iperf_port: int = 15201) -> Path:
-    path.write_text(textwrap.dedent(INVENTORY.format(prefix=prefix, net=net, quota=quota, port=port,
-                                                     iperf_port=iperf_port)))
+def write_inventory(
+    path: Path,
+    prefix: str = "tbt",
+    net: int = 78,
+    quota: float = 0.5,
+    port: int = 18080,
+    iperf_port: int = 15201,
+) -> Path:
+    path.write_text(
+        textwrap.dedent(
+            INVENTORY.format(prefix=prefix, net=net, quota=quota, port=port, iperf_port=iperf_port)
+        )
+    )
     return path
 
 
@@ -47,8 +56,11 @@ def leftovers(prefix: str) -> list[str]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
     found += [f"netns {line.split()[0]}" for line in netns if line.startswith(f"{prefix}-")]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines()
-              if line.split(":")[1].strip().split("@")[0].startswith(f"{prefix}-")]
+    found += [
+        f"link {line.split(':')[1].strip()}"
+        for line in links.splitlines()
+        if line.split(":")[1].strip().split("@")[0].startswith(f"{prefix}-")
+    ]
     for cg in (Path("/sys/fs/cgroup/cpu") / f"{prefix}-client", Path("/sys/fs/cgroup") / f"{prefix}-client"):
         if cg.exists():
             found.append(f"cgroup {cg}")
@@ -59,11 +71,20 @@ def leftovers(prefix: str) -> list[str]:
     return found
 
 
-def run_cli(inventory: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "testbed", "--inventory", str(inventory), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def run_cli(
+    inventory: Path, *args: str, check: bool = True, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed", "--inventory", str(inventory), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"testbed {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"testbed {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 

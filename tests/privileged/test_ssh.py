@@ -34,8 +34,15 @@ def ns(role: str) -> str:
     return f"sshlab-{role}"
 
 
-def inventory_text(tmp: Path, key: Path, *, client_host: str = "10.97.1.2", appliance_ports=("eth1", "eth2"),
-                   server_python: str | None = None, client_key: Path | None = None) -> str:
+def inventory_text(
+    tmp: Path,
+    key: Path,
+    *,
+    client_host: str = "10.97.1.2",
+    appliance_ports=("eth1", "eth2"),
+    server_python: str | None = None,
+    client_key: Path | None = None,
+) -> str:
     python = sys.executable
     return textwrap.dedent(f"""\
         backend: ssh
@@ -81,7 +88,11 @@ def host_leftovers() -> list[str]:
     for dev in ("eth1", "eth2"):
         if "htb" in sh("ip", "netns", "exec", ns("appliance"), "tc", "qdisc", "show", "dev", dev).stdout:
             found.append(f"appliance: htb on {dev}")
-    for path in (f"/run/testbed/{PREFIX}", f"/var/lib/testbed/{PREFIX}", f"/sys/fs/cgroup/cpu/{PREFIX}-client"):
+    for path in (
+        f"/run/testbed/{PREFIX}",
+        f"/var/lib/testbed/{PREFIX}",
+        f"/sys/fs/cgroup/cpu/{PREFIX}-client",
+    ):
         if Path(path).exists():
             found.append(path)
     return found
@@ -97,7 +108,8 @@ def lab_hosts(tmp_path):
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "hostkey"))
     shutil.copy(f"{key}.pub", tmp_path / "authorized_keys")
-    (tmp_path / "sshd_config").write_text(textwrap.dedent(f"""\
+    (tmp_path / "sshd_config").write_text(
+        textwrap.dedent(f"""\
         HostKey {tmp_path}/hostkey
         AuthorizedKeysFile {tmp_path}/authorized_keys
         PermitRootLogin prohibit-password
@@ -107,42 +119,124 @@ def lab_hosts(tmp_path):
         StrictModes no
         PidFile none
         Subsystem sftp internal-sftp
-        """))
+        """)
+    )
     made_privsep = not Path("/run/sshd").exists()
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     daemons = []
     try:
         for role, n in HOSTS.items():
             sh("ip", "netns", "add", ns(role))
-            sh("ip", "link", "add", f"sshm-{role[0]}", "type", "veth", "peer", "name", "mgmt0", "netns", ns(role))
+            sh(
+                "ip",
+                "link",
+                "add",
+                f"sshm-{role[0]}",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "mgmt0",
+                "netns",
+                ns(role),
+            )
             sh("ip", "addr", "add", f"10.97.{n}.1/24", "dev", f"sshm-{role[0]}")
             sh("ip", "link", "set", f"sshm-{role[0]}", "up")
             sh("ip", "-n", ns(role), "addr", "add", f"10.97.{n}.2/24", "dev", "mgmt0")
             sh("ip", "-n", ns(role), "link", "set", "mgmt0", "up")
             sh("ip", "-n", ns(role), "link", "set", "lo", "up")
-        sh("ip", "-n", ns("client"), "link", "add", "eth1", "type", "veth", "peer", "name", "eth1", "netns",
-           ns("appliance"))
-        sh("ip", "-n", ns("server"), "link", "add", "eth1", "type", "veth", "peer", "name", "eth2", "netns",
-           ns("appliance"))
-        for role, dev in (("client", "eth1"), ("server", "eth1"), ("appliance", "eth1"), ("appliance", "eth2")):
+        sh(
+            "ip",
+            "-n",
+            ns("client"),
+            "link",
+            "add",
+            "eth1",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth1",
+            "netns",
+            ns("appliance"),
+        )
+        sh(
+            "ip",
+            "-n",
+            ns("server"),
+            "link",
+            "add",
+            "eth1",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth2",
+            "netns",
+            ns("appliance"),
+        )
+        for role, dev in (
+            ("client", "eth1"),
+            ("server", "eth1"),
+            ("appliance", "eth1"),
+            ("appliance", "eth2"),
+        ):
             sh("ip", "-n", ns(role), "link", "set", dev, "up")
         for role, n in HOSTS.items():
             # `ip netns exec` gives the host a sysfs of its own; mount the cgroup cpu hierarchy in it, as a
             # real machine has, then run sshd there
-            boot = ("mount -t tmpfs cgroups /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpu && "
-                    "mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu && exec /usr/sbin/sshd \"$@\"")
+            boot = (
+                "mount -t tmpfs cgroups /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpu && "
+                'mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu && exec /usr/sbin/sshd "$@"'
+            )
             if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():  # a cgroup v2 machine
-                boot = "mount -t cgroup2 none /sys/fs/cgroup && exec /usr/sbin/sshd \"$@\""
-            daemons.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns(role), "sh", "-c", boot, "sshd", "-D", "-e", "-f",
-                 str(tmp_path / "sshd_config"), "-o", f"ListenAddress=10.97.{n}.2"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                boot = 'mount -t cgroup2 none /sys/fs/cgroup && exec /usr/sbin/sshd "$@"'
+            daemons.append(
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns(role),
+                        "sh",
+                        "-c",
+                        boot,
+                        "sshd",
+                        "-D",
+                        "-e",
+                        "-f",
+                        str(tmp_path / "sshd_config"),
+                        "-o",
+                        f"ListenAddress=10.97.{n}.2",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         deadline = time.monotonic() + 20
         for n in HOSTS.values():
-            while sh("ip", "netns", "exec", ns("client"), "true").returncode == 0 and time.monotonic() < deadline:
-                probe = subprocess.run(["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
-                                        "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o",
-                                        "ConnectTimeout=2", f"root@10.97.{n}.2", "true"], capture_output=True)
+            while (
+                sh("ip", "netns", "exec", ns("client"), "true").returncode == 0
+                and time.monotonic() < deadline
+            ):
+                probe = subprocess.run(
+                    [
+                        "ssh",
+                        "-i",
+                        str(key),
+                        "-o",
+                        "StrictHostKeyChecking=no",
+                        "-o",
+                        "UserKnownHostsFile=/dev/null",
+                        "-o",
+                        "BatchMode=yes",
+                        "-o",
+                        "ConnectTimeout=2",
+                        f"root@10.97.{n}.2",
+                        "true",
+                    ],
+                    capture_output=True,
+                )
                 if probe.returncode == 0:
                     break
                 time.sleep(0.3)
@@ -176,16 +270,38 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
         for dev in ("eth1", "eth2"):
             shown = sh("ip", "netns", "exec", ns("appliance"), "tc", "class", "show", "dev", dev).stdout
             assert "rate 20Mbit" in shown
-        checks = json.loads(Path(tmp / "v.json").read_text())["checks"] if run_cli(
-            inv, "validate", "--rates", "20", "--duration", "1", "--json", str(tmp / "v.json")) else None
+        checks = (
+            json.loads(Path(tmp / "v.json").read_text())["checks"]
+            if run_cli(inv, "validate", "--rates", "20", "--duration", "1", "--json", str(tmp / "v.json"))
+            else None
+        )
         assert [c["ok"] for c in checks] == [True, True]
         # the client's processes run under the limit on the client host
         assert f"/{PREFIX}-client" in run_cli(inv, "exec", "client", "--", "cat", "/proc/self/cgroup").stdout
 
         results = tmp / "results"
-        run_cli(inv, "sweep", "--ops", "mul", "--sizes", "40", "--rates", "20", "--methods", "raw,json",
-                "--reps", "2", "--warmup", "0", "--results", str(results), "--no-analyze", "--keep-up",
-                "--name", "ssh")
+        run_cli(
+            inv,
+            "sweep",
+            "--ops",
+            "mul",
+            "--sizes",
+            "40",
+            "--rates",
+            "20",
+            "--methods",
+            "raw,json",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--results",
+            str(results),
+            "--no-analyze",
+            "--keep-up",
+            "--name",
+            "ssh",
+        )
         run_dir = next(results.iterdir())
         rows = (run_dir / "trials.csv").read_text().splitlines()[1:]
         assert len(rows) == 2 + 2 * 2  # local baseline + (raw, json) x 2 reps
@@ -198,7 +314,9 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
 def test_every_problem_is_reported_at_once_and_nothing_is_left(lab_hosts):
     tmp, key = lab_hosts
     inv = tmp / "bad.yaml"
-    inv.write_text(inventory_text(tmp, key, appliance_ports=("eth1", "eth9"), server_python="/nonexistent/python3"))
+    inv.write_text(
+        inventory_text(tmp, key, appliance_ports=("eth1", "eth9"), server_python="/nonexistent/python3")
+    )
     proc = run_cli(inv, "up", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "appliance (root@10.97.2.2:22): no interface eth9" in proc.stderr

@@ -17,8 +17,12 @@ pytestmark = pytest.mark.privileged
 
 
 def tc_class(ns: str, dev: str) -> str:
-    return subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", dev],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", dev],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def test_up_shape_validate_down(inventory, tmp_path):
@@ -37,8 +41,27 @@ def test_up_shape_validate_down(inventory, tmp_path):
     assert "rate 20Mbit" in tc_class("tbt-appliance", "tbt-a1")
 
     # a plain iperf3 run by hand between the namespaces agrees
-    by_hand = subprocess.run(["ip", "netns", "exec", "tbt-client", "iperf3", "-c", "10.78.0.2", "-p", "15201",
-                              "-t", "2", "-O", "1", "-J"], capture_output=True, text=True, check=True)
+    by_hand = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            "tbt-client",
+            "iperf3",
+            "-c",
+            "10.78.0.2",
+            "-p",
+            "15201",
+            "-t",
+            "2",
+            "-O",
+            "1",
+            "-J",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     measured = json.loads(by_hand.stdout)["end"]["sum_received"]["bits_per_second"]
     assert abs(measured - expected_goodput(20_000_000)) / expected_goodput(20_000_000) < 0.05
 
@@ -61,8 +84,10 @@ def test_status_shows_bridge_shaping_and_cpu_limit(inventory):
     assert status["hosts"]["server"]["address"] == "10.78.0.2/24"
     # the client's processes run in the limited cgroup; --unlimited ones do not
     assert "/tbt-client" in run_cli(inventory, "exec", "client", "--", "cat", "/proc/self/cgroup").stdout
-    assert "/tbt-client" not in run_cli(inventory, "exec", "--unlimited", "client", "--", "cat",
-                                        "/proc/self/cgroup").stdout
+    assert (
+        "/tbt-client"
+        not in run_cli(inventory, "exec", "--unlimited", "client", "--", "cat", "/proc/self/cgroup").stdout
+    )
     # a rate change is in place: the qdisc stays, only the class changes
     before = tc_class("tbt-appliance", "tbt-a1")
     run_cli(inventory, "shape", "--rate", "60mbit")
@@ -77,7 +102,12 @@ def test_bad_input_is_one_line_and_changes_nothing(inventory):
     run_cli(inventory, "up", "--no-server")
     assert "already up" in run_cli(inventory, "up").stdout
     run_cli(inventory, "shape", "--rate", "30mbit")
-    for bad in (["--rate", "0"], ["--rate", "fast"], ["--rate=-5mbit"], ["--rate", "20mbit", "--delay", "10"]):
+    for bad in (
+        ["--rate", "0"],
+        ["--rate", "fast"],
+        ["--rate=-5mbit"],
+        ["--rate", "20mbit", "--delay", "10"],
+    ):
         proc = run_cli(inventory, "shape", *bad, check=False)
         assert proc.returncode == 2, bad
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -91,9 +121,23 @@ def test_bad_input_is_one_line_and_changes_nothing(inventory):
 
 def test_kill_9_of_the_orchestrator_then_down_leaves_nothing(inventory):
     run_cli(inventory, "up", "--no-server")
-    proc = subprocess.Popen([sys.executable, "-m", "testbed", "--inventory", str(inventory), "validate",
-                             "--rates", "10", "--duration", "10"], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "--inventory",
+            str(inventory),
+            "validate",
+            "--rates",
+            "10",
+            "--duration",
+            "10",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(3)  # iperf3 is running by now
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -106,16 +150,38 @@ def test_another_testbed_and_foreign_namespaces_are_not_touched(inventory, tmp_p
     other = write_inventory(tmp_path / "other.yaml", prefix="tbx", net=79, port=18081, iperf_port=15202)
     subprocess.run(["ip", "netns", "add", "foreign-ns"], check=True)
     try:
-        subprocess.run(["ip", "netns", "exec", "foreign-ns", "tc", "qdisc", "add", "dev", "lo", "root", "handle",
-                        "1:", "htb"], check=True)
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                "foreign-ns",
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "handle",
+                "1:",
+                "htb",
+            ],
+            check=True,
+        )
         run_cli(other, "up", "--no-server")
         run_cli(other, "shape", "--rate", "7mbit")
         run_cli(inventory, "up", "--no-server")
         run_cli(inventory, "down")
         assert leftovers("tbt") == []
         assert "foreign-ns" in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert "htb" in subprocess.run(["ip", "netns", "exec", "foreign-ns", "tc", "qdisc", "show", "dev", "lo"],
-                                       capture_output=True, text=True).stdout
+        assert (
+            "htb"
+            in subprocess.run(
+                ["ip", "netns", "exec", "foreign-ns", "tc", "qdisc", "show", "dev", "lo"],
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
         status = json.loads(run_cli(other, "status", "--json").stdout)
         assert status["up"] and status["bridge"]["ports"] == ["tbx-a0", "tbx-a1"]
         assert "rate 7Mbit" in tc_class("tbx-appliance", "tbx-a1")

@@ -80,8 +80,16 @@ def test_malformed_yaml(tmp_path):
 
 def test_flags_override_the_file(tmp_path):
     exp = load_experiment(write(tmp_path, GOOD))
-    changed = override(exp, {"sizes": "400-1200:100", "rates": "10,20,40,60,80,100", "reps": 40,
-                             "methods": "json,ujson,raw", "no_validate": True})
+    changed = override(
+        exp,
+        {
+            "sizes": "400-1200:100",
+            "rates": "10,20,40,60,80,100",
+            "reps": 40,
+            "methods": "json,ujson,raw",
+            "no_validate": True,
+        },
+    )
     assert changed.sizes[0] == 400 and changed.sizes[-1] == 1200 and len(changed.sizes) == 9
     assert changed.rates_mbps == (10, 20, 40, 60, 80, 100)
     assert changed.reps == 40 and not changed.validation.enabled

@@ -107,7 +107,8 @@ def test_topology_plan_wires_client_and_server_through_the_appliance(tmp_path):
     assert "ip link add tb-s0 netns tb-server type veth peer name tb-a1 netns tb-appliance" in steps
     assert "ip -n tb-client addr add 10.77.0.1/24 dev tb-c0" in steps
     assert steps.index("ip netns add tb-client") < steps.index(
-        "ip link add tb-c0 netns tb-client type veth peer name tb-a0 netns tb-appliance")
+        "ip link add tb-c0 netns tb-client type veth peer name tb-a0 netns tb-appliance"
+    )
 
 
 def test_the_ssh_example_inventory_describes_a_valid_lab(tmp_path):

@@ -54,8 +54,13 @@ def test_ovs_plan_uses_its_own_rundir_and_the_userspace_datapath(tmp_path):
 
 @pytest.mark.parametrize(
     ("fraction", "quota", "period"),
-    [(0.5, 50_000, 100_000), (0.05, 5_000, 100_000), (0.01, 1_000, 100_000), (0.005, 1_000, 200_000),
-     (0.001, 1_000, 1_000_000)],
+    [
+        (0.5, 50_000, 100_000),
+        (0.05, 5_000, 100_000),
+        (0.01, 1_000, 100_000),
+        (0.005, 1_000, 200_000),
+        (0.001, 1_000, 1_000_000),
+    ],
 )
 def test_small_fractions_get_a_longer_period_not_a_quota_under_1ms(fraction, quota, period):
     assert quota_period(fraction) == (quota, period)

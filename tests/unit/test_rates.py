@@ -6,8 +6,17 @@ from testbed.rates import default_burst, expected_goodput, format_rate, parse_ra
 
 @pytest.mark.parametrize(
     ("text", "bps"),
-    [("20mbit", 20_000_000), ("20Mbit", 20_000_000), ("20", 20_000_000), (20, 20_000_000), ("1.5mbit", 1_500_000),
-     ("500kbit", 500_000), ("1gbit", 1_000_000_000), (" 10 mbit ", 10_000_000), ("64000bit", 64_000)],
+    [
+        ("20mbit", 20_000_000),
+        ("20Mbit", 20_000_000),
+        ("20", 20_000_000),
+        (20, 20_000_000),
+        ("1.5mbit", 1_500_000),
+        ("500kbit", 500_000),
+        ("1gbit", 1_000_000_000),
+        (" 10 mbit ", 10_000_000),
+        ("64000bit", 64_000),
+    ],
 )
 def test_parse_rate_accepts_bit_units(text, bps):
     assert parse_rate(text) == bps

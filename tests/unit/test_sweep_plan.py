@@ -4,8 +4,15 @@ from testbed.experiment import Experiment
 from testbed.plan import LOCAL, phases, plan_trials
 from testbed.results import COLUMNS, TrialWriter, completed_trials, repair
 
-EXP = Experiment(name="t", ops=("mul", "inv"), sizes=(100, 200), rates_mbps=(10.0, 40.0), methods=("json", "raw"),
-                 reps=3, seed=7)
+EXP = Experiment(
+    name="t",
+    ops=("mul", "inv"),
+    sizes=(100, 200),
+    rates_mbps=(10.0, 40.0),
+    methods=("json", "raw"),
+    reps=3,
+    seed=7,
+)
 
 
 def test_the_grid_and_the_local_baseline():

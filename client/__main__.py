@@ -1,0 +1,144 @@
+"""`python -m client SUBCOMMAND`: offload one operation, time it locally, or ask the server's health.
+
+Each subcommand is one `add_*` function that adds its parser and sets `func`; `main` only parses and
+calls. The work lives in `client.offload`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from client.offload import (
+    OffloadClient,
+    OffloadError,
+    ResultMismatch,
+    StageTimes,
+    check_result,
+    local,
+    make_operands,
+)
+from server.codecs import CODECS, DEFAULT_CODEC
+from server.ops import DTYPES, OPS
+from testbed.errors import UserError
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def _operand_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--op", required=True, choices=list(OPS))
+    p.add_argument("--size", type=int, required=True, help="matrix dimension (size x size)")
+    p.add_argument("--dtype", default="float64", choices=list(DTYPES))
+    p.add_argument("--seed", type=int, default=1, help="seed of the random operands")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _operands(args: argparse.Namespace) -> list[np.ndarray]:
+    return make_operands(args.op, args.size, args.dtype, np.random.default_rng(args.seed))
+
+
+def add_offload(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("offload", help="offload one operation and print its stage times")
+    p.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL (default {DEFAULT_URL})")
+    p.add_argument("--codec", default=DEFAULT_CODEC, help=f"marshalling method: {', '.join(CODECS)}")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the server")
+    p.add_argument("--check", action="store_true", help="also run locally and compare the results")
+    _operand_args(p)
+    p.set_defaults(func=cmd_offload)
+
+
+def add_local(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("local", help="run one operation here and print its completion time")
+    _operand_args(p)
+    p.set_defaults(func=cmd_local)
+
+
+def add_health(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("health", help="print the server's health JSON")
+    p.add_argument("--url", default=DEFAULT_URL)
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="keep trying this long")
+    p.set_defaults(func=cmd_health)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (add_offload, add_local, add_health):
+        add(sub)
+    return parser
+
+
+def stage_table(stages: StageTimes) -> str:
+    rows = [
+        ("client encode", stages.t_client_encode),
+        ("request", stages.t_request),
+        ("  server decode", stages.t_server_decode),
+        ("  server compute", stages.t_server_compute),
+        ("  server encode", stages.t_server_encode),
+        ("  communication", stages.t_comm),
+        ("client decode", stages.t_client_decode),
+        ("total", stages.t_total),
+    ]
+    lines = [f"{'stage':<18}{'seconds':>12}"] + [f"{name:<18}{sec:>12.6f}" for name, sec in rows]
+    return "\n".join([*lines, f"{'bytes up / down':<18}{stages.bytes_up:>12} / {stages.bytes_down}"])
+
+
+def cmd_offload(args: argparse.Namespace) -> int:
+    operands = _operands(args)
+    with OffloadClient(args.url, timeout=args.timeout) as client:
+        result, stages = client.offload(args.op, operands, args.codec)
+    check = None
+    if args.check:
+        check_result(result, local(args.op, operands)[0])  # raises ResultMismatch
+        check = "ok"
+    if args.json:
+        head = {"op": args.op, "size": args.size, "dtype": args.dtype, "codec": args.codec, "url": args.url}
+        print(json.dumps({**head, **stages.as_dict(), **({"check": check} if check else {})}))
+    else:
+        print(f"{args.op} {args.size}x{args.size} {args.dtype} via {args.codec} -> {args.url}")
+        print(stage_table(stages))
+        if check:
+            print(f"{'check':<18}{'ok (matches the local result)':>12}")
+    return 0
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    _, seconds = local(args.op, _operands(args))
+    if args.json:
+        print(json.dumps({"op": args.op, "size": args.size, "dtype": args.dtype, "t_total": seconds}))
+    else:
+        print(f"local {args.op} {args.size}x{args.size} {args.dtype}: {seconds:.6f} s")
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    deadline = time.monotonic() + args.wait
+    with OffloadClient(args.url, timeout=30.0) as client:
+        while True:
+            try:
+                print(json.dumps(client.health()))
+                return 0
+            except (UserError, OffloadError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OffloadError, ResultMismatch) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""Offloading one matrix operation to the server, timed stage by stage as in the paper's Fig. 3.
+
+A remote trial is: client encode -> HTTP request (upload, server decode/compute/encode, download)
+-> client decode. The server reports its three stages in `Server-Timing`; communication is what is
+left of the request time, because it cannot be measured directly. The codec objects are the
+server's own (`server.codecs`), so both ends marshal with exactly the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import requests
+import urllib3
+
+from server.codecs import CODECS, Codec, CodecError, get_codec
+from server.ops import DTYPES, OPS, OpError, UnknownOp, execute
+from server.timing import parse_server_timing
+from testbed.errors import UserError
+
+
+@dataclass
+class StageTimes:
+    """One remote trial, in seconds and bytes; the field names are the sweep's trials.csv columns."""
+
+    t_client_encode: float
+    t_request: float  # the full HTTP round trip: send the body, server work, receive the body
+    t_server_decode: float
+    t_server_compute: float
+    t_server_encode: float
+    t_client_decode: float
+    t_comm: float  # t_request - server stages: inferred, as in the paper's Fig. 3
+    t_total: float  # client encode + request + client decode: the remote completion time
+    bytes_up: int
+    bytes_down: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class OffloadError(Exception):
+    """The server answered with an error status; `error` and `detail` are its JSON body."""
+
+    def __init__(self, status: int, error: str, detail: str = "") -> None:
+        super().__init__(f"server answered {status}: {error}" + (f": {detail}" if detail else ""))
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+class ResultMismatch(Exception):
+    """The remote result differs from the local one beyond the tolerance."""
+
+
+class OffloadClient:
+    """Talks to one offload server over one persistent session (keep-alive where the server allows).
+
+    gunicorn's sync workers close the connection after every response, so each trial then opens a
+    new TCP connection; its handshake is part of the request time, as it was for the paper's CGI.
+    """
+
+    def __init__(self, base_url: str, timeout: float = 900.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+
+    def __enter__(self) -> OffloadClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _transport_error(self, exc: Exception) -> UserError:
+        """Connection refused, timed out, or cut mid-response (e.g. a worker killed by its timeout)."""
+        what = "cannot reach" if isinstance(exc, requests.ConnectionError) else "lost the connection to"
+        return UserError(
+            f"{what} the offload server at {self.base_url}: {type(exc).__name__}: {exc}",
+            "is it running (python -m server --bind ADDR --port N)? check --url, --timeout and its log",
+        )
+
+    def health(self) -> dict:
+        try:
+            resp = self.session.get(f"{self.base_url}/v1/health", timeout=min(self.timeout, 30.0))
+        except requests.RequestException as exc:
+            raise self._transport_error(exc) from exc
+        if resp.status_code != 200:
+            raise _error_from(resp.status_code, resp.content)
+        return resp.json()
+
+    def offload(self, op: str, operands: list[np.ndarray], codec: str) -> tuple[np.ndarray, StageTimes]:
+        """Run `op` on the server; the operands' dtype is the request's dtype."""
+        c = _codec(codec)
+        t0 = time.perf_counter()
+        try:
+            body, headers = c.encode_request(operands)
+        except CodecError as exc:
+            raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
+        t1 = time.perf_counter()
+        try:
+            resp = self.session.post(
+                f"{self.base_url}/v1/ops/{op}",
+                data=body,
+                headers={**headers, "X-Codec": c.name},
+                timeout=self.timeout,
+                stream=True,
+            )
+            content = resp.raw.read(decode_content=True)  # one read: iter_content's 10 KiB pieces cost CPU
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+            raise self._transport_error(exc) from exc
+        t2 = time.perf_counter()
+        if resp.status_code != 200:
+            raise _error_from(resp.status_code, content)
+        server = parse_server_timing(resp.headers.get("Server-Timing"))
+        t3 = time.perf_counter()
+        result = c.decode_response(content, resp.headers)
+        t4 = time.perf_counter()
+        s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in ("decode", "compute", "encode"))
+        return result, StageTimes(
+            t_client_encode=t1 - t0,
+            t_request=t2 - t1,
+            t_server_decode=s_decode,
+            t_server_compute=s_compute,
+            t_server_encode=s_encode,
+            t_client_decode=t4 - t3,
+            t_comm=(t2 - t1) - (s_decode + s_compute + s_encode),
+            t_total=(t1 - t0) + (t2 - t1) + (t4 - t3),
+            bytes_up=len(body),
+            bytes_down=len(content),
+        )
+
+
+def _codec(name: str) -> Codec:
+    if name not in CODECS:
+        raise UserError(f"unknown codec {name!r}", f"use one of: {', '.join(CODECS)}")
+    return get_codec(name)
+
+
+def _error_from(status: int, content: bytes) -> OffloadError:
+    """The server's JSON error, or the start of whatever else answered (a proxy, another service)."""
+    try:
+        body = json.loads(content)
+        return OffloadError(status, str(body["error"]), str(body.get("detail", "")))
+    except (ValueError, KeyError, TypeError):
+        return OffloadError(status, "non-JSON error response", content[:200].decode("utf-8", "replace"))
+
+
+def local(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float]:
+    """Run `op` here, through the server's own table; returns the result and its completion time."""
+    try:
+        start = time.perf_counter()
+        result = execute(op, operands)
+        return result, time.perf_counter() - start
+    except UnknownOp as exc:
+        raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}") from exc
+    except OpError as exc:
+        raise UserError(f"{op}: {exc}") from exc
+
+
+def check_result(remote: np.ndarray, local: np.ndarray, rtol: float = 1e-7, atol: float = 1e-9) -> None:
+    """Raise ResultMismatch unless the two agree: same shape and dtype; integers exactly, floats to tolerance.
+
+    Both runs use the same code, but BLAS may sum in a different order on the other host.
+    """
+    if remote.shape != local.shape or remote.dtype != local.dtype:
+        raise ResultMismatch(
+            f"remote is {remote.dtype.name} {remote.shape}, local is {local.dtype.name} {local.shape}"
+        )
+    if local.dtype.kind in "iu":
+        bad = int(np.count_nonzero(remote != local))
+        if bad:
+            raise ResultMismatch(f"{bad} of {local.size} integer entries differ")
+        return
+    close = np.isclose(remote, local, rtol=rtol, atol=atol, equal_nan=True)
+    if not close.all():
+        diff = np.abs(remote.astype(np.float64) - local)[~close]
+        raise ResultMismatch(
+            f"{diff.size} of {local.size} entries differ beyond rtol={rtol:g}, atol={atol:g} "
+            f"(largest difference {np.nanmax(diff):.3g})"
+        )
+
+
+def make_operands(op: str, size: int, dtype: str, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random `size` x `size` inputs the op accepts, made outside any timed region.
+
+    inv gets a strictly diagonally dominant matrix (never singular, well conditioned); log gets
+    entries in [1, 2) (floats) or 1..99 (ints); integer entries stay small so products cannot overflow.
+    """
+    if op not in OPS:
+        raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}")
+    if dtype not in DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
+    if size < 1:
+        raise UserError(f"matrix size {size} must be at least 1")
+    n, floats = size, dtype == "float64"
+
+    def matrix(lo: int, hi: int) -> np.ndarray:
+        return (lo + rng.random((n, n)) * (hi - lo)) if floats else rng.integers(lo, hi, (n, n), dtype=dtype)
+
+    if op == "inv":
+        a = matrix(-10, 10)
+        a[np.diag_indices(n)] += 10 * n + 1  # |diagonal| > sum of |off-diagonal| in each row
+        return [a]
+    if op == "log":
+        return [matrix(1, 2) if floats else matrix(1, 100)]
+    lo, hi = (0, 1) if floats else (-10, 11)
+    return [matrix(lo, hi) for _ in range(OPS[op].arity)]

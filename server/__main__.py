@@ -1,0 +1,74 @@
+"""`python -m server --bind ADDR --port N`: the offload server (Flask under gunicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from server.wsgi import ServerConfig, serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = ServerConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m server",
+        description="The offload server: whitelisted matrix "
+        "operations over HTTP (POST /v1/ops/<op>, GET /v1/health).",
+    )
+    p.add_argument("--bind", default=d.bind, help=f"address to listen on (default {d.bind})")
+    p.add_argument("--port", type=int, default=d.port, help=f"TCP port (default {d.port})")
+    p.add_argument(
+        "--workers", type=int, default=d.workers, help=f"gunicorn sync workers (default {d.workers})"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout,
+        help=f"seconds a worker may spend on one request, body upload included (default {d.timeout:g})",
+    )
+    p.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=d.max_body_mb,
+        help=f"largest request body in MiB; larger ones get 413 (default {d.max_body_mb:g})",
+    )
+    p.add_argument(
+        "--log-level", default=d.log_level, choices=["debug", "info", "warning", "error", "critical"]
+    )
+    p.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+    p.add_argument("--dry-run", action="store_true", help="print the gunicorn settings and exit")
+    return p
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerConfig:
+    if not 0 < args.port < 65536:
+        parser.error(f"--port {args.port}: must be 1-65535")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.timeout <= 0 or args.max_body_mb <= 0:
+        parser.error("--timeout and --max-body-mb must be positive")
+    return ServerConfig(
+        bind=args.bind,
+        port=args.port,
+        workers=args.workers,
+        timeout=args.timeout,
+        max_body_mb=args.max_body_mb,
+        log_level=args.log_level,
+        access_log=not args.no_access_log,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config = config_from_args(args, parser)
+    if args.dry_run:
+        print(json.dumps({"server": config.as_dict(), "gunicorn": config.gunicorn_options()}, indent=2))
+        return 0
+    serve(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""The registry of marshalling methods, shared by the server and the client.
+
+Each codec turns operands into an HTTP request body plus headers and back, and a result into a
+response body plus headers and back. Both sides use the very same object, so a trial measures exactly
+one implementation of each method. What the decoders accept is in `server.wire`.
+
+JSON codecs refuse NaN and infinity in both directions: they are not JSON (stdlib json and uJSON
+would write the non-standard `NaN`, orjson would silently write `null`). Use `raw` or `msgpack` for
+non-finite data. A JSON `true`/`false` mixed among numbers is read as 1/0 (NumPy's conversion); a
+matrix of anything else that is not a number is refused. The stdlib codec writes compact JSON (no
+spaces), like uJSON and orjson, so the three differ in speed, not in bytes.
+
+Adding a codec: subclass `Codec` (for JSON on the wire, `JsonCodec` with other dumps/loads) and add an
+instance to `CODECS`. The name is what `X-Codec` and the sweep's `methods` say.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+
+import msgpack
+import numpy as np
+import orjson
+import ujson
+
+from server.wire import (
+    MAX_OPERANDS,
+    Body,
+    Buffers,
+    Codec,
+    CodecError,
+    Headers,
+    body_bytes,
+    check_finite,
+    check_shape,
+    format_shapes,
+    header,
+    matrix_from_list,
+    parse_shapes,
+    prepare,
+    resolve_dtype,
+    split_buffer,
+)
+
+__all__ = [
+    "CODECS",
+    "DEFAULT_CODEC",
+    "Body",
+    "Buffers",
+    "Codec",
+    "CodecError",
+    "UnknownCodec",
+    "body_bytes",
+    "get_codec",
+]
+
+DEFAULT_CODEC = "json"
+MAX_INFLATED_BYTES = 1 << 30  # raw-zlib: a small body must not inflate into all of the server's memory
+
+
+class UnknownCodec(LookupError):
+    """No codec of that name (the server answers 415)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown codec {name!r}; known: {', '.join(CODECS)}")
+        self.name = name
+
+
+class JsonCodec(Codec):
+    """JSON on the wire: {"operands": [rows...], "dtype": ...} up, {"result": rows, "dtype": ...} down."""
+
+    content_type = "application/json"
+
+    def __init__(
+        self, name: str, dumps: Callable[[dict], str | bytes], loads: Callable[[bytes], object]
+    ) -> None:
+        self.name, self._dumps, self._loads = name, dumps, loads
+
+    def dumps(self, obj: dict) -> bytes:
+        out = self._dumps(obj)
+        return out.encode() if isinstance(out, str) else out
+
+    def loads(self, body: bytes, what: str) -> dict:
+        try:
+            obj = self._loads(body)
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            raise CodecError("malformed JSON", f"{what}: {exc}") from None
+        if not isinstance(obj, dict):
+            raise CodecError("malformed body", f"{what} must be a JSON object")
+        return obj
+
+    def lists(self, a: np.ndarray) -> object:
+        """What the JSON library serializes for one matrix (orjson takes the array itself)."""
+        return a.tolist()
+
+    def encode_request(
+        self, operands: Sequence[np.ndarray], dtype: str | None = None
+    ) -> tuple[Body, Headers]:
+        ops = prepare(operands, dtype)
+        for i, a in enumerate(ops):
+            check_finite(a, f"operand {i}")
+        body = {"operands": [self.lists(a) for a in ops], "dtype": ops[0].dtype.name}
+        return self.dumps(body), {"Content-Type": self.content_type}
+
+    def decode_request(self, body: bytes, headers: Mapping[str, str]) -> list[np.ndarray]:
+        obj = self.loads(body, "request")
+        unknown = set(obj) - {"operands", "dtype"}
+        if unknown:
+            raise CodecError("malformed body", f"unknown keys {sorted(unknown)}; allowed: operands, dtype")
+        dt = resolve_dtype(obj.get("dtype", "float64"))
+        operands = obj.get("operands")
+        if not isinstance(operands, list) or len(operands) > MAX_OPERANDS:
+            raise CodecError("malformed body", '"operands" must be a list of matrices')
+        return [matrix_from_list(m, dt, f"operand {i}") for i, m in enumerate(operands)]
+
+    def encode_response(self, result: np.ndarray) -> tuple[bytes, Headers]:
+        check_finite(result, "result")
+        return self.dumps({"result": self.lists(result), "dtype": result.dtype.name}), {
+            "Content-Type": self.content_type
+        }
+
+    def decode_response(self, body: bytes, headers: Mapping[str, str]) -> np.ndarray:
+        obj = self.loads(body, "response")
+        return matrix_from_list(obj.get("result"), resolve_dtype(obj.get("dtype", "float64")), "result")
+
+
+class OrjsonCodec(JsonCodec):
+    """orjson serializes NumPy arrays itself (OPT_SERIALIZE_NUMPY): no detour through Python lists."""
+
+    def __init__(self) -> None:
+        super().__init__("orjson", lambda o: orjson.dumps(o, option=orjson.OPT_SERIALIZE_NUMPY), orjson.loads)
+
+    def lists(self, a: np.ndarray) -> object:
+        return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("="), copy=False))
+
+
+class RawCodec(Codec):
+    """The operands' C-order bytes back to back; dtype and shapes travel in X-Dtype and X-Shape.
+
+    X-Dtype defaults to float64, like the JSON body's "dtype". The body's Content-Type is not checked,
+    so `curl --data-binary` works without setting one; X-Codec alone selects the codec.
+    """
+
+    name = "raw"
+
+    def pack(self, parts: list[memoryview]) -> Body:
+        return Buffers(parts)
+
+    def unpack(self, body: bytes, expected: int) -> bytes:
+        return body
+
+    def encode_request(
+        self, operands: Sequence[np.ndarray], dtype: str | None = None
+    ) -> tuple[Body, Headers]:
+        ops = prepare(operands, dtype)
+        headers = {
+            "Content-Type": self.content_type,
+            "X-Dtype": ops[0].dtype.name,
+            "X-Shape": format_shapes([a.shape for a in ops]),
+        }
+        return self.pack([memoryview(a).cast("B") for a in ops]), headers
+
+    def _decode(self, body: bytes, headers: Mapping[str, str], what: str, one: bool) -> list[np.ndarray]:
+        dt = resolve_dtype(header(headers, "X-Dtype") or "float64")
+        shapes = parse_shapes(header(headers, "X-Shape"))
+        if one and len(shapes) != 1:
+            raise CodecError("bad X-Shape", f"a result has one shape, got {len(shapes)}")
+        expected = sum(r * c for r, c in shapes) * dt.itemsize
+        return split_buffer(self.unpack(body, expected), dt, shapes, what)
+
+    def decode_request(self, body: bytes, headers: Mapping[str, str]) -> list[np.ndarray]:
+        return self._decode(body, headers, "body", one=False)
+
+    def encode_response(self, result: np.ndarray) -> tuple[bytes, Headers]:
+        a = np.ascontiguousarray(result.astype(result.dtype.newbyteorder("<"), copy=False))
+        headers = {
+            "Content-Type": self.content_type,
+            "X-Dtype": a.dtype.name,
+            "X-Shape": format_shapes([a.shape]),
+        }
+        return body_bytes(self.pack([memoryview(a).cast("B")])), headers
+
+    def decode_response(self, body: bytes, headers: Mapping[str, str]) -> np.ndarray:
+        return self._decode(body, headers, "result", one=True)[0]
+
+
+class RawZlibCodec(RawCodec):
+    """`raw` compressed with zlib level 1: trades client CPU for bytes on a slow link."""
+
+    name = "raw-zlib"
+
+    def pack(self, parts: list[memoryview]) -> Body:
+        z = zlib.compressobj(1)
+        return b"".join([*(z.compress(p) for p in parts), z.flush()])
+
+    def unpack(self, body: bytes, expected: int) -> bytes:
+        if expected > MAX_INFLATED_BYTES:
+            raise CodecError(
+                "too large",
+                f"X-Shape declares {expected} bytes; raw-zlib inflates at most {MAX_INFLATED_BYTES}",
+            )
+        z = zlib.decompressobj()
+        try:
+            out = z.decompress(body, expected + 1)  # never inflate more than the shapes allow
+        except zlib.error as exc:
+            raise CodecError("malformed zlib data", str(exc)) from None
+        if not z.eof or z.unused_data or len(out) != expected:
+            raise CodecError("byte count mismatch", f"the inflated body is not exactly {expected} bytes")
+        return out
+
+
+class MsgpackCodec(Codec):
+    """A msgpack map: {dtype, operands: [{shape, data}]} up, {dtype, shape, data} down; data is bin."""
+
+    name = "msgpack"
+    content_type = "application/msgpack"
+
+    def _loads(self, body: bytes, what: str) -> dict:
+        try:  # ext types come back as inert ExtType objects and fail the checks below
+            obj = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+            raise CodecError("malformed msgpack", f"{what}: {exc}") from None
+        if not isinstance(obj, dict):
+            raise CodecError("malformed body", f"{what} must be a msgpack map")
+        return obj
+
+    def _matrix(self, item: object, dt: np.dtype, what: str) -> np.ndarray:
+        if (
+            not isinstance(item, dict)
+            or set(item) != {"shape", "data"}
+            or not isinstance(item["data"], bytes)
+        ):
+            raise CodecError("malformed body", f"{what} must be a map of shape (2 ints) and data (bin)")
+        return split_buffer(item["data"], dt, [check_shape(item["shape"], what)], what)[0]
+
+    def encode_request(
+        self, operands: Sequence[np.ndarray], dtype: str | None = None
+    ) -> tuple[Body, Headers]:
+        ops = prepare(operands, dtype)
+        items = [{"shape": list(a.shape), "data": memoryview(a).cast("B")} for a in ops]
+        body = msgpack.packb({"dtype": ops[0].dtype.name, "operands": items})
+        return body, {"Content-Type": self.content_type}
+
+    def decode_request(self, body: bytes, headers: Mapping[str, str]) -> list[np.ndarray]:
+        obj = self._loads(body, "request")
+        if set(obj) != {"dtype", "operands"} or not isinstance(obj["operands"], list):
+            raise CodecError("malformed body", "need a map with exactly dtype and operands (a list)")
+        if len(obj["operands"]) > MAX_OPERANDS:
+            raise CodecError("malformed body", f"at most {MAX_OPERANDS} operands")
+        dt = resolve_dtype(obj["dtype"])
+        return [self._matrix(m, dt, f"operand {i}") for i, m in enumerate(obj["operands"])]
+
+    def encode_response(self, result: np.ndarray) -> tuple[bytes, Headers]:
+        a = np.ascontiguousarray(result.astype(result.dtype.newbyteorder("<"), copy=False))
+        body = msgpack.packb({"dtype": a.dtype.name, "shape": list(a.shape), "data": memoryview(a).cast("B")})
+        return body, {"Content-Type": self.content_type}
+
+    def decode_response(self, body: bytes, headers: Mapping[str, str]) -> np.ndarray:
+        obj = self._loads(body, "response")
+        if set(obj) != {"dtype", "shape", "data"}:
+            raise CodecError("malformed body", "need a map with exactly dtype, shape and data")
+        return self._matrix(
+            {"shape": obj["shape"], "data": obj["data"]}, resolve_dtype(obj["dtype"]), "result"
+        )
+
+
+CODECS: dict[str, Codec] = {
+    c.name: c
+    for c in (
+        JsonCodec("json", lambda o: json.dumps(o, separators=(",", ":"), allow_nan=False), json.loads),
+        JsonCodec("ujson", ujson.dumps, ujson.loads),
+        OrjsonCodec(),
+        RawCodec(),
+        RawZlibCodec(),
+        MsgpackCodec(),
+    )
+}
+
+
+def get_codec(name: str | None) -> Codec:
+    try:
+        return CODECS[name or DEFAULT_CODEC]
+    except KeyError:
+        raise UnknownCodec(str(name)) from None

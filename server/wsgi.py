@@ -1,0 +1,63 @@
+"""Serving the application with gunicorn (sync workers), started from Python rather than its CLI.
+
+`ServerConfig.gunicorn_options()` is the whole plan, so `python -m server --dry-run` can print it and
+tests can check it without starting anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from gunicorn.app.base import BaseApplication
+
+from server.app import create_app
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    bind: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    timeout: float = 900.0  # a 1200x1200 JSON matrix over 10 Mbit/s takes tens of seconds to arrive
+    max_body_mb: float = 256.0
+    log_level: str = "info"
+    access_log: bool = True
+
+    def gunicorn_options(self) -> dict:
+        host = f"[{self.bind}]" if ":" in self.bind else self.bind
+        return {
+            "bind": [f"{host}:{self.port}"],
+            "workers": self.workers,
+            "worker_class": "sync",  # one request at a time per worker: trials never share a CPU
+            "timeout": math.ceil(self.timeout),
+            "loglevel": self.log_level,
+            "errorlog": "-",
+            "accesslog": "-" if self.access_log else None,
+            "proc_name": "offload-server",
+            # gunicorn >= 25.1 otherwise opens a control socket in a fixed per-user place, and a
+            # second server on the same host (tests, two labs) would fight over it.
+            "control_socket_disable": True,
+        }
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class OffloadServer(BaseApplication):
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.config.gunicorn_options().items():
+            if key in self.cfg.settings:  # options an older gunicorn does not have are skipped
+                self.cfg.set(key, value)
+
+    def load(self):
+        return create_app(self.config.max_body_mb)
+
+
+def serve(config: ServerConfig) -> None:
+    """Run until SIGTERM/SIGINT (gunicorn's arbiter handles both and stops its workers)."""
+    OffloadServer(config).run()
