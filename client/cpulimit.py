@@ -148,12 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
+    from testbed.runner import split_command
+
     parser = argparse.ArgumentParser(prog="python -m client.cpulimit")
     parser.add_argument("action", choices=("apply", "remove", "read", "exec"))
     parser.add_argument("--name", required=True)
     parser.add_argument("--quota", type=float, default=1.0)
-    parser.add_argument("cmd", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    options, cmd = split_command(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(options)
+    if args.action == "exec" and not cmd:
+        parser.error("exec needs a command after --")
     try:
         limit = CpuLimit(args.name, args.quota)
         if args.action == "apply":
@@ -163,7 +167,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "read":
             json.dump(limit.read(), sys.stdout)
         else:
-            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
             limit.join_self()
             os.execvp(cmd[0], cmd)
     except UserError as exc:

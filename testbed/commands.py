@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -142,7 +143,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     host = lab.find_host(args.host)
     require_root()
     lab.require_up()
-    proc = host.popen(cmd, limited=False if args.unlimited else None)
+    limited = False if args.unlimited else None
+    proc = host.popen(cmd, limited=limited, stdout=subprocess.PIPE, stderr=sys.stderr.buffer)
+    # Copied through line by line rather than inherited: a remote (SSH) host's output is a channel.
+    for line in iter(proc.stdout.readline, b""):
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
     return proc.wait()
 
 

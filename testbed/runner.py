@@ -63,3 +63,14 @@ def run(
         raise UserError(f"on {host}: `{' '.join(argv)}` did not finish within {timeout} s") from exc
     result = Result(host, argv, proc.returncode, proc.stdout, proc.stderr)
     return result.check() if check else result
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split `OPTIONS... -- CMD...` for the role CLIs that exec a command.
+
+    argparse's REMAINDER would also swallow the options in front of `--`, so the split happens first.
+    """
+    if "--" not in argv:
+        return list(argv), []
+    i = argv.index("--")
+    return list(argv[:i]), list(argv[i + 1 :])

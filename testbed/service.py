@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from testbed.runner import split_command
+
 
 def pidfile(state_dir: Path, name: str) -> Path:
     return Path(state_dir) / "services" / f"{name}.pid"
@@ -100,10 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("start", "stop", "pid"))
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--name", required=True)
-    parser.add_argument("cmd", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    options, cmd = split_command(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(options)
     if args.action == "start":
-        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        if not cmd:
+            parser.error("start needs a command after --")
         print(start(args.dir, args.name, cmd))
     elif args.action == "stop":
         stop(args.dir, args.name)
