@@ -71,7 +71,7 @@ class Host(ABC):
         return [sys.executable, "-m", module, *args]
 
 
-def blas_env(threads: int) -> dict[str, str]:
+def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
     """Cap every BLAS/OpenMP flavour numpy may be linked against, so the device model holds."""
     n = str(threads)
     keys = (
@@ -82,7 +82,10 @@ def blas_env(threads: int) -> dict[str, str]:
         "VECLIB_MAXIMUM_THREADS",
         "NUMEXPR_NUM_THREADS",
     )
-    return dict.fromkeys(keys, n)
+    env = dict.fromkeys(keys, n)
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    return env
 
 
 class NetnsHost(Host):

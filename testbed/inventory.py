@@ -61,14 +61,21 @@ class LinkSpec:
 
 @dataclass(frozen=True)
 class CpuProfile:
-    """How slow the client is: a fraction of one core, and BLAS threads capped."""
+    """How slow the client is: a fraction of one core, BLAS threads capped, optionally older BLAS kernels.
+
+    A quota slows marshalling and computing alike, but an old device is relatively much slower at
+    matrix kernels than at Python work (no AVX/FMA); `blas_core` picks OpenBLAS's kernels for an
+    older CPU (OPENBLAS_CORETYPE, e.g. Prescott, the paper's Pentium 4) to model that.
+    """
 
     cpu_quota: float | None = None  # fraction of one core; None: no limit
     blas_threads: int = 1
+    blas_core: str | None = None
 
     def describe(self) -> str:
         quota = "unlimited" if self.cpu_quota is None else f"{self.cpu_quota:g} of one core"
-        return f"{quota}, {self.blas_threads} BLAS thread(s)"
+        core = f", OpenBLAS {self.blas_core} kernels" if self.blas_core else ""
+        return f"{quota}, {self.blas_threads} BLAS thread(s){core}"
 
 
 @dataclass(frozen=True)
@@ -260,7 +267,7 @@ def _rate(sec: Section, key: str, default: int | str | None) -> int | None:
 
 
 def parse_cpu_profile(sec: Section) -> CpuProfile:
-    sec.reject_unknown({"cpu_quota", "blas_threads"})
+    sec.reject_unknown({"cpu_quota", "blas_threads", "blas_core"})
     quota = sec.get("cpu_quota", float, None)
     if quota is not None and not 0.001 <= quota <= 1:
         raise sec.error(
@@ -271,4 +278,9 @@ def parse_cpu_profile(sec: Section) -> CpuProfile:
     threads = sec.get("blas_threads", int, 1)
     if threads < 1:
         raise sec.error("blas_threads", "must be at least 1")
-    return CpuProfile(quota, threads)
+    core = sec.get("blas_core", str, None)
+    if core is not None and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{1,31}", core):
+        raise sec.error(
+            "blas_core", f"{core!r} is not an OpenBLAS core name", "e.g. Prescott, Core2, Haswell"
+        )
+    return CpuProfile(quota, threads, core)

@@ -241,7 +241,7 @@ class NetnsLab(BaseLab):
                 self.names.client_ns,
                 self.state_dir,
                 self.cpu_limit,
-                env=blas_env(inv.client_cpu.blas_threads),
+                env=blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core),
             ),
             "appliance": NetnsHost(specs["appliance"], self.names.appliance_ns, self.state_dir),
             "server": NetnsHost(specs["server"], self.names.server_ns, self.state_dir),

@@ -59,7 +59,9 @@ class SshLab(BaseLab):
                 self.state_root / inv.host(role).name,
                 self.code_root / inv.host(role).name / "src",
                 cgroup=self.cgroup if role == "client" and quota else None,
-                env=blas_env(inv.client_cpu.blas_threads) if role == "client" else None,
+                env=blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core)
+                if role == "client"
+                else None,
             )
             for role in ("client", "appliance", "server")
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import signal
 import subprocess
@@ -166,7 +167,13 @@ def cell_label(t: Trial) -> str:
 def sigterm_as_interrupt():
     """A `kill` ends the sweep as cleanly as Ctrl-C does."""
 
+    owner = os.getpid()
+
     def handler(signum, frame):
+        if os.getpid() != owner:  # a forked helper (pyroute2's netns workers): just end, as by default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -190,6 +197,7 @@ def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> Manifest
             "client_cpu": {
                 "cpu_quota": lab.inv.client_cpu.cpu_quota,
                 "blas_threads": lab.inv.client_cpu.blas_threads,
+                "blas_core": lab.inv.client_cpu.blas_core,
             },
             "environment": environment(),
             "planned_trials": len(plan_trials(exp)),

@@ -48,7 +48,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         k: getattr(args, k)
         for k in ("ops", "sizes", "rates", "methods", "reps", "warmup", "dtype", "seed", "cpu_quota", "name")
     }
-    flags["no_validate"] = args.no_validate
     if args.resume:
         if args.experiment or any(v is not None for v in flags.values()) or args.no_validate:
             raise UserError(
@@ -60,7 +59,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         run_dir = args.resume
     else:
         base = load_experiment(args.experiment) if args.experiment else None
-        exp = override(base, flags)
+        exp = override(base, {**flags, "no_validate": args.no_validate})
         run_id = new_run_id(exp.name)
         run_dir = args.results / run_id
     if exp.client_cpu:

@@ -59,6 +59,7 @@ def test_good_inventory(tmp_path):
         (("link:", "links:"), "links", 12),
         (("prefix: tb", "prefix: my-very-long-prefix"), "prefix", 2),
         (("    name: appliance\n", ""), "hosts[1].name", 7),
+        (("cpu_quota: 0.05", "cpu_quota: 0.05\n  blas_core: '$(x)'"), "client_cpu.blas_core", 16),
     ],
 )
 def test_bad_inventory_names_key_and_line(tmp_path, change, message, line):
@@ -139,3 +140,16 @@ def test_ssh_values_that_reach_remote_commands_are_validated(tmp_path, change, k
     with pytest.raises(UserError) as info:
         load_inventory(write(tmp_path, text))
     assert f"'{key}'" in str(info.value)
+
+
+def test_blas_core_models_an_older_device(tmp_path):
+    from testbed.hosts import blas_env
+
+    inv = load_inventory(
+        write(tmp_path, GOOD.replace("cpu_quota: 0.05", "cpu_quota: 0.05\n  blas_core: Prescott"))
+    )
+    assert inv.client_cpu.blas_core == "Prescott"
+    assert "Prescott" in inv.client_cpu.describe()
+    env = blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core)
+    assert env["OPENBLAS_CORETYPE"] == "Prescott" and env["OPENBLAS_NUM_THREADS"] == "1"
+    assert "OPENBLAS_CORETYPE" not in blas_env(2)
