@@ -17,16 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from testbed.errors import UserError
+from testbed.results import STAGES
 
 LOCAL = "local"
-STAGES = (
-    "t_client_encode",
-    "t_comm",
-    "t_server_decode",
-    "t_server_compute",
-    "t_server_encode",
-    "t_client_decode",
-)
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}

@@ -15,25 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.load import STAGES
+from testbed.results import COLUMNS
 
-COLUMNS = [
-    "run_id",
-    "trial",
-    "op",
-    "size",
-    "dtype",
-    "rate_mbps",
-    "method",
-    "rep",
-    "ok",
-    "error",
-    "t_total",
-    *STAGES,
-    "bytes_up",
-    "bytes_down",
-    "started_at",
-]
 # seconds per byte to encode / decode, and bytes on the wire per float64 element
 CODEC = {"json": (40e-9, 24.0), "ujson": (15e-9, 24.0), "raw": (0.5e-9, 8.0), "msgpack": (3e-9, 9.0)}
 # local seconds per size^3 (or per size^2 for element-wise ops) on the slow client; the server is 8x faster

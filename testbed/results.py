@@ -17,6 +17,15 @@ from pathlib import Path
 from testbed import __version__
 from testbed.errors import UserError
 
+# The stages of a remote trial, in the order they happen (the paper's Fig. 3); seconds.
+STAGES = (
+    "t_client_encode",
+    "t_comm",
+    "t_server_decode",
+    "t_server_compute",
+    "t_server_encode",
+    "t_client_decode",
+)
 COLUMNS = (
     "run_id",
     "trial",
@@ -29,12 +38,7 @@ COLUMNS = (
     "ok",
     "error",
     "t_total",
-    "t_client_encode",
-    "t_comm",
-    "t_server_decode",
-    "t_server_compute",
-    "t_server_encode",
-    "t_client_decode",
+    *STAGES,
     "t_request",
     "bytes_up",
     "bytes_down",
