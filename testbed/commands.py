@@ -19,7 +19,7 @@ RESULTS = Path("results")
 
 def register_more(sub) -> None:
     """Subcommands that live in their own modules (sweep, analyze, bench)."""
-    for module in ("testbed.sweep_cli",):
+    for module in ("testbed.sweep_cli", "testbed.bench_cli"):
         try:
             __import__(module, fromlist=["register"]).register(sub)
         except ModuleNotFoundError as exc:

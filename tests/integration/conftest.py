@@ -6,19 +6,12 @@ workers together and then check that none of them is left. No root needed.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import requests
 
-REPO = Path(__file__).resolve().parents[2]
+from benchmarks.loopback import LoopbackServer, group_alive, start, stop
 
 # Starts the server like `python -m server`, after adding an operation that always fails: the only
 # way to reach the catch-all 500 of a real server without putting a fault switch into the server.
@@ -33,66 +26,9 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@dataclass
-class RunningServer:
-    url: str
-    proc: subprocess.Popen
-    log: Path
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the server's process group, SIGKILL after a grace period; reap the master."""
-    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-        if not group_alive(proc.pid):
-            break
-        os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            continue
-        deadline = time.monotonic() + grace  # the master is gone; give its workers a moment too
-        while group_alive(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    if proc.poll() is None:
-        proc.wait(timeout=5)
-
-
-def start_server(tmp: Path, *args: str, failing_op: bool = False, timeout: float = 30.0) -> RunningServer:
-    port = free_port()
-    log = tmp / f"server-{port}.log"
-    head = [sys.executable, "-c", FAILING_OP] if failing_op else [sys.executable, "-m", "server"]
-    argv = [*head, "--bind", "127.0.0.1", "--port", str(port), *args]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    server = RunningServer(f"http://127.0.0.1:{port}", proc, log)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if requests.get(f"{server.url}/v1/health", timeout=2).status_code == 200:
-                return server
-        except requests.ConnectionError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop(proc)
-            raise RuntimeError(f"the server did not come up:\n{server.log_text()}")
-        time.sleep(0.1)
+def start_server(tmp: Path, *args: str, failing_op: bool = False, timeout: float = 30.0) -> LoopbackServer:
+    head = [sys.executable, "-c", FAILING_OP] if failing_op else None
+    return start(tmp, *args, head=head, timeout=timeout)
 
 
 def _served(tmp_path_factory, *args: str, failing_op: bool = False):

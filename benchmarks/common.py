@@ -1,0 +1,97 @@
+"""What every benchmark shares: one figure per `Row`, its target and verdict, and how to time things.
+
+A figure with a target is `pass` or `MISS`; one without is `info`; one that could not be measured is
+`skipped` with the reason in `note`. Timings of in-process work are the minimum over repetitions
+(noise on a shared machine only ever adds time); timings of whole trials are medians.
+"""
+
+from __future__ import annotations
+
+import operator
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+PASS, MISS, INFO, SKIPPED = "pass", "MISS", "info", "skipped"
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+MB = 1e6  # throughputs are in MB/s of matrix data (10^6 bytes)
+
+
+@dataclass
+class Row:
+    section: str  # codecs | memory | efficiency | orchestration
+    figure: str  # what the value is, e.g. "enc+dec time / memory copy"
+    case: str  # which measurement, e.g. "raw 800"
+    value: float | None
+    unit: str  # "x", "%", "ms", "MB/s"
+    target: tuple[str, float] | None = None  # e.g. ("<=", 3.0)
+    status: str = INFO
+    note: str = ""
+    details: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status == INFO and self.target is not None and self.value is not None:
+            op, limit = self.target
+            self.status = PASS if _OPS[op](self.value, limit) else MISS
+
+    @property
+    def target_text(self) -> str:
+        if self.target is None:
+            return "-"
+        op, limit = self.target
+        return f"{op} {limit:g}" + (self.unit if self.unit in ("x", "%") else f" {self.unit}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.section}/{self.figure}/{self.case}"
+
+    def as_dict(self) -> dict:
+        return {
+            "section": self.section,
+            "figure": self.figure,
+            "case": self.case,
+            "value": self.value,
+            "unit": self.unit,
+            "target": self.target_text if self.target else None,
+            "status": self.status,
+            "note": self.note,
+            "details": self.details,
+        }
+
+
+def skipped(section: str, figure: str, case: str, unit: str, reason: str, target=None) -> Row:
+    return Row(section, figure, case, None, unit, target, SKIPPED, reason)
+
+
+def time_call(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def best_time(fn: Callable[[], object], min_reps: int, max_reps: int, budget_s: float) -> float:
+    """The fastest of at least `min_reps` calls, more (up to `max_reps`) while within `budget_s`."""
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < min_reps or (len(times) < max_reps and time.perf_counter() - started < budget_s):
+        times.append(time_call(fn))
+    return min(times)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "x":
+        return f"{value:.3g}x" if value < 100 else f"{value:.0f}x"
+    if unit == "%":
+        return f"{value:.3f}%" if value < 1 else f"{value:.2f}%"
+    if unit == "ms":
+        return f"{value:.1f} ms" if value >= 1 else f"{value:.3f} ms"
+    if unit == "MB/s":
+        return f"{value:.0f} MB/s"
+    return f"{value:.3g} {unit}"

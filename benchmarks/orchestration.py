@@ -1,0 +1,112 @@
+"""What the sweep itself costs: changing the shaped rate between cells, and each trial's bookkeeping.
+
+- Rate change: `lab.set_rate`, as the sweep calls it between cells, alternating 40 and 100 Mbit/s;
+  median in ms. Target: under 100 ms.
+- Bookkeeping: per trial, the worker's JSON round trip (request line to the client host, answer line
+  back, parsed: the time `Worker.run` takes beyond the trial's own completion time) plus appending
+  and flushing its row with the sweep's `TrialWriter`. Against a 400x400 raw trial at 100 Mbit/s;
+  target: under 1% of the trial's completion time.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.common import Row, median, skipped
+from benchmarks.session import BenchError, run_ok, trial
+from testbed.lab import BaseLab
+from testbed.results import TrialWriter
+from testbed.sweep import Worker, _row
+
+SECTION = "orchestration"
+RATES_MBPS = (40.0, 100.0)
+RATE_TARGET = ("<", 100.0)
+BOOKKEEPING_SIZE = 400
+BOOKKEEPING_RATE = 100.0
+BOOKKEEPING_TARGET = ("<", 1.0)
+RATE_CHANGE = "rate change (set_rate)"
+BOOKKEEPING = "bookkeeping / trial"
+
+
+def cases(quick: bool) -> list[tuple[str, str, str, tuple | None]]:
+    return [
+        (RATE_CHANGE, "40 <-> 100 Mbit/s", "ms", RATE_TARGET),
+        (BOOKKEEPING, f"raw mul {BOOKKEEPING_SIZE} @ {BOOKKEEPING_RATE:g} Mbit/s", "%", BOOKKEEPING_TARGET),
+    ]
+
+
+def rate_changes(lab: BaseLab, n: int) -> Row:
+    (figure, case, unit, target) = cases(False)[0]
+    times = []
+    for i in range(n):
+        rate = RATES_MBPS[i % len(RATES_MBPS)]
+        start = time.perf_counter()
+        lab.set_rate(int(rate * 1e6))
+        times.append(time.perf_counter() - start)
+    ms = [t * 1e3 for t in times]
+    return Row(
+        SECTION,
+        figure,
+        case,
+        median(ms),
+        unit,
+        target,
+        note=f"median of {n}, max {max(ms):.1f} ms",
+        details={"n": n, "max_ms": max(ms)},
+    )
+
+
+def bookkeeping(lab: BaseLab, worker: Worker, n: int) -> Row:
+    (figure, case, unit, target) = cases(False)[1]
+    lab.set_rate(int(BOOKKEEPING_RATE * 1e6))
+    run_ok(worker, trial(0, BOOKKEEPING_SIZE, BOOKKEEPING_RATE))  # warm-up
+    round_trips, writes, totals = [], [], []
+    with tempfile.TemporaryDirectory(prefix="bench-bookkeeping-") as tmp:
+        writer = TrialWriter(Path(tmp) / "trials.csv")
+        try:
+            for i in range(n):
+                t = trial(i, BOOKKEEPING_SIZE, BOOKKEEPING_RATE)
+                start = time.perf_counter()
+                record = run_ok(worker, t)
+                round_trips.append(time.perf_counter() - start - record["t_total"])
+                start = time.perf_counter()
+                writer.write(_row("bench", t, record))
+                writes.append(time.perf_counter() - start)
+                totals.append(record["t_total"])
+        finally:
+            writer.close()
+    cost = median(round_trips) + median(writes)
+    return Row(
+        SECTION,
+        figure,
+        case,
+        100 * cost / median(totals),
+        unit,
+        target,
+        note=f"{cost * 1e3:.3f} ms (worker round trip {median(round_trips) * 1e3:.3f} ms, row "
+        f"{median(writes) * 1e3:.3f} ms) per {median(totals) * 1e3:.0f} ms trial (median of {n})",
+        details={
+            "n": n,
+            "bookkeeping_ms": cost * 1e3,
+            "round_trip_ms": median(round_trips) * 1e3,
+            "row_write_ms": median(writes) * 1e3,
+            "trial_ms": median(totals) * 1e3,
+        },
+    )
+
+
+def run(lab: BaseLab, worker: Worker, quick: bool = False, progress: Callable = print) -> list[Row]:
+    rows = []
+    progress("orchestration: rate changes")
+    rows.append(rate_changes(lab, 4 if quick else 10))
+    n = 3 if quick else 10
+    progress(f"orchestration: bookkeeping of {n} raw mul {BOOKKEEPING_SIZE} trials")
+    try:
+        rows.append(bookkeeping(lab, worker, n))
+    except BenchError as exc:
+        figure, case, unit, target = cases(quick)[1]
+        rows.append(skipped(SECTION, figure, case, unit, str(exc), target))
+    return rows

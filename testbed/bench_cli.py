@@ -1,0 +1,63 @@
+"""`testbed bench`: the tool's own costs against the physical limits (see `benchmarks`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from testbed.cli import load
+
+RESULTS = Path("results")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark the tool itself: marshalling, offloading efficiency, memory, orchestration",
+    )
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (a minute)")
+    p.add_argument(
+        "--out", type=Path, help="directory for bench.json, bench.csv, table.txt (default results/bench-*)"
+    )
+    p.add_argument(
+        "--skip-testbed",
+        action="store_true",
+        help="only the parts that need no root (codecs, memory); the testbed rows say skipped",
+    )
+    p.add_argument(
+        "--inventory",
+        "-i",
+        type=Path,
+        default=argparse.SUPPRESS,  # the top-level --inventory unless given here
+        help="inventory of the testbed to use (default: inventory.yaml); a testbed that is down is "
+        "brought up and taken down again",
+    )
+    p.set_defaults(handler=cmd_bench)
+    # `testbed.cli.dispatch` finds handlers by name in testbed.commands
+    import testbed.commands
+
+    testbed.commands.cmd_bench = cmd_bench
+
+
+def _import_runner():
+    try:
+        from benchmarks import runner
+    except ModuleNotFoundError as exc:
+        if exc.name != "benchmarks":
+            raise
+        # an installed `testbed` script whose editable install predates the benchmarks package
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from benchmarks import runner
+    return runner
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    runner = _import_runner()
+    inv = None if args.skip_testbed else load(args)
+    out = args.out or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    rows, doc = runner.run_bench(inv, out, quick=args.quick, skip_testbed=args.skip_testbed)
+    print(runner.format_table(rows, doc["environment"], args.quick))
+    print(f"written: {out / 'bench.json'}, {out / 'bench.csv'}, {out / 'table.txt'}")
+    return 0
