@@ -87,7 +87,8 @@ def fmt_value(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
     if unit == "x":
-        return f"{value:.3g}x" if value < 100 else f"{value:.0f}x"
+        # three decimals below 10: a 1.10x target must not read "1x"
+        return f"{value:.3f}x" if value < 10 else f"{value:.0f}x"
     if unit == "%":
         return f"{value:.3f}%" if value < 1 else f"{value:.2f}%"
     if unit == "ms":

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
+from benchmarks import runner
 from testbed.cli import load
 
 RESULTS = Path("results")
@@ -41,20 +41,7 @@ def register(sub) -> None:
     testbed.commands.cmd_bench = cmd_bench
 
 
-def _import_runner():
-    try:
-        from benchmarks import runner
-    except ModuleNotFoundError as exc:
-        if exc.name != "benchmarks":
-            raise
-        # an installed `testbed` script whose editable install predates the benchmarks package
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from benchmarks import runner
-    return runner
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
-    runner = _import_runner()
     inv = None if args.skip_testbed else load(args)
     out = args.out or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     rows, doc = runner.run_bench(inv, out, quick=args.quick, skip_testbed=args.skip_testbed)

@@ -118,7 +118,13 @@ class NetnsHost(Host):
         return self.cpu_limit.join_self
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        return {**self.env, **(env or {})}
+        # The project's interpreter first on PATH: `testbed exec client -- python -m client ...` then
+        # runs the Python that has the project and its dependencies, as the tool's own commands do.
+        bindir = os.path.dirname(sys.executable)
+        path = os.environ.get("PATH", os.defpath)
+        if path.split(os.pathsep)[0] != bindir:
+            path = bindir + os.pathsep + path
+        return {"PATH": path, **self.env, **(env or {})}
 
     def run(self, argv, *, check=True, timeout=None, env=None, limited=None, input=None) -> Result:
         return run(

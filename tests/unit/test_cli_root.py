@@ -1,0 +1,40 @@
+"""Commands that change the machine refuse to run without root: one line, exit 2, nothing touched."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from testbed import cli
+from testbed.hosts import NetnsHost
+from testbed.inventory import DEFAULT_INVENTORY, load_inventory
+
+ROOT_COMMANDS = [
+    ["up"],
+    ["down"],
+    ["shape", "--rate", "20mbit"],
+    ["validate", "--rates", "20"],
+    ["status"],
+    ["exec", "client", "--", "true"],
+    ["calibrate"],
+    ["sweep", "experiments/smoke.yaml"],
+]
+
+
+@pytest.mark.parametrize("argv", ROOT_COMMANDS, ids=lambda a: a[0])
+def test_non_root_gets_one_line_and_exit_2(argv, monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.chdir(DEFAULT_INVENTORY.parent)
+    assert cli.main(["--inventory", str(DEFAULT_INVENTORY), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "root" in err and "sudo" in err, err
+
+
+def test_host_commands_find_the_projects_python_first():
+    inv = load_inventory(DEFAULT_INVENTORY)
+    host = NetnsHost(inv.hosts["client"], "tb-client", DEFAULT_INVENTORY.parent)
+    path = host._env(None)["PATH"].split(os.pathsep)
+    assert path[0] == os.path.dirname(sys.executable)
