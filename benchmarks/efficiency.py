@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.common import Row, median, skipped
-from benchmarks.session import BenchError, goodput, run_ok, trial, unshape
+from benchmarks.session import BenchError, goodput, run_ok, trial
 from testbed.lab import BaseLab
 from testbed.sweep import Worker
 
@@ -56,7 +56,7 @@ def run_condition(
     if rate_mbps:
         lab.set_rate(int(rate_mbps * 1e6))
     else:
-        unshape(lab)
+        lab.clear_shaping()
     gp = goodput(lab, rate_mbps, duration)
     rows = [
         Row(

@@ -19,7 +19,7 @@ from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, run_ok, trial
 from testbed.lab import BaseLab
 from testbed.results import TrialWriter
-from testbed.sweep import Worker, _row
+from testbed.sweep import Worker, trial_row
 
 SECTION = "orchestration"
 RATES_MBPS = (40.0, 100.0)
@@ -73,7 +73,7 @@ def bookkeeping(lab: BaseLab, worker: Worker, n: int) -> Row:
                 record = run_ok(worker, t)
                 round_trips.append(time.perf_counter() - start - record["t_total"])
                 start = time.perf_counter()
-                writer.write(_row("bench", t, record))
+                writer.write(trial_row("bench", t, record))
                 writes.append(time.perf_counter() - start)
                 totals.append(record["t_total"])
         finally:

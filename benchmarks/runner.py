@@ -52,7 +52,7 @@ def testbed_rows(inv: Inventory, quick: bool, out_dir: Path, progress: Callable)
                 rows += efficiency.run(lab, worker, quick, progress)
             finally:
                 worker.close()
-    except (UserError, BenchError, WorkerDied, TimeoutError, OSError, ValueError) as exc:
+    except (UserError, BenchError, WorkerDied, TimeoutError, OSError) as exc:
         progress(f"the testbed part failed: {exc}")
         return rows, f"testbed part failed: {exc}"
     return rows, ""

@@ -60,17 +60,6 @@ def bench_lab(inv: Inventory, progress: Callable[[str], None] = print) -> Iterat
                     lab.host("server").stop("offload")
 
 
-def unshape(lab: BaseLab) -> None:
-    """No shaping at all on the appliance's ports (`lab.shape` puts HTB back)."""
-    ports = [lab.up_if, lab.down_if]
-    shaper = getattr(lab, "shaper", None)
-    if shaper is not None:  # the embedded testbed shapes in-process
-        shaper.clear(ports)
-        return
-    appliance = lab.host("appliance")
-    appliance.run(appliance.python("appliance", "clear", "--ifs", ",".join(ports)), limited=False)
-
-
 def goodput(lab: BaseLab, rate_mbps: float | None, duration: int) -> dict[str, float]:
     """iperf3's measured TCP goodput per direction (bits/s) on the link as it is shaped now."""
     rate_bps = int(rate_mbps * 1e6) if rate_mbps else UNSHAPED_NOMINAL_BPS

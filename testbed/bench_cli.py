@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from benchmarks import runner
 from testbed.cli import load
-
-RESULTS = Path("results")
+from testbed.commands import RESULTS
+from testbed.results import new_run_id
 
 
 def register(sub) -> None:
@@ -35,15 +34,11 @@ def register(sub) -> None:
         "brought up and taken down again",
     )
     p.set_defaults(handler=cmd_bench)
-    # `testbed.cli.dispatch` finds handlers by name in testbed.commands
-    import testbed.commands
-
-    testbed.commands.cmd_bench = cmd_bench
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     inv = None if args.skip_testbed else load(args)
-    out = args.out or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or RESULTS / new_run_id("bench")
     rows, doc = runner.run_bench(inv, out, quick=args.quick, skip_testbed=args.skip_testbed)
     print(runner.format_table(rows, doc["environment"], args.quick))
     print(f"written: {out / 'bench.json'}, {out / 'bench.csv'}, {out / 'table.txt'}")

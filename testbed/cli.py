@@ -137,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
 def dispatch(args: argparse.Namespace) -> int:
     from testbed import commands, sweep_cli
 
-    name = f"cmd_{args.command}"
-    handler = getattr(commands, name, None) or getattr(sweep_cli, name)
+    handler = getattr(args, "handler", None)  # set by subcommands registered from their own modules
+    if handler is None:
+        name = f"cmd_{args.command}"
+        handler = getattr(commands, name, None) or getattr(sweep_cli, name)
     return handler(args)
 
 

@@ -6,13 +6,13 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from testbed.cli import load, parse_rate_list, print_json, resolve_link
 from testbed.errors import UserError
 from testbed.lab import open_lab, require_root
 from testbed.rates import format_rate
+from testbed.results import new_run_id
 
 RESULTS = Path("results")
 
@@ -82,7 +82,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     lab.require_up()
     checks = validate(lab, rates, args.duration, args.tolerance)
     print(format_table(checks))
-    out = args.json or RESULTS / f"validate-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = args.json or RESULTS / f"{new_run_id('validate')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(

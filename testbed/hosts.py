@@ -88,6 +88,14 @@ def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
     return env
 
 
+def project_path() -> str:
+    """PATH with the project's interpreter first, so `testbed exec client -- python -m client ...`
+    runs the Python that has the project and its dependencies, as the tool's own commands do."""
+    bindir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", os.defpath)
+    return path if path.split(os.pathsep)[0] == bindir else bindir + os.pathsep + path
+
+
 class NetnsHost(Host):
     """A host that is a network namespace on this machine."""
 
@@ -103,7 +111,7 @@ class NetnsHost(Host):
         self.netns = netns
         self.state_dir = state_dir
         self.cpu_limit = cpu_limit
-        self.env = dict(env or {})
+        self.env = {"PATH": project_path(), **(env or {})}
 
     @property
     def where(self) -> str:
@@ -118,13 +126,7 @@ class NetnsHost(Host):
         return self.cpu_limit.join_self
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        # The project's interpreter first on PATH: `testbed exec client -- python -m client ...` then
-        # runs the Python that has the project and its dependencies, as the tool's own commands do.
-        bindir = os.path.dirname(sys.executable)
-        path = os.environ.get("PATH", os.defpath)
-        if path.split(os.pathsep)[0] != bindir:
-            path = bindir + os.pathsep + path
-        return {"PATH": path, **self.env, **(env or {})}
+        return {**self.env, **(env or {})}
 
     def run(self, argv, *, check=True, timeout=None, env=None, limited=None, input=None) -> Result:
         return run(

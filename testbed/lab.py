@@ -77,6 +77,10 @@ class BaseLab(ABC):
     def read_shaping(self) -> dict[str, dict]: ...
 
     @abstractmethod
+    def clear_shaping(self) -> None:
+        """No qdisc of ours on the appliance's ports (a later `shape` puts HTB back)."""
+
+    @abstractmethod
     def apply_cpu_limit(self) -> None: ...
 
     @abstractmethod
@@ -329,6 +333,9 @@ class NetnsLab(BaseLab):
 
     def read_shaping(self) -> dict[str, dict]:
         return self.shaper.read([self.up_if, self.down_if])
+
+    def clear_shaping(self) -> None:
+        self.shaper.clear([self.up_if, self.down_if])
 
     def apply_cpu_limit(self) -> None:
         if self.cpu_limit:

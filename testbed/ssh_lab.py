@@ -242,11 +242,7 @@ class SshLab(BaseLab):
         if role == "appliance":
             own = record.get("own_ovs")
             if record.get("bridge"):
-                host.run(
-                    self._appliance_python("clear", "--ifs", f"{self.up_if},{self.down_if}"),
-                    limited=False,
-                    check=False,
-                )
+                self.clear_shaping(check=False)
                 removed.append(f"{host.name}: qdiscs on {self.up_if}, {self.down_if}")
                 vsctl = self.switch.vsctl if own else (lambda *a: ["ovs-vsctl", *a])
                 host.run(vsctl("--if-exists", "del-br", self.bridge), limited=False, check=False)
@@ -296,6 +292,13 @@ class SshLab(BaseLab):
             self._appliance_python("read", "--ifs", f"{self.up_if},{self.down_if}"), limited=False
         )
         return json.loads(out.stdout)
+
+    def clear_shaping(self, check: bool = True) -> None:
+        self.host("appliance").run(
+            self._appliance_python("clear", "--ifs", f"{self.up_if},{self.down_if}"),
+            limited=False,
+            check=check,
+        )
 
     def apply_cpu_limit(self) -> None:
         quota = self.inv.client_cpu.cpu_quota

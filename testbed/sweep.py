@@ -248,7 +248,7 @@ def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep
                     problem = shape_and_validate(lab, exp, rate, manifest)
                     if problem:
                         for t in phase:
-                            writer.write(_row(run_id, t, {"ok": False, "error": problem}))
+                            writer.write(trial_row(run_id, t, {"ok": False, "error": problem}))
                             failed += 1
                             progress.show(cell_label(t), t)
                         continue
@@ -258,7 +258,7 @@ def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep
                 for t in phase:
                     progress.show(cell_label(t))
                     record, worker = run_trial(lab, exp, worker, run_dir, t)
-                    writer.write(_row(run_id, t, record))
+                    writer.write(trial_row(run_id, t, record))
                     failed += not record.get("ok")
                     progress.show(cell_label(t), t)
                 writer.sync()
@@ -348,7 +348,7 @@ def run_trial(lab: Lab, exp: Experiment, worker: Worker, run_dir: Path, t: Trial
     return record, worker
 
 
-def _row(run_id: str, t: Trial, record: dict) -> dict:
+def trial_row(run_id: str, t: Trial, record: dict) -> dict:
     return {
         **record,
         "run_id": run_id,
