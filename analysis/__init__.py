@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from testbed.errors import UserError
+from contracts.errors import UserError
 
 __all__ = ["analyze"]
 

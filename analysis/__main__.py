@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from analysis import analyze
-from testbed.errors import UserError
+from contracts.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.load import LOCAL, STAGES
 from analysis.stats import ci95, welch
+from contracts.trials import LOCAL, STAGES
 
 KEYS = ["op", "size", "rate_mbps", "method"]
 PREFERRED_METHODS = ("json", "ujson", "raw")

@@ -16,7 +16,7 @@ from analysis.cells import method_order
 MISSING = "-"
 
 
-def format_rate(rate: float) -> str:
+def format_mbps(rate: float) -> str:
     return f"{rate:g}"
 
 
@@ -38,7 +38,7 @@ def decision_vectors(cells: pd.DataFrame) -> pd.DataFrame:
                 "op": op,
                 "size": size,
                 "method": method,
-                "rates": " ".join(format_rate(r) for r in g["rate_mbps"]),
+                "rates": " ".join(format_mbps(r) for r in g["rate_mbps"]),
                 "vector": " ".join(vector),
                 "offload_count": vector.count("1"),
                 "missing_rates": vector.count(MISSING),

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed.errors import UserError
-from testbed.results import STAGES
+from contracts.errors import UserError
+from contracts.trials import LOCAL, STAGES
 
-LOCAL = "local"
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}

@@ -18,25 +18,15 @@ import matplotlib
 import pandas as pd
 
 from analysis.cells import method_order
+from contracts.trials import STAGES
 
 PNG_DPI = 150
-STAGE_LABELS = {
-    "t_client_encode": "client encode",
-    "t_comm": "communication",
-    "t_server_decode": "server decode",
-    "t_server_compute": "server compute",
-    "t_server_encode": "server encode",
-    "t_client_decode": "client decode",
-}
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies and in greyscale print
-STAGE_COLORS = {
-    "t_client_encode": "#E69F00",
-    "t_comm": "#56B4E9",
-    "t_server_decode": "#009E73",
-    "t_server_compute": "#0072B2",
-    "t_server_encode": "#F0E442",
-    "t_client_decode": "#D55E00",
-}
+# "t_client_encode" -> "client encode"; communication is spelled out
+STAGE_LABELS = {s: s.removeprefix("t_").replace("_", " ").replace("comm", "communication") for s in STAGES}
+# Okabe-Ito, in stage order: distinguishable with the common colour-vision deficiencies and in greyscale
+STAGE_COLORS = dict(
+    zip(STAGES, ("#E69F00", "#56B4E9", "#009E73", "#0072B2", "#F0E442", "#D55E00"), strict=True)
+)
 OTHER_COLOR = "#BBBBBB"
 METHOD_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 # line hatches only: dot and circle hatches make multi-megabyte SVGs and slow renders

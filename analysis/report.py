@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.decisions import format_rate
+from analysis.decisions import format_mbps
 from analysis.plots import Plot
 from analysis.tables import CELL_COLUMNS, FILES, csv_frame
 
@@ -180,7 +180,7 @@ def _records(items: list, mark_bad: bool = False) -> str:
         classes = ["bad" if v is False else "" for v in frame["ok"]]
     if "rate_mbps" in frame.columns:
         frame["rate_mbps"] = frame["rate_mbps"].map(
-            lambda r: format_rate(r) if isinstance(r, int | float) else r
+            lambda r: format_mbps(r) if isinstance(r, int | float) else r
         )
     return _table(frame.astype(object).where(frame.notna(), ""), classes)
 

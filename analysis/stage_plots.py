@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.load import STAGES
 from analysis.plots import OTHER_COLOR, STAGE_COLORS, STAGE_LABELS, method_styles, rate_label
+from contracts.trials import STAGES
 
 GROUP_WIDTH = 0.8
 OTHER_MIN = 0.005  # fraction of the total below which a remainder is rounding, not a missing stage

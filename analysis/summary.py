@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from analysis.decisions import format_rate
+from analysis.decisions import format_mbps
 
 
 def summary_text(
@@ -19,7 +19,7 @@ def summary_text(
 ) -> str:
     failed = int((~trials["ok"]).sum())
     missing = int(cells["missing"].sum())
-    rates = " ".join(format_rate(r) for r in sorted(cells["rate_mbps"].unique()))
+    rates = " ".join(format_mbps(r) for r in sorted(cells["rate_mbps"].unique()))
     lines = [
         f"run {run_id}: {len(trials)} trials ({len(trials) - failed} ok, {failed} failed); "
         f"{len(cells)} cells, {missing} missing",

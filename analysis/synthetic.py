@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.results import COLUMNS
+from contracts.trials import COLUMNS, LOCAL
 
 # seconds per byte to encode / decode, and bytes on the wire per float64 element
 CODEC = {"json": (40e-9, 24.0), "ujson": (15e-9, 24.0), "raw": (0.5e-9, 8.0), "msgpack": (3e-9, 9.0)}
@@ -57,7 +57,7 @@ def write_synthetic_run(
         for size in sizes:
             local = per * size**power
             for rep in range(reps):
-                add(op=op, size=size, rate_mbps="", method="local", rep=rep, t_total=local * _noise(rng))
+                add(op=op, size=size, rate_mbps="", method=LOCAL, rep=rep, t_total=local * _noise(rng))
             for rate in rates:
                 for method in methods:
                     cost, width = CODEC.get(method, CODEC["json"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.load import STAGES
+from contracts.trials import STAGES
 
 CELL_COLUMNS = [
     "op",

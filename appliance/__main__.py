@@ -12,8 +12,8 @@ import sys
 from dataclasses import asdict
 
 from appliance.shaper import Shaper, plan_shaping
-from testbed.errors import UserError
-from testbed.inventory import LinkSpec
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec
 
 
 def main(argv: list[str] | None = None) -> int:

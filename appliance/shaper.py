@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.errors import UserError
-from testbed.inventory import LinkSpec
-from testbed.rates import ETH_HEADER, default_burst, format_rate, kernel_hz
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec
+from contracts.units import ETH_HEADER, default_burst, format_rate, kernel_hz
 
 ROOT_HANDLE = "1:"
 CLASS_HANDLE = "1:10"

@@ -15,8 +15,8 @@ import numpy as np
 
 from benchmarks.common import MB, Row, best_time, fmt_value
 from client.offload import make_operands
-from server.codecs import CODECS, Codec
-from server.wire import body_bytes
+from contracts.codecs import CODECS, Codec
+from contracts.wire import body_bytes
 
 SECTION = "codecs"
 SIZES = (400, 800, 1200)

@@ -7,7 +7,6 @@ Like the integration tests' server: started on a free 127.0.0.1 port, waited for
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+
+from contracts.processes import stop_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,24 +53,9 @@ class LoopbackServer:
         return [int(p) for p in text.split()]
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def stop(proc: subprocess.Popen) -> None:
     """SIGTERM the server's process group, SIGKILL after a grace period; reap the master."""
-    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-        if not group_alive(proc.pid):
-            break
-        os.killpg(proc.pid, sig)
-        deadline = time.monotonic() + grace
-        while group_alive(proc.pid) and time.monotonic() < deadline:
-            proc.poll()  # reap the master as soon as it exits, or its group stays "alive"
-            time.sleep(0.05)
+    stop_group(proc.pid, grace=15.0)
     if proc.poll() is None:
         proc.wait(timeout=5)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmarks import codecs, efficiency, memory, orchestration
 from benchmarks.common import MISS, PASS, SKIPPED, Row, fmt_value, skipped
 from benchmarks.session import BenchError, bench_lab, start_worker
-from testbed.errors import UserError
+from contracts.errors import UserError
 from testbed.inventory import Inventory
 from testbed.results import environment
 from testbed.sweep import WorkerDied, sigterm_as_interrupt

@@ -22,9 +22,10 @@ from client.offload import (
     local,
     make_operands,
 )
-from server.codecs import CODECS, DEFAULT_CODEC
-from server.ops import DTYPES, OPS
-from testbed.errors import UserError
+from contracts.codecs import CODECS, DEFAULT_CODEC
+from contracts.errors import UserError
+from contracts.ops import OPS
+from contracts.trials import DTYPES
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 

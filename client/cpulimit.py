@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.errors import UserError
+from contracts.errors import UserError
+from contracts.profiles import check_cpu_quota
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MIN_QUOTA_US = 1000
@@ -23,18 +24,13 @@ MAX_PERIOD_US = 1_000_000
 
 
 def quota_period(fraction: float) -> tuple[int, int]:
-    """(quota_us, period_us) for `fraction` of one core, with the quota at least the kernel's 1 ms."""
-    if not 0 < fraction <= 1:
-        raise UserError(f"cpu_quota {fraction} is not a fraction of one core in (0, 1]")
-    period = DEFAULT_PERIOD_US
-    if fraction * period < MIN_QUOTA_US:
-        period = math.ceil(MIN_QUOTA_US / fraction)
-    if period > MAX_PERIOD_US:
-        raise UserError(
-            f"cpu_quota {fraction} is too small for the kernel (1 ms quota per at most 1 s period)",
-            "use a cpu_quota of at least 0.001",
-        )
-    return max(MIN_QUOTA_US, round(fraction * period)), period
+    """(quota_us, period_us) for `fraction` of one core, with the quota at least the kernel's 1 ms.
+
+    `check_cpu_quota` keeps the fraction where a 1 ms quota fits a period of at most 1 s.
+    """
+    check_cpu_quota(fraction)
+    period = max(DEFAULT_PERIOD_US, math.ceil(MIN_QUOTA_US / fraction))
+    return max(MIN_QUOTA_US, round(fraction * period)), min(period, MAX_PERIOD_US)
 
 
 @dataclass(frozen=True)
@@ -148,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    from testbed.runner import split_command
+    from contracts.command import split_command
 
     parser = argparse.ArgumentParser(prog="python -m client.cpulimit")
     parser.add_argument("action", choices=("apply", "remove", "read", "exec"))

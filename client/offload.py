@@ -3,7 +3,7 @@
 A remote trial is: client encode -> HTTP request (upload, server decode/compute/encode, download)
 -> client decode. The server reports its three stages in `Server-Timing`; communication is what is
 left of the request time, because it cannot be measured directly. The codec objects are the
-server's own (`server.codecs`), so both ends marshal with exactly the same code.
+server's too (`contracts.codecs`), so both ends marshal with exactly the same code.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import numpy as np
 import requests
 import urllib3
 
-from server.codecs import CODECS, Codec, CodecError, get_codec
-from server.ops import DTYPES, OPS, OpError, UnknownOp, execute
-from server.timing import parse_server_timing
-from testbed.errors import UserError
+from contracts.codecs import CODECS, Codec, CodecError, get_codec
+from contracts.errors import UserError
+from contracts.ops import OPS, OpError, UnknownOp, execute
+from contracts.trials import DTYPES, SERVER_STAGES, parse_server_timing
 
 
 @dataclass
@@ -120,7 +120,7 @@ class OffloadClient:
         t3 = time.perf_counter()
         result = c.decode_response(content, resp.headers)
         t4 = time.perf_counter()
-        s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in ("decode", "compute", "encode"))
+        s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
         return result, StageTimes(
             t_client_encode=t1 - t0,
             t_request=t2 - t1,

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from client.offload import OffloadClient, OffloadError, local, make_operands
+from contracts.trials import LOCAL
 
 
 class Worker:
@@ -39,7 +40,7 @@ class Worker:
         try:
             operands = self.operands(spec["op"], int(spec["size"]), spec["dtype"])
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
-            if spec["method"] == "local":
+            if spec["method"] == LOCAL:
                 _, seconds = local(spec["op"], operands)
                 out.update(ok=True, t_total=seconds)
             else:

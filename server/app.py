@@ -12,11 +12,12 @@ import json
 from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from server.codecs import CODECS, UnknownCodec, get_codec
-from server.ops import DTYPES, OPS, OpError, UnknownOp, execute, get_op
+from contracts import __version__
+from contracts.codecs import CODECS, UnknownCodec, get_codec
+from contracts.ops import OPS, OpError, UnknownOp, execute, get_op
+from contracts.trials import DTYPES
+from contracts.wire import CodecError
 from server.timing import StageClock
-from server.wire import CodecError
-from testbed import __version__
 
 DRAIN_CHUNK = 1 << 16
 DRAIN_LIMIT = 1 << 30  # bodies up to this much over the limit still get to read their 413

@@ -1,3 +1,5 @@
 """Network-emulation testbed controller for computation-offloading experiments."""
 
-__version__ = "0.1.0"
+from contracts import __version__
+
+__all__ = ["__version__"]

@@ -14,9 +14,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from testbed.errors import UserError
-from testbed.inventory import Inventory, LinkSpec, load_inventory
-from testbed.rates import format_rate, parse_rate
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec, check_burst
+from contracts.units import format_rate, parse_rate
+from testbed.inventory import Inventory, load_inventory
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,9 +95,10 @@ def resolve_link(base: LinkSpec, args: argparse.Namespace) -> LinkSpec:
     if args.ceil is not None:
         link = replace(link, ceil=parse_rate(args.ceil, "--ceil"))
     if args.burst is not None:
-        if args.burst < 1600:
-            raise UserError(f"--burst {args.burst} is smaller than one frame", "give at least 1600 bytes")
-        link = replace(link, burst=args.burst)
+        try:
+            link = replace(link, burst=check_burst(args.burst))
+        except UserError as exc:
+            raise UserError(f"--burst: {exc.message}", exc.fix) from None
     if args.delay is not None:
         if args.delay < 0:
             raise UserError(f"--delay {args.delay} is negative")

@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from contracts.errors import UserError
+from contracts.units import format_rate
 from testbed.cli import load, parse_rate_list, print_json, resolve_link
-from testbed.errors import UserError
 from testbed.lab import open_lab, require_root
-from testbed.rates import format_rate
 from testbed.results import new_run_id
 
 RESULTS = Path("results")

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import UserError
+from contracts.errors import UserError
 
 _MISSING = object()
 

@@ -6,12 +6,13 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from contracts.errors import UserError
+from contracts.profiles import CpuProfile, check_cpu_quota
+from contracts.trials import DTYPES
+from contracts.units import parse_rate
 from testbed.config import Section, load_yaml
-from testbed.errors import UserError
-from testbed.inventory import CpuProfile, parse_cpu_profile
-from testbed.rates import parse_rate
+from testbed.inventory import parse_cpu_profile
 
-DTYPES = ("float64", "int32", "int64")
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
 
 
@@ -44,13 +45,13 @@ class Experiment:
 
 
 def known_ops() -> tuple[str, ...]:
-    from server.ops import OPS
+    from contracts.ops import OPS
 
     return tuple(OPS)
 
 
 def known_methods() -> tuple[str, ...]:
-    from server.codecs import CODECS
+    from contracts.codecs import CODECS
 
     return tuple(CODECS)
 
@@ -201,8 +202,10 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["dtype"] = flags["dtype"]
     if flags.get("cpu_quota") is not None:
         quota = flags["cpu_quota"]
-        if not 0.001 <= quota <= 1:
-            raise UserError(f"--cpu-quota {quota} is not a fraction of one core between 0.001 and 1")
+        try:
+            check_cpu_quota(quota)
+        except UserError as exc:
+            raise UserError(f"--cpu-quota: {exc.message}", exc.fix) from None
         base = exp.client_cpu or CpuProfile()
         changes["client_cpu"] = replace(base, cpu_quota=quota)
     if flags.get("no_validate"):

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from client.cpulimit import CpuLimit
+from contracts.command import Result, run
 from testbed import service as service_mod
 from testbed.inventory import HostSpec
-from testbed.runner import Result, run
 
 
 class Host(ABC):

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contracts.errors import UserError
+from contracts.profiles import CpuProfile, LinkSpec, check_burst, check_cpu_quota
+from contracts.units import parse_rate
 from testbed.config import Section, load_yaml
-from testbed.errors import UserError
-from testbed.rates import parse_rate
 
 ROLES = ("client", "appliance", "server")
 BACKENDS = ("netns", "ssh")
@@ -47,38 +48,6 @@ class HostSpec:
 
 
 @dataclass(frozen=True)
-class LinkSpec:
-    """Shaping of both directions of the client<->server path, in bits per second."""
-
-    up_rate: int  # client -> server
-    down_rate: int  # server -> client
-    ceil: int | None = None  # None: equal to the rate
-    burst: int | None = None  # bytes; None: derived from the rate and the kernel timer
-    mtu: int = 1500
-    delay_ms: float | None = None
-    loss_pct: float | None = None
-
-
-@dataclass(frozen=True)
-class CpuProfile:
-    """How slow the client is: a fraction of one core, BLAS threads capped, optionally older BLAS kernels.
-
-    A quota slows marshalling and computing alike, but an old device is relatively much slower at
-    matrix kernels than at Python work (no AVX/FMA); `blas_core` picks OpenBLAS's kernels for an
-    older CPU (OPENBLAS_CORETYPE, e.g. Prescott, the paper's Pentium 4) to model that.
-    """
-
-    cpu_quota: float | None = None  # fraction of one core; None: no limit
-    blas_threads: int = 1
-    blas_core: str | None = None
-
-    def describe(self) -> str:
-        quota = "unlimited" if self.cpu_quota is None else f"{self.cpu_quota:g} of one core"
-        core = f", OpenBLAS {self.blas_core} kernels" if self.blas_core else ""
-        return f"{quota}, {self.blas_threads} BLAS thread(s){core}"
-
-
-@dataclass(frozen=True)
 class Inventory:
     path: Path
     backend: str
@@ -88,7 +57,6 @@ class Inventory:
     client_cpu: CpuProfile
     server_port: int = 8080
     iperf3_port: int = 5201
-    extra: dict = field(default_factory=dict)
 
     def host(self, role: str) -> HostSpec:
         return self.hosts[role]
@@ -240,10 +208,8 @@ def parse_link(sec: Section) -> LinkSpec:
     down = _rate(sec, "down_rate", rate)
     ceil = _rate(sec, "ceil", None)
     burst = sec.get("burst", int, None)
-    if burst is not None and burst < 1600:
-        raise sec.error(
-            "burst", f"{burst} bytes is smaller than one frame", "give at least 1600 bytes or leave it out"
-        )
+    if burst is not None:
+        _check(sec, "burst", check_burst, burst)
     mtu = sec.get("mtu", int, 1500)
     if not 576 <= mtu <= 9000:
         raise sec.error("mtu", f"{mtu} is not between 576 and 9000")
@@ -254,6 +220,14 @@ def parse_link(sec: Section) -> LinkSpec:
     if loss is not None and not 0 <= loss <= 100:
         raise sec.error("loss_pct", "must be between 0 and 100")
     return LinkSpec(up, down, ceil, burst, mtu, delay, loss)
+
+
+def _check(sec: Section, key: str, check, value) -> None:
+    """A shared range check (contracts.profiles), reported with the file, line and key."""
+    try:
+        check(value)
+    except UserError as exc:
+        raise sec.error(key, exc.message, exc.fix) from None
 
 
 def _rate(sec: Section, key: str, default: int | str | None) -> int | None:
@@ -269,12 +243,8 @@ def _rate(sec: Section, key: str, default: int | str | None) -> int | None:
 def parse_cpu_profile(sec: Section) -> CpuProfile:
     sec.reject_unknown({"cpu_quota", "blas_threads", "blas_core"})
     quota = sec.get("cpu_quota", float, None)
-    if quota is not None and not 0.001 <= quota <= 1:
-        raise sec.error(
-            "cpu_quota",
-            f"{quota} is not a fraction of one core between 0.001 and 1",
-            "e.g. 0.05 for a twentieth of a core, or leave it out for no limit",
-        )
+    if quota is not None:
+        _check(sec, "cpu_quota", check_cpu_quota, quota)
     threads = sec.get("blas_threads", int, 1)
     if threads < 1:
         raise sec.error("blas_threads", "must be at least 1")

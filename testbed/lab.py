@@ -21,11 +21,12 @@ from appliance.shaper import PortShaping, Shaper, plan_shaping
 from appliance.switch import PROGRAMS as OVS_PROGRAMS
 from appliance.switch import SCHEMA, Switch
 from client.cpulimit import CpuLimit, detect_version
+from contracts.command import run
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec
 from testbed import topology
-from testbed.errors import UserError
 from testbed.hosts import Host, NetnsHost, blas_env
-from testbed.inventory import Inventory, LinkSpec
-from testbed.runner import run
+from testbed.inventory import Inventory
 from testbed.topology import Names
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))

@@ -11,9 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from contracts.trials import LOCAL
 from testbed.experiment import Experiment
-
-LOCAL = "local"
 
 
 @dataclass(frozen=True)

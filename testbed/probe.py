@@ -25,7 +25,7 @@ def probe(programs: list[str], interfaces: list[str], cgroup: bool) -> dict:
     }
     if cgroup:
         from client.cpulimit import detect_version
-        from testbed.errors import UserError
+        from contracts.errors import UserError
 
         try:
             out["cgroup"] = detect_version()

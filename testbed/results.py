@@ -14,36 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed import __version__
-from testbed.errors import UserError
-
-# The stages of a remote trial, in the order they happen (the paper's Fig. 3); seconds.
-STAGES = (
-    "t_client_encode",
-    "t_comm",
-    "t_server_decode",
-    "t_server_compute",
-    "t_server_encode",
-    "t_client_decode",
-)
-COLUMNS = (
-    "run_id",
-    "trial",
-    "op",
-    "size",
-    "dtype",
-    "rate_mbps",
-    "method",
-    "rep",
-    "ok",
-    "error",
-    "t_total",
-    *STAGES,
-    "t_request",
-    "bytes_up",
-    "bytes_down",
-    "started_at",
-)
+from contracts import __version__
+from contracts.errors import UserError
+from contracts.trials import COLUMNS
 
 
 class TrialWriter:

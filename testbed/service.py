@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from testbed.runner import split_command
+from contracts.command import split_command
 
 
 def pidfile(state_dir: Path, name: str) -> Path:

@@ -20,10 +20,10 @@ import paramiko
 from fabric import Connection
 from invoke.exceptions import CommandTimedOut
 
-from testbed.errors import UserError
+from contracts.command import Result
+from contracts.errors import UserError
 from testbed.hosts import Host
 from testbed.inventory import HostSpec
-from testbed.runner import Result
 
 
 def connection_error(host: str, where: str, exc: BaseException) -> UserError:

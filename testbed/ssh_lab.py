@@ -17,9 +17,10 @@ from pathlib import Path, PurePosixPath
 
 from appliance.shaper import PortShaping
 from appliance.switch import Switch
-from testbed.errors import UserError
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec
 from testbed.hosts import blas_env
-from testbed.inventory import Inventory, LinkSpec
+from testbed.inventory import Inventory
 from testbed.lab import BaseLab
 from testbed.ssh import SshHost
 

@@ -20,10 +20,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.errors import UserError
+from contracts.errors import UserError
+from contracts.trials import LOCAL
 from testbed.experiment import Experiment
 from testbed.lab import BaseLab as Lab
-from testbed.plan import LOCAL, Trial, phases, plan_trials
+from testbed.plan import Trial, phases, plan_trials
 from testbed.results import Manifest, TrialWriter, completed_trials, environment
 from testbed.validate import validate_rate
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from contracts.errors import UserError
 from testbed.cli import load
-from testbed.errors import UserError
 from testbed.experiment import from_dict, load_experiment, override
 from testbed.results import Manifest, new_run_id
 

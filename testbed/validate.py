@@ -11,9 +11,9 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from testbed.errors import UserError
+from contracts.errors import UserError
+from contracts.units import expected_goodput
 from testbed.lab import BaseLab as Lab
-from testbed.rates import expected_goodput
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from benchmarks.loopback import LoopbackServer, group_alive, start, stop
 # way to reach the catch-all 500 of a real server without putting a fault switch into the server.
 FAILING_OP = """
 import sys
-from server.ops import OPS, Op
+from contracts.ops import OPS, Op
 def boom(a):
     raise RuntimeError("deliberate test failure")
 OPS["boom"] = Op("boom", 1, lambda operands: None, boom, "test only: always fails")

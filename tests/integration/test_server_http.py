@@ -18,10 +18,10 @@ import requests
 import testbed
 from client.__main__ import main as client_main
 from client.offload import OffloadClient, OffloadError, check_result, local, make_operands
-from server.codecs import CODECS
-from server.ops import OPS
-from server.timing import parse_server_timing
-from testbed.errors import UserError
+from contracts.codecs import CODECS
+from contracts.errors import UserError
+from contracts.ops import OPS
+from contracts.trials import parse_server_timing
 
 REPO = Path(__file__).resolve().parents[2]
 A = np.array([[1.0, 2.0], [3.0, 4.0]])

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from testbed.rates import expected_goodput
+from contracts.units import expected_goodput
 from tests.conftest import REPO, leftovers, run_cli, write_inventory
 
 pytestmark = pytest.mark.privileged

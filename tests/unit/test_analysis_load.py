@@ -9,7 +9,7 @@ import pytest
 
 from analysis import analyze
 from analysis.load import REQUIRED, load_run, read_trials
-from testbed.errors import UserError
+from contracts.errors import UserError
 
 HEADER = (
     "run_id,trial,op,size,dtype,rate_mbps,method,rep,ok,error,t_total,t_client_encode,t_comm,"

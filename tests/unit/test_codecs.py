@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from server.codecs import (
+from contracts.codecs import (
     CODECS,
     DEFAULT_CODEC,
     MAX_INFLATED_BYTES,
@@ -27,9 +27,10 @@ from server.codecs import (
     body_bytes,
     get_codec,
 )
-from server.ops import DTYPES
-from server.timing import StageClock, parse_server_timing
-from server.wire import parse_shapes
+from contracts.ops import DTYPES
+from contracts.trials import parse_server_timing
+from contracts.wire import parse_shapes
+from server.timing import StageClock
 
 REPO = Path(__file__).resolve().parents[2]
 JSON_CODECS = ["json", "ujson", "orjson"]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import UserError
+from contracts.errors import UserError
 from testbed.experiment import Experiment, from_dict, load_experiment, override, parse_sizes
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import UserError
+from contracts.errors import UserError
 from testbed.inventory import DEFAULT_INVENTORY, load_inventory
 from testbed.topology import Names, plan
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from client.offload import ResultMismatch, check_result, local, make_operands
-from server.ops import DTYPES, MAX_RESULT_ELEMENTS, OPS, Op, OpError, UnknownOp, execute
-from testbed.errors import UserError
+from contracts.errors import UserError
+from contracts.ops import DTYPES, MAX_RESULT_ELEMENTS, OPS, Op, OpError, UnknownOp, execute
 
 RNG = np.random.default_rng(0)
 A = RNG.random((5, 5)) + 5 * np.eye(5)

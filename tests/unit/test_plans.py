@@ -7,8 +7,8 @@ import pytest
 from appliance.shaper import plan_shaping
 from appliance.switch import Switch
 from client.cpulimit import CpuLimit, quota_period
-from testbed.errors import UserError
-from testbed.inventory import LinkSpec
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec
 
 
 def test_htb_on_both_egress_ports_with_derived_burst():

@@ -1,7 +1,7 @@
 import pytest
 
-from testbed.errors import UserError
-from testbed.rates import default_burst, expected_goodput, format_rate, parse_rate
+from contracts.errors import UserError
+from contracts.units import default_burst, expected_goodput, format_rate, parse_rate
 
 
 @pytest.mark.parametrize(

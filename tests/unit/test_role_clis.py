@@ -7,8 +7,8 @@ import json
 import pytest
 
 from client import cpulimit
+from contracts.command import split_command
 from testbed import service
-from testbed.runner import split_command
 
 
 def test_split_command():

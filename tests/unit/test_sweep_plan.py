@@ -1,8 +1,9 @@
 from collections import Counter
 
+from contracts.trials import COLUMNS, LOCAL
 from testbed.experiment import Experiment
-from testbed.plan import LOCAL, phases, plan_trials
-from testbed.results import COLUMNS, TrialWriter, completed_trials, repair
+from testbed.plan import phases, plan_trials
+from testbed.results import TrialWriter, completed_trials, repair
 
 EXP = Experiment(
     name="t",

@@ -10,7 +10,7 @@ import gzip
 import re
 from pathlib import Path
 
-from testbed.errors import UserError
+from contracts.errors import UserError
 
 _UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*$")

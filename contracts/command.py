@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from testbed.errors import CommandError, UserError
+from contracts.errors import CommandError, UserError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec checks against this
+from contracts.trials import DTYPES
+
 MAX_RESULT_ELEMENTS = 1 << 28  # 2 GiB of float64: a small (n x 1) @ (1 x n) must not ask for terabytes
 
 

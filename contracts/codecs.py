@@ -2,7 +2,7 @@
 
 Each codec turns operands into an HTTP request body plus headers and back, and a result into a
 response body plus headers and back. Both sides use the very same object, so a trial measures exactly
-one implementation of each method. What the decoders accept is in `server.wire`.
+one implementation of each method. What the decoders accept is in `contracts.wire`.
 
 JSON codecs refuse NaN and infinity in both directions: they are not JSON (stdlib json and uJSON
 would write the non-standard `NaN`, orjson would silently write `null`). Use `raw` or `msgpack` for
@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 import ujson
 
-from server.wire import (
+from contracts.wire import (
     MAX_OPERANDS,
     Body,
     Buffers,

@@ -1,0 +1,76 @@
+"""The link and the client-CPU profiles: what the orchestrator asks a host to emulate.
+
+Both travel to the hosts as plain JSON (`as_dict` / `from_dict`), so a host needs no YAML reader.
+Their range checks live here, once: the inventory, the experiment files and the CLI flags all call
+them, so a value means the same wherever it was typed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from contracts.errors import UserError
+
+MIN_BURST = 1600  # bytes: one full frame and some
+MIN_CPU_QUOTA = 0.001  # the kernel's 1 ms quota per its longest 1 s period
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Shaping of both directions of the client<->server path, in bits per second."""
+
+    up_rate: int  # client -> server
+    down_rate: int  # server -> client
+    ceil: int | None = None  # None: equal to the rate
+    burst: int | None = None  # bytes; None: derived from the rate and the kernel timer
+    mtu: int = 1500
+    delay_ms: float | None = None
+    loss_pct: float | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LinkSpec:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """How slow the client is: a fraction of one core, BLAS threads capped, optionally older BLAS kernels.
+
+    A quota slows marshalling and computing alike, but an old device is relatively much slower at
+    matrix kernels than at Python work (no AVX/FMA); `blas_core` picks OpenBLAS's kernels for an
+    older CPU (OPENBLAS_CORETYPE, e.g. Prescott, the paper's Pentium 4) to model that.
+    """
+
+    cpu_quota: float | None = None  # fraction of one core; None: no limit
+    blas_threads: int = 1
+    blas_core: str | None = None
+
+    def describe(self) -> str:
+        quota = "unlimited" if self.cpu_quota is None else f"{self.cpu_quota:g} of one core"
+        core = f", OpenBLAS {self.blas_core} kernels" if self.blas_core else ""
+        return f"{quota}, {self.blas_threads} BLAS thread(s){core}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_burst(burst: int) -> int:
+    if burst < MIN_BURST:
+        raise UserError(
+            f"burst {burst} bytes is smaller than one frame",
+            f"give at least {MIN_BURST} bytes or leave it out",
+        )
+    return burst
+
+
+def check_cpu_quota(quota: float) -> float:
+    if not MIN_CPU_QUOTA <= quota <= 1:
+        raise UserError(
+            f"cpu_quota {quota} is not a fraction of one core between {MIN_CPU_QUOTA} and 1",
+            "e.g. 0.05 for a twentieth of a core, or leave it out for no limit",
+        )
+    return quota

@@ -1,0 +1,74 @@
+"""The trial schema: what a trial is called, measured and written as, on every host and in the analysis.
+
+`trials.csv` (written by the orchestrator from what the client's worker reports) and the analysis
+that reads it agree through these names; the server's stage times reach the client in the standard
+`Server-Timing` header, whose format is written and parsed here.
+"""
+
+from __future__ import annotations
+
+import re
+
+LOCAL = "local"  # the method of a local-baseline trial (no offloading, no rate)
+DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec checks against this
+
+# The stages of a remote trial, in the order they happen (the paper's Fig. 3); seconds.
+STAGES = (
+    "t_client_encode",
+    "t_comm",
+    "t_server_decode",
+    "t_server_compute",
+    "t_server_encode",
+    "t_client_decode",
+)
+# The server's own stages, as named in `Server-Timing`, and the trial column each one fills.
+SERVER_STAGES = {"decode": "t_server_decode", "compute": "t_server_compute", "encode": "t_server_encode"}
+
+COLUMNS = (
+    "run_id",
+    "trial",
+    "op",
+    "size",
+    "dtype",
+    "rate_mbps",
+    "method",
+    "rep",
+    "ok",
+    "error",
+    "t_total",
+    *STAGES,
+    "t_request",
+    "bytes_up",
+    "bytes_down",
+    "started_at",
+)
+
+_METRIC = re.compile(r"^\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(?:;(.*))?$")
+_DUR = re.compile(r"^\s*dur\s*=\s*\"?([0-9.eE+\-]+)\"?\s*$")
+
+
+def format_server_timing(ms: dict[str, float]) -> str:
+    """{"decode": 1.5, "compute": 20.0} (milliseconds, the header's unit) -> `decode;dur=1.500, ...`."""
+    return ", ".join(f"{name};dur={value:.3f}" for name, value in ms.items())
+
+
+def parse_server_timing(value: str | None) -> dict[str, float]:
+    """`decode;dur=1.5, compute;dur=20` -> {"decode": 0.0015, "compute": 0.02} (seconds).
+
+    Follows the header's grammar loosely: metrics without `dur` and unknown parameters (`desc`) are
+    skipped; a malformed metric is skipped rather than failing a trial whose result is fine.
+    """
+    out: dict[str, float] = {}
+    for metric in (value or "").split(","):
+        m = _METRIC.match(metric)
+        if not m:
+            continue
+        for param in (m.group(2) or "").split(";"):
+            d = _DUR.match(param)
+            if d:
+                try:
+                    out[m.group(1)] = float(d.group(1)) / 1000.0
+                except ValueError:
+                    pass
+                break
+    return out
