@@ -11,7 +11,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from analysis.plots import method_styles, rate_label
+from analysis.style import method_styles, rate_label
 
 # decision map categories, in colour order
 CATEGORIES = [

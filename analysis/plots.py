@@ -18,26 +18,18 @@ import matplotlib
 import pandas as pd
 
 from analysis.cells import method_order
-from contracts.trials import STAGES
+from analysis.decision_plots import decision_map, decisions_figure
+from analysis.ratio_plots import ratios_figure
+from analysis.stage_plots import stage_figure
+from analysis.style import STYLE
 
 PNG_DPI = 150
-# "t_client_encode" -> "client encode"; communication is spelled out
-STAGE_LABELS = {s: s.removeprefix("t_").replace("_", " ").replace("comm", "communication") for s in STAGES}
-# Okabe-Ito, in stage order: distinguishable with the common colour-vision deficiencies and in greyscale
-STAGE_COLORS = dict(
-    zip(STAGES, ("#E69F00", "#56B4E9", "#009E73", "#0072B2", "#F0E442", "#D55E00"), strict=True)
-)
-OTHER_COLOR = "#BBBBBB"
-METHOD_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-# line hatches only: dot and circle hatches make multi-megabyte SVGs and slow renders
-HATCHES = ["", "///", "\\\\\\", "xxx", "---", "|||", "+++", "//--"]
 PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-")
-STYLE = {
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "legend.fontsize": 8,
-    "svg.hashsalt": "offload-analysis",
-    "hatch.linewidth": 0.6,
+BUILDERS = {
+    "stages": stage_figure,
+    "decisions": decisions_figure,
+    "map": decision_map,
+    "ratios": ratios_figure,
 }
 
 
@@ -53,7 +45,7 @@ class Plot:
 class Job:
     """One figure to draw: picklable, so figures can be drawn in parallel processes."""
 
-    figure: str  # key of _builders()
+    figure: str  # key of BUILDERS
     args: tuple
     stem: str
     title: str
@@ -162,22 +154,9 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
     return jobs
 
 
-def _builders() -> dict:
-    from analysis.decision_plots import decision_map, decisions_figure
-    from analysis.ratio_plots import ratios_figure
-    from analysis.stage_plots import stage_figure
-
-    return {
-        "stages": stage_figure,
-        "decisions": decisions_figure,
-        "map": decision_map,
-        "ratios": ratios_figure,
-    }
-
-
 def render(job: Job, out_dir: Path) -> Plot:
     with matplotlib.rc_context(STYLE):
-        fig = _builders()[job.figure](*job.args)
+        fig = BUILDERS[job.figure](*job.args)
         stem = safe_name(job.stem)
         png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
         # solve the layout once, then freeze it: otherwise each savefig draws twice (layout, then output)
@@ -190,15 +169,3 @@ def render(job: Job, out_dir: Path) -> Plot:
 
 def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))
-
-
-def method_styles(methods: list[str]) -> dict[str, dict]:
-    """A fixed colour and hatch per method, by its position in the run's method order."""
-    return {
-        m: {"color": METHOD_COLORS[i % len(METHOD_COLORS)], "hatch": HATCHES[i % len(HATCHES)]}
-        for i, m in enumerate(methods)
-    }
-
-
-def rate_label(rate: float) -> str:
-    return f"{rate:g}"

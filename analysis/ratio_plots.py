@@ -12,7 +12,7 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
 from analysis.cells import REFERENCE_METHOD
-from analysis.plots import rate_label
+from analysis.style import rate_label
 
 MISSING_COLOR = "#DDDDDD"
 # colour bar ticks for ratios, coarse to fine: the first set with three ticks in range is used

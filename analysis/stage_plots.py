@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.plots import OTHER_COLOR, STAGE_COLORS, STAGE_LABELS, method_styles, rate_label
+from analysis.style import OTHER_COLOR, STAGE_COLORS, STAGE_LABELS, method_styles, rate_label
 from contracts.trials import STAGES
 
 GROUP_WIDTH = 0.8

@@ -85,6 +85,22 @@ def plan_shaping(link: LinkSpec, up_if: str, down_if: str, hz: int | None = None
     return ports
 
 
+def class_counters(stats2) -> dict[str, int]:
+    """Bytes, packets, drops, overlimits and backlog from a class's TCA_STATS2 attribute.
+
+    Takes anything with pyroute2's `get_attr`, so a captured message tests it without a kernel.
+    """
+    basic = stats2.get_attr("TCA_STATS_BASIC") or {}
+    queue = stats2.get_attr("TCA_STATS_QUEUE") or {}
+    return {
+        "bytes": int(basic.get("bytes", 0)),
+        "packets": int(basic.get("packets", 0)),
+        "drops": int(queue.get("drops", 0)),
+        "overlimits": int(queue.get("overlimits", 0)),
+        "backlog": int(queue.get("backlog", 0)),
+    }
+
+
 class Shaper:
     """Applies and reads shaping in one network namespace (None: the current one)."""
 
@@ -175,6 +191,17 @@ class Shaper:
                 except NetlinkError as exc:
                     if exc.code not in (2, 22):
                         raise
+
+    def counters(self, ifnames: list[str]) -> dict[str, dict]:
+        """Per port, what our HTB class has sent and dropped so far (exact, read from the kernel)."""
+        out: dict[str, dict] = {}
+        with self._ipr() as ipr:
+            for ifname in ifnames:
+                found = ipr.link_lookup(ifname=ifname)
+                for cls in ipr.get_classes(found[0]) if found else ():
+                    if cls.get_attr("TCA_KIND") == "htb" and cls["handle"] == 0x10010:
+                        out[ifname] = class_counters(cls.get_attr("TCA_STATS2"))
+        return out
 
     def read(self, ifnames: list[str]) -> dict[str, dict]:
         """The shaping in force per port, as the kernel reports it (rates in bits/s)."""

@@ -1,8 +1,14 @@
-"""The appliance's Open vSwitch bridge, with its own daemons and run directory.
+"""The appliance's Open vSwitch bridge: its daemons, its ports, and what OVSDB says about them.
 
-The embedded testbed runs ovsdb-server and ovs-vswitchd inside the appliance namespace with a run
-directory of the tool's, so nothing of the machine's own Open vSwitch (if any) is touched. Without the
-kernel module the bridge uses the userspace datapath (`netdev`).
+The embedded testbed runs ovsdb-server and ovs-vswitchd of its own inside the appliance namespace,
+with a run directory of the tool's (`own=True`), so nothing of the machine's Open vSwitch is touched.
+A real lab's appliance that already runs Open vSwitch keeps its daemons and database; the bridge is
+then added to the system's database (`own=False`). Without the kernel module the bridge uses the
+userspace datapath (`netdev`).
+
+`plan_up`/`plan_down` are argv lists that can be printed and tested; `apply` runs them on the host.
+Bridge, port and per-interface counters are read through the OVSDB IDL of Open vSwitch's own
+Python library (`appliance.ovsdb`), not by parsing ovs-vsctl's output.
 """
 
 from __future__ import annotations
@@ -10,8 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.command import run
+
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
-PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl")
+SYSTEM_DB = "unix:/var/run/openvswitch/db.sock"
+PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")
 
 
 @dataclass(frozen=True)
@@ -20,6 +29,7 @@ class Switch:
     ports: tuple[str, ...]
     rundir: Path
     datapath: str = "netdev"
+    own: bool = True  # our own daemons and database in `rundir`; False: the system's
 
     @property
     def db(self) -> Path:
@@ -27,9 +37,11 @@ class Switch:
 
     @property
     def sock(self) -> str:
-        return f"unix:{self.rundir / 'db.sock'}"
+        return f"unix:{self.rundir / 'db.sock'}" if self.own else SYSTEM_DB
 
     def env(self) -> dict[str, str]:
+        if not self.own:
+            return {}
         d = str(self.rundir)
         return {
             "OVS_RUNDIR": d,
@@ -66,6 +78,8 @@ class Switch:
         ]
         for port in self.ports:
             bridge += ["--", "--may-exist", "add-port", self.bridge, port]
+        if not self.own:
+            return [bridge]
         return [
             ["ovsdb-tool", "create", str(self.db), str(SCHEMA)],
             self._daemon("ovsdb-server", str(self.db), f"--remote=p{self.sock}"),
@@ -75,13 +89,21 @@ class Switch:
         ]
 
     def plan_down(self) -> list[list[str]]:
-        return [
-            self.vsctl("--if-exists", "del-br", self.bridge),
-            ["ovs-appctl", "-t", str(self.rundir / "ovs-vswitchd.ctl"), "exit"],
-            ["ovs-appctl", "-t", str(self.rundir / "ovsdb-server.ctl"), "exit"],
-        ]
+        steps = [self.vsctl("--if-exists", "del-br", self.bridge)]
+        if self.own:
+            steps += [
+                ["ovs-appctl", "-t", str(self.rundir / "ovs-vswitchd.ctl"), "exit"],
+                ["ovs-appctl", "-t", str(self.rundir / "ovsdb-server.ctl"), "exit"],
+            ]
+        return steps
 
-    def plan_status(self) -> list[str]:
-        return self.vsctl(
-            "--format=json", "--columns=name,datapath_type,ports", "list", "Bridge", self.bridge
-        )
+    def up(self) -> None:
+        if self.own:
+            self.rundir.mkdir(parents=True, exist_ok=True)
+        for argv in self.plan_up():
+            run(argv, host="appliance", env=self.env(), timeout=60)
+
+    def down(self) -> None:
+        """Best effort: a bridge or daemon that is already gone is fine."""
+        for argv in self.plan_down():
+            run(argv, host="appliance", env=self.env(), timeout=30, check=False)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, goodput, run_ok, trial
-from testbed.lab import BaseLab
+from testbed.lab import Lab
 from testbed.sweep import Worker
 
 SECTION = "efficiency"
@@ -51,7 +51,7 @@ def skip_all(quick: bool, reason: str) -> list[Row]:
 
 
 def run_condition(
-    lab: BaseLab, worker: Worker, rate_mbps: float | None, sizes: tuple[int, ...], reps: int, duration: int
+    lab: Lab, worker: Worker, rate_mbps: float | None, sizes: tuple[int, ...], reps: int, duration: int
 ) -> list[Row]:
     if rate_mbps:
         lab.set_rate(int(rate_mbps * 1e6))
@@ -99,7 +99,7 @@ def run_condition(
     return rows
 
 
-def run(lab: BaseLab, worker: Worker, quick: bool = False, progress: Callable = print) -> list[Row]:
+def run(lab: Lab, worker: Worker, quick: bool = False, progress: Callable = print) -> list[Row]:
     sizes = QUICK_SIZES if quick else SIZES
     reps, duration = (2, 1) if quick else (5, 3)
     rows: list[Row] = []

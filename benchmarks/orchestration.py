@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, run_ok, trial
-from testbed.lab import BaseLab
+from testbed.lab import Lab
 from testbed.results import TrialWriter
 from testbed.sweep import Worker, trial_row
 
@@ -38,7 +38,7 @@ def cases(quick: bool) -> list[tuple[str, str, str, tuple | None]]:
     ]
 
 
-def rate_changes(lab: BaseLab, n: int) -> Row:
+def rate_changes(lab: Lab, n: int) -> Row:
     (figure, case, unit, target) = cases(False)[0]
     times = []
     for i in range(n):
@@ -59,7 +59,7 @@ def rate_changes(lab: BaseLab, n: int) -> Row:
     )
 
 
-def bookkeeping(lab: BaseLab, worker: Worker, n: int) -> Row:
+def bookkeeping(lab: Lab, worker: Worker, n: int) -> Row:
     (figure, case, unit, target) = cases(False)[1]
     lab.set_rate(int(BOOKKEEPING_RATE * 1e6))
     run_ok(worker, trial(0, BOOKKEEPING_SIZE, BOOKKEEPING_RATE))  # warm-up
@@ -98,7 +98,7 @@ def bookkeeping(lab: BaseLab, worker: Worker, n: int) -> Row:
     )
 
 
-def run(lab: BaseLab, worker: Worker, quick: bool = False, progress: Callable = print) -> list[Row]:
+def run(lab: Lab, worker: Worker, quick: bool = False, progress: Callable = print) -> list[Row]:
     rows = []
     progress("orchestration: rate changes")
     rows.append(rate_changes(lab, 4 if quick else 10))

@@ -17,9 +17,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from testbed.backends import open_lab
 from testbed.experiment import Experiment, Validation
 from testbed.inventory import Inventory
-from testbed.lab import BaseLab, open_lab, require_root
+from testbed.lab import Lab, require_root
 from testbed.plan import Trial
 from testbed.sweep import Worker, sigterm_as_interrupt
 from testbed.validate import validate_rate
@@ -33,7 +34,7 @@ class BenchError(Exception):
 
 
 @contextmanager
-def bench_lab(inv: Inventory, progress: Callable[[str], None] = print) -> Iterator[BaseLab]:
+def bench_lab(inv: Inventory, progress: Callable[[str], None] = print) -> Iterator[Lab]:
     require_root()
     lab = open_lab(inv.with_client_cpu(replace(inv.client_cpu, cpu_quota=None)))
     brought_up = started_server = False
@@ -60,7 +61,7 @@ def bench_lab(inv: Inventory, progress: Callable[[str], None] = print) -> Iterat
                     lab.host("server").stop("offload")
 
 
-def goodput(lab: BaseLab, rate_mbps: float | None, duration: int) -> dict[str, float]:
+def goodput(lab: Lab, rate_mbps: float | None, duration: int) -> dict[str, float]:
     """iperf3's measured TCP goodput per direction (bits/s) on the link as it is shaped now."""
     rate_bps = int(rate_mbps * 1e6) if rate_mbps else UNSHAPED_NOMINAL_BPS
     checks = validate_rate(lab, rate_bps, duration, shape=False)
@@ -71,7 +72,7 @@ def goodput(lab: BaseLab, rate_mbps: float | None, duration: int) -> dict[str, f
     return out
 
 
-def start_worker(lab: BaseLab, log: Path) -> Worker:
+def start_worker(lab: Lab, log: Path) -> Worker:
     exp = Experiment(
         name="bench",
         ops=("mul",),

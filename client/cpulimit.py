@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.errors import UserError
+from contracts.processes import stop_all
 from contracts.profiles import check_cpu_quota
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -104,7 +103,7 @@ class CpuLimit:
         return {"cgroup": str(self.path), "quota_us": quota, "period_us": period, "fraction": fraction}
 
     def join_self(self) -> None:
-        """Move the calling process into the cgroup (a `preexec_fn`: children inherit it)."""
+        """Move the calling process into the cgroup (its children inherit it)."""
         (self.path / "cgroup.procs").write_text(str(os.getpid()))
 
     def pids(self) -> list[int]:
@@ -117,16 +116,7 @@ class CpuLimit:
         """Kill what is still inside, then remove the cgroup; a no-op when it does not exist."""
         if not self.exists():
             return
-        for attempt in range(50):
-            pids = self.pids()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL if attempt else signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        stop_all(self.pids, grace=2.5)
         try:
             self.path.rmdir()
         except FileNotFoundError:
@@ -139,36 +129,30 @@ class CpuLimit:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m client.cpulimit`: the same limit on a remote client host (SSH backend)."""
+    """`python -m client.cpulimit --name CGROUP -- CMD...`: run CMD inside the client's CPU limit.
+
+    How every backend runs a command on the device: this process joins the cgroup, then becomes
+    CMD, so the limit covers CMD from its first instruction (and this wrapper's start-up does not
+    count against the device).
+    """
     import argparse
-    import json
     import sys
 
     from contracts.command import split_command
 
     parser = argparse.ArgumentParser(prog="python -m client.cpulimit")
-    parser.add_argument("action", choices=("apply", "remove", "read", "exec"))
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--quota", type=float, default=1.0)
+    parser.add_argument("--name", required=True, help="the cgroup (the agent's cpu.apply made it)")
     options, cmd = split_command(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(options)
-    if args.action == "exec" and not cmd:
-        parser.error("exec needs a command after --")
+    if not cmd:
+        parser.error("give the command after --")
     try:
-        limit = CpuLimit(args.name, args.quota)
-        if args.action == "apply":
-            limit.apply()
-        elif args.action == "remove":
-            limit.remove()
-        elif args.action == "read":
-            json.dump(limit.read(), sys.stdout)
-        else:
-            limit.join_self()
-            os.execvp(cmd[0], cmd)
-    except UserError as exc:
-        print(f"cpulimit: error: {exc}", file=sys.stderr)
+        CpuLimit(args.name, 1.0).join_self()
+    except (UserError, OSError) as exc:
+        print(f"cpulimit: error: cannot join cgroup {args.name}: {exc}", file=sys.stderr)
         return 2
-    return 0
+    os.execvp(cmd[0], cmd)
+    return 0  # not reached
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.lab import BaseLab as Lab
+from testbed.lab import Lab
 
 
 def calibrate(lab: Lab, sizes: list[int], reps: int = 3) -> list[dict]:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.units import format_rate
+from testbed.backends import open_lab
 from testbed.cli import load, parse_rate_list, print_json, resolve_link
-from testbed.lab import open_lab, require_root
+from testbed.lab import require_root
 from testbed.results import new_run_id
 
 RESULTS = Path("results")
@@ -54,7 +55,7 @@ def cmd_shape(args: argparse.Namespace) -> int:
     lab = open_lab(inv)
     if args.dry_run:
         for port in lab.shape(link, dry_run=True):
-            for cmd in port.commands():
+            for cmd in port["commands"]:
                 print(f"on {lab.host('appliance').where}: {cmd}")
         return 0
     require_root()

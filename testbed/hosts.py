@@ -1,22 +1,24 @@
-"""The one interface the orchestrator uses to act on a host: run, start/stop a service, copy a file.
+"""The one interface the orchestrator uses to act on a host: commands, the host agent, services.
 
-The embedded testbed implements it with network namespaces on this machine (`NetnsHost`); the SSH
-backend of a real lab implements the same methods, so nothing above this module knows which it is.
+A host is reached in one of two ways, and that is all a backend supplies (`_exec`, `_popen`,
+`python`): the embedded testbed enters a network namespace on this machine (`NetnsHost`), a real
+lab goes over SSH (`testbed.ssh.SshHost`). Everything else (the agent's JSON protocol, the device's
+CPU limit, services) is written once, here.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import subprocess
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
-from client.cpulimit import CpuLimit
 from contracts.command import Result, run
-from testbed import service as service_mod
+from contracts.errors import CommandError, UserError
 from testbed.inventory import HostSpec
 
 
@@ -24,6 +26,9 @@ class Host(ABC):
     """A testbed host. `limited` selects the device's CPU limit (on by default where the host has one)."""
 
     spec: HostSpec
+    state_dir: Path | PurePosixPath  # where the host keeps the tool's state: pid files, logs, records
+    cgroup: str | None  # the client's CPU limit, which its commands run in unless limited=False
+    env: dict[str, str]  # for every command and service (BLAS thread caps on the client)
 
     @property
     def name(self) -> str:
@@ -33,7 +38,33 @@ class Host(ABC):
     def role(self) -> str:
         return self.spec.role
 
+    @property
     @abstractmethod
+    def where(self) -> str:
+        """Where the host is, for people: a namespace, or user@address."""
+
+    # ---------------------------------------------------------------- how the host is reached
+    @abstractmethod
+    def _exec(
+        self, argv: list[str], *, timeout: float | None, env: Mapping[str, str], input: str | None
+    ) -> Result: ...
+
+    @abstractmethod
+    def _popen(self, argv: list[str], env: Mapping[str, str], **kwargs) -> subprocess.Popen: ...
+
+    @abstractmethod
+    def python(self, module: str, *args: str) -> list[str]:
+        """argv that runs one of the project's modules (`python -m client ...`) on this host."""
+
+    def limited(self, argv: Sequence[str], limited: bool | None = None) -> list[str]:
+        """argv run inside the device's CPU limit (where the host has one and `limited` is not False)."""
+        argv = [str(a) for a in argv]
+        if self.cgroup and limited is not False:
+            return self.python("client.cpulimit", "--name", self.cgroup, "--", *argv)
+        return argv
+
+    # ---------------------------------------------------------------- written once for both backends
+
     def run(
         self,
         argv: Sequence[str],
@@ -43,32 +74,53 @@ class Host(ABC):
         env: Mapping[str, str] | None = None,
         limited: bool | None = None,
         input: str | None = None,
-    ) -> Result: ...
+    ) -> Result:
+        result = self._exec(
+            self.limited(argv, limited), timeout=timeout, env={**self.env, **(env or {})}, input=input
+        )
+        return result.check() if check else result
 
-    @abstractmethod
     def popen(self, argv: Sequence[str], *, limited: bool | None = None, **kwargs) -> subprocess.Popen:
-        """A process with pipes, for streaming work (the sweep's trial worker)."""
+        """A process with pipes, for streaming work (the sweep's trial worker, `testbed exec`)."""
+        env = {**self.env, **(kwargs.pop("env", None) or {})}
+        return self._popen(self.limited(argv, limited), env, **kwargs)
 
-    @abstractmethod
-    def start(self, service: str, argv: Sequence[str], *, limited: bool | None = None) -> int: ...
+    def agent(self, verb: str, *, timeout: float = 120.0, **args: Any) -> Any:
+        """Ask the host agent (`python -m agent VERB`); its answer's result, or its error raised."""
+        result = self._agent_exec(verb, json.dumps(args, default=str), timeout)
+        return agent_answer(self.name, result)
 
-    @abstractmethod
-    def stop(self, service: str) -> None: ...
+    def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
+        return self._exec(self.python("agent", verb), timeout=timeout, env={}, input=payload)
 
-    @abstractmethod
-    def service_pid(self, service: str) -> int | None: ...
+    def start(self, service: str, argv: Sequence[str]) -> int:
+        """A background service (never CPU-limited) in its own session; `stop` finds it after a crash."""
+        return self.agent(
+            "service.start",
+            dir=str(self.state_dir),
+            name=f"{self.name}-{service}",
+            argv=[str(a) for a in argv],
+            env=self.env,
+        )
 
-    @abstractmethod
-    def put(self, src: Path, dst: str) -> None: ...
+    def stop(self, service: str) -> bool:
+        return self.agent("service.stop", dir=str(self.state_dir), name=f"{self.name}-{service}")
 
-    @property
-    @abstractmethod
-    def where(self) -> str:
-        """Where the host is, for people: a namespace, or user@address."""
+    def service_pid(self, service: str) -> int | None:
+        return self.agent("service.status", dir=str(self.state_dir), name=f"{self.name}-{service}")
 
-    def python(self, module: str, *args: str) -> list[str]:
-        """argv that runs one of the project's role modules (`python -m client ...`) on this host."""
-        return [sys.executable, "-m", module, *args]
+
+def agent_answer(host: str, result: Result) -> Any:
+    """The agent's JSON answer: its result, a UserError for the user's problem, a CommandError for a bug."""
+    try:
+        answer = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
+    except json.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict) or "ok" not in answer:
+        raise CommandError(host, result.argv, result.returncode, result.stderr or result.stdout)
+    if not answer["ok"]:
+        raise UserError(f"on {host}: {answer['error']}", answer.get("fix"))
+    return answer.get("result")
 
 
 def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
@@ -104,64 +156,49 @@ class NetnsHost(Host):
         spec: HostSpec,
         netns: str,
         state_dir: Path,
-        cpu_limit: CpuLimit | None = None,
+        cgroup: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.spec = spec
         self.netns = netns
         self.state_dir = state_dir
-        self.cpu_limit = cpu_limit
+        self.cgroup = cgroup
         self.env = {"PATH": project_path(), **(env or {})}
 
     @property
     def where(self) -> str:
         return f"netns {self.netns}"
 
-    def _argv(self, argv: Sequence[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.netns, *[str(a) for a in argv]]
+    def python(self, module: str, *args: str) -> list[str]:
+        return [sys.executable, "-m", module, *args]
 
-    def _preexec(self, limited: bool | None):
-        if self.cpu_limit is None or limited is False:
-            return None
-        return self.cpu_limit.join_self
+    def _netns(self, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, *argv]
 
-    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        return {**self.env, **(env or {})}
+    def limited(self, argv: Sequence[str], limited: bool | None = None) -> list[str]:
+        """Join the cgroup here, then enter the namespace: `ip netns exec` mounts a /sys of the
+        namespace's own, without the cgroup file system, so nothing inside could join it."""
+        argv = [str(a) for a in argv]
+        if self.cgroup and limited is not False:
+            return [*self.python("client.cpulimit", "--name", self.cgroup, "--"), *self._netns(argv)]
+        return self._netns(argv)
 
-    def run(self, argv, *, check=True, timeout=None, env=None, limited=None, input=None) -> Result:
-        return run(
-            self._argv(argv),
-            host=self.name,
-            check=check,
-            timeout=timeout,
-            env=self._env(env),
-            input=input,
-            preexec_fn=self._preexec(limited),
-        )
+    def _exec(self, argv, *, timeout, env, input) -> Result:
+        return run(argv, host=self.name, check=False, timeout=timeout, env=env, input=input)
 
-    def popen(self, argv, *, limited=None, **kwargs) -> subprocess.Popen:
-        env = {**os.environ, **self._env(kwargs.pop("env", None))}
-        return subprocess.Popen(self._argv(argv), env=env, preexec_fn=self._preexec(limited), **kwargs)
+    def _popen(self, argv, env, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(argv, env={**os.environ, **env}, **kwargs)
 
-    def log_path(self, service: str) -> Path:
-        return service_mod.logfile(self.state_dir, f"{self.name}-{service}")
+    def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
+        """In the namespace when it exists and the verb needs its network; otherwise here.
 
-    def start(self, service, argv, *, limited=None) -> int:
-        """A background service in its own session; its pid file lets `stop` find it, also after a crash."""
-        return service_mod.start(
-            self.state_dir,
-            f"{self.name}-{service}",
-            self._argv(argv),
-            env=self.env,
-            preexec_fn=self._preexec(limited),
-        )
-
-    def service_pid(self, service: str) -> int | None:
-        return service_mod.pid_of(self.state_dir, f"{self.name}-{service}")
-
-    def stop(self, service) -> None:
-        service_mod.stop(self.state_dir, f"{self.name}-{service}")
-
-    def put(self, src, dst) -> None:
-        # Namespaces share this machine's filesystem: a copy is a plain copy.
-        shutil.copyfile(src, dst)
+        Only the network differs between this machine and its namespaces: a plan, a probe taken
+        before `up` or after `down`, and the cgroup (whose file system `ip netns exec` hides) are the
+        host's own here. A verb that needs the network of a namespace that is not there fails as it
+        should (no such port).
+        """
+        argv = self.python("agent", verb)
+        inside = os.geteuid() == 0 and Path(f"/run/netns/{self.netns}").exists()
+        if inside and not verb.startswith("cpu."):
+            argv = self._netns(argv)
+        return run(argv, host=self.name, check=False, timeout=timeout, input=payload)

@@ -1,9 +1,11 @@
 """The testbed's life cycle: check, up, shape, status, down.
 
-`BaseLab` holds what every backend shares (services, shaping plans, rate changes, status); the
-embedded backend (`NetnsLab`, namespaces on this machine) and the SSH backend (`testbed.ssh_lab`)
-supply how hosts, the bridge, the shaper and the CPU limit are reached. `down` derives every name
-from the inventory, so it cleans up after a crash even when no state file survived.
+`Lab` holds everything both backends share, and acts on hosts only through the host agent
+(`python -m agent VERB`): shaping, the client's CPU limit, services, the bridge, probes and counters
+are the same calls whether the host is a namespace here (`NetnsLab`) or a machine over SSH
+(`testbed.ssh_lab.SshLab`). A backend supplies only how hosts are reached and wired (veth pairs in
+namespaces, or existing NICs) and what `down` must undo. `NetnsLab.down` derives every name from the
+inventory, so it cleans up after a crash even when no state file survived.
 """
 
 from __future__ import annotations
@@ -11,18 +13,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
-from appliance.shaper import PortShaping, Shaper, plan_shaping
-from appliance.switch import PROGRAMS as OVS_PROGRAMS
-from appliance.switch import SCHEMA, Switch
-from client.cpulimit import CpuLimit, detect_version
 from contracts.command import run
 from contracts.errors import UserError
+from contracts.processes import stop_all
 from contracts.profiles import LinkSpec
 from testbed import topology
 from testbed.hosts import Host, NetnsHost, blas_env
@@ -30,7 +28,12 @@ from testbed.inventory import Inventory
 from testbed.topology import Names
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
-REQUIRED_PROGRAMS = ("ip", "ethtool", "iperf3", *OVS_PROGRAMS, "ovs-appctl")
+OVS_PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")
+PROGRAMS = {  # what each role's host must have
+    "client": ("ip", "ethtool"),
+    "server": ("ip", "ethtool", "iperf3"),
+    "appliance": ("ip", "ethtool", *OVS_PROGRAMS),
+}
 
 
 def require_root() -> None:
@@ -40,21 +43,40 @@ def require_root() -> None:
         )
 
 
-def open_lab(inv: Inventory) -> BaseLab:
-    """The lab for the inventory's backend."""
-    if inv.backend == "ssh":
-        from testbed.ssh_lab import SshLab
+def probe_problems(role: str, probe: dict, needs_cgroup: bool) -> list[str]:
+    """What a host's probe (the agent's `probe` verb) says would stop `up`, in words with the fix."""
+    problems = []
+    if not probe["root"]:
+        problems.append("commands do not run as root (run with sudo)")
+    missing = [p for p, path in probe["programs"].items() if not path]
+    if missing:
+        problems.append(f"programs missing: {', '.join(missing)} (run scripts/setup.sh)")
+    absent = [i for i, present in probe["interfaces"].items() if not present]
+    if absent:
+        problems.append(f"no interface {', '.join(absent)}")
+    modules = [m for m, ok in probe["python_modules"].items() if not ok]
+    if modules:
+        problems.append(
+            f"Python modules missing: {', '.join(modules)} (pip install the project's dependencies)"
+        )
+    if needs_cgroup and probe.get("cgroup") is None:
+        problems.append(probe.get("cgroup_error", "no cgroup cpu controller"))
+    if role == "appliance":
+        if not probe["ovs_kernel_module"] and not probe["tun"]:
+            problems.append("/dev/net/tun missing: the userspace OVS bridge needs the tun device")
+        if not probe["ovs_schema"]:
+            problems.append("the Open vSwitch schema is missing (reinstall openvswitch-common)")
+    return problems
 
-        return SshLab(inv)
-    return NetnsLab(inv)
 
-
-class BaseLab(ABC):
+class Lab(ABC):
     inv: Inventory
     hosts: dict[str, Host]
     bridge: str
     up_if: str  # appliance port facing the server: client->server traffic leaves here
     down_if: str  # appliance port facing the client: server->client traffic leaves here
+    cgroup: str  # the client's CPU limit
+    probes: dict[str, dict]  # the hosts' answers to `probe`, by role, from the last preflight
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -66,29 +88,18 @@ class BaseLab(ABC):
 
     @abstractmethod
     def _up(self) -> None:
-        """Hosts, bridge, CPU limit; shaping and services follow in `up`."""
+        """Hosts, wiring, bridge, CPU limit; shaping and services follow in `up`."""
+
+    @abstractmethod
+    def _mark_up(self) -> None:
+        """Record that the testbed is complete (what `is_up` looks for)."""
 
     @abstractmethod
     def down(self) -> list[str]: ...
 
     @abstractmethod
-    def _apply_shaping(self, link: LinkSpec, plan: list[PortShaping]) -> None: ...
-
-    @abstractmethod
-    def read_shaping(self) -> dict[str, dict]: ...
-
-    @abstractmethod
-    def clear_shaping(self) -> None:
-        """No qdisc of ours on the appliance's ports (a later `shape` puts HTB back)."""
-
-    @abstractmethod
-    def apply_cpu_limit(self) -> None: ...
-
-    @abstractmethod
-    def cpu_in_force(self) -> dict: ...
-
-    @abstractmethod
-    def bridge_status(self) -> dict: ...
+    def switch_args(self) -> dict:
+        """The bridge as the agent's bridge verbs take it: bridge, rundir, own."""
 
     # ---------------------------------------------------------------- queries
     def host(self, role: str) -> Host:
@@ -109,6 +120,15 @@ class BaseLab(ABC):
     def server_url(self) -> str:
         return f"http://{self.inv.host('server').address.ip}:{self.inv.server_port}"
 
+    def probe(self, role: str, interfaces: list[str] = ()) -> list[str]:
+        """The problems the host of `role` reports about itself (see `probe_problems`)."""
+        needs_cgroup = role == "client" and bool(self.inv.client_cpu.cpu_quota)
+        probe = self.host(role).agent(
+            "probe", programs=list(PROGRAMS[role]), interfaces=list(interfaces), cgroup=needs_cgroup
+        )
+        self.probes[role] = probe  # what `_up` needs to know of the host (its Open vSwitch, say)
+        return probe_problems(role, probe, needs_cgroup)
+
     # ---------------------------------------------------------------- up
     def up(self, start_server: bool = True) -> bool:
         """Bring the testbed up; returns False when it already was (up is idempotent)."""
@@ -126,10 +146,6 @@ class BaseLab(ABC):
             self.down()
             raise
         return True
-
-    @abstractmethod
-    def _mark_up(self) -> None:
-        """Record that the testbed is complete (what `is_up` looks for)."""
 
     # ---------------------------------------------------------------- services
     def start_services(self, start_server: bool = True) -> None:
@@ -165,19 +181,25 @@ class BaseLab(ABC):
     def server_alive(self) -> bool:
         return self.host("server").service_pid("offload") is not None
 
-    # ---------------------------------------------------------------- shaping
-    def shaping_plan(self, link: LinkSpec) -> list[PortShaping]:
-        return plan_shaping(link, up_if=self.up_if, down_if=self.down_if)
+    # ---------------------------------------------------------------- shaping (the appliance's agent)
+    def _ports(self) -> dict:
+        return {"up_if": self.up_if, "down_if": self.down_if}
 
-    def shape(self, link: LinkSpec, dry_run: bool = False) -> list[PortShaping]:
-        plan = self.shaping_plan(link)
-        if not dry_run:
-            self._apply_shaping(link, plan)
-        return plan
+    def shape(self, link: LinkSpec, dry_run: bool = False) -> list[dict]:
+        """Shape both directions; the plan (one dict per port, with its `commands`) is the appliance's own."""
+        verb = "shape.plan" if dry_run else "shape.apply"
+        return self.host("appliance").agent(verb, link=link.as_dict(), **self._ports())
 
     def set_rate(self, rate_bps: int) -> None:
         """The sweep's in-place rate change between cells: both directions, nothing else altered."""
         self.shape(replace(self.inv.link, up_rate=rate_bps, down_rate=rate_bps, ceil=None, burst=None))
+
+    def read_shaping(self) -> dict[str, dict]:
+        return self.host("appliance").agent("shape.read", ifs=[self.up_if, self.down_if])
+
+    def clear_shaping(self) -> None:
+        """No qdisc of ours on the appliance's ports (a later `shape` puts HTB back)."""
+        self.host("appliance").agent("shape.clear", ifs=[self.up_if, self.down_if])
 
     def link_in_force(self) -> LinkSpec:
         """The inventory's link with the rates the kernel has now (what a temporary change restores)."""
@@ -194,7 +216,30 @@ class BaseLab(ABC):
             )
         return link
 
+    def counters(self) -> dict:
+        """The appliance's counters now: HTB per port (exact) and OVS per interface (refreshed every 5 s)."""
+        return self.host("appliance").agent("counters", ifs=[self.up_if, self.down_if], **self.switch_args())
+
+    # ---------------------------------------------------------------- client CPU limit (the client's agent)
+    def apply_cpu_limit(self) -> None:
+        quota = self.inv.client_cpu.cpu_quota
+        if quota:
+            self.host("client").agent("cpu.apply", name=self.cgroup, quota=quota)
+
+    def cpu_in_force(self) -> dict:
+        try:
+            return self.host("client").agent("cpu.read", name=self.cgroup)
+        except UserError:
+            return {}
+
     # ---------------------------------------------------------------- status
+    def bridge_status(self) -> dict:
+        return self.host("appliance").agent("bridge.status", **self.switch_args()) or {
+            "name": self.bridge,
+            "datapath_type": None,
+            "ports": [],
+        }
+
     def status(self) -> dict:
         up = self.is_up()
         hosts = {
@@ -210,7 +255,7 @@ class BaseLab(ABC):
             "backend": self.inv.backend,
             "inventory": str(self.inv.path),
             "hosts": hosts,
-            "client_cpu": {"profile": asdict(self.inv.client_cpu), "in_force": self.cpu_in_force()},
+            "client_cpu": {"profile": self.inv.client_cpu.as_dict(), "in_force": self.cpu_in_force()},
         }
         if not up:
             return status
@@ -227,50 +272,42 @@ class BaseLab(ABC):
         return status
 
 
-class NetnsLab(BaseLab):
+class NetnsLab(Lab):
     """The embedded testbed: three network namespaces on this machine."""
 
     def __init__(self, inv: Inventory) -> None:
         self.inv = inv
         self.names = Names.of(inv)
         self.bridge, self.up_if, self.down_if = self.names.bridge, self.names.to_server, self.names.to_client
+        self.cgroup = self.names.cgroup
+        self.probes = {}
         self.state_dir = STATE_ROOT / inv.prefix
-        self.switch = Switch(self.bridge, (self.down_if, self.up_if), self.state_dir / "ovs")
-        self.shaper = Shaper(self.names.appliance_ns)
         quota = inv.client_cpu.cpu_quota
-        self.cpu_limit = CpuLimit(self.names.cgroup, quota) if quota else None
         specs = inv.hosts
         self.hosts = {
             "client": NetnsHost(
                 specs["client"],
                 self.names.client_ns,
                 self.state_dir,
-                self.cpu_limit,
+                self.cgroup if quota else None,
                 env=blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core),
             ),
             "appliance": NetnsHost(specs["appliance"], self.names.appliance_ns, self.state_dir),
             "server": NetnsHost(specs["server"], self.names.server_ns, self.state_dir),
         }
 
+    def switch_args(self) -> dict:
+        return {"bridge": self.bridge, "rundir": str(self.state_dir / "ovs"), "own": True}
+
     def is_up(self) -> bool:
         return len(topology.existing_namespaces(self.names)) == 3 and (self.state_dir / "up.json").exists()
 
     def preflight(self) -> list[str]:
-        problems = []
         if os.geteuid() != 0:
-            problems.append("not running as root (run with sudo)")
-        missing = [p for p in REQUIRED_PROGRAMS if shutil.which(p) is None]
-        if missing:
-            problems.append(f"programs missing: {', '.join(missing)} (run scripts/setup.sh)")
-        if shutil.which("ovsdb-tool") and not SCHEMA.exists():
-            problems.append(f"Open vSwitch schema {SCHEMA} missing (reinstall openvswitch-common)")
-        if not Path("/dev/net/tun").exists():
-            problems.append("/dev/net/tun missing: the userspace OVS bridge needs the tun device")
-        if self.inv.client_cpu.cpu_quota:
-            try:
-                detect_version()
-            except UserError as exc:
-                problems.append(exc.message)
+            return ["not running as root (run with sudo)"]
+        problems = []
+        for role in ("client", "appliance", "server"):  # the namespaces do not exist yet: this machine
+            problems += [p for p in self.probe(role) if p not in problems]
         present = topology.existing_namespaces(self.names)
         if present:
             problems.append(
@@ -290,10 +327,9 @@ class NetnsLab(BaseLab):
         ):
             for ifname in ifnames:
                 self.host(role).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
-        self.switch.rundir.mkdir(parents=True, exist_ok=True)
-        appliance = self.host("appliance")
-        for argv in self.switch.plan_up():
-            appliance.run(argv, env=self.switch.env(), timeout=30)
+        self.host("appliance").agent(
+            "bridge.up", ports=[self.down_if, self.up_if], datapath="netdev", **self.switch_args()
+        )
         self.apply_cpu_limit()
 
     def _mark_up(self) -> None:
@@ -315,72 +351,20 @@ class NetnsLab(BaseLab):
         removed = []
         present = topology.existing_namespaces(self.names)
         for ns in present:
-            _kill_netns_processes(ns)
+            stop_all(lambda ns=ns: _netns_pids(ns), grace=3.0, poll=0.1)
         for ns in present:
             run(["ip", "netns", "delete", ns], check=False)
             removed.append(f"netns {ns}")
         removed += [f"link {name}" for name in topology.remove_root_leftovers(self.names)]
-        limit = self.cpu_limit or _any_cgroup(self.names.cgroup)
-        if limit and limit.exists():
-            limit.remove()
-            removed.append(f"cgroup {limit.path}")
+        # also when the inventory no longer asks for a limit; the namespace is gone, so the agent
+        # runs here, where the cgroup is
+        if self.host("client").agent("cpu.remove", name=self.cgroup):
+            removed.append(f"cgroup {self.cgroup}")
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir, ignore_errors=True)
             removed.append(f"state {self.state_dir}")
         return removed
 
-    def _apply_shaping(self, link: LinkSpec, plan: list[PortShaping]) -> None:
-        self.shaper.apply(plan)
 
-    def read_shaping(self) -> dict[str, dict]:
-        return self.shaper.read([self.up_if, self.down_if])
-
-    def clear_shaping(self) -> None:
-        self.shaper.clear([self.up_if, self.down_if])
-
-    def apply_cpu_limit(self) -> None:
-        if self.cpu_limit:
-            self.cpu_limit.apply()
-
-    def cpu_in_force(self) -> dict:
-        limit = self.cpu_limit or _any_cgroup(self.names.cgroup)
-        return limit.read() if limit else {}
-
-    def bridge_status(self) -> dict:
-        appliance = self.host("appliance")
-        ports = appliance.run(self.switch.vsctl("list-ports", self.bridge), check=False)
-        dp = appliance.run(self.switch.vsctl("get", "bridge", self.bridge, "datapath_type"), check=False)
-        return {
-            "name": self.bridge,
-            "datapath_type": dp.stdout.strip().strip('"') or None,
-            "ports": ports.stdout.split(),
-        }
-
-
-Lab = NetnsLab
-
-
-def _any_cgroup(name: str) -> CpuLimit | None:
-    """The client's cgroup, if one exists, also when the inventory no longer asks for a limit."""
-    try:
-        limit = CpuLimit(name, 1.0)
-    except UserError:
-        return None
-    return limit if limit.exists() else None
-
-
-def _kill_netns_processes(ns: str) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = [int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()]
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            if not run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                return
-            time.sleep(0.1)
+def _netns_pids(ns: str) -> list[int]:
+    return [int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()]

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import paramiko
 from fabric import Connection
@@ -85,26 +85,24 @@ class SshHost(Host):
             self._conn.close()
             self._conn = None
 
-    # ------------------------------------------------------------------ commands
-    def _wrap(self, argv: Sequence[str], env: Mapping[str, str] | None, limited: bool | None) -> list[str]:
+    # ------------------------------------------------------------------ how the host is reached
+    def _remote(self, argv: Sequence[str], env: Mapping[str, str]) -> str:
+        """The remote shell's command line: argv quoted, with its environment, under sudo unless root."""
         full: list[str] = [str(a) for a in argv]
-        if self.cgroup and limited is not False:
-            full = [*self.python("client.cpulimit", "exec", "--name", self.cgroup, "--"), *full]
-        merged = {**self.env, **(env or {})}
-        if merged:
-            full = ["env", *[f"{k}={v}" for k, v in merged.items()], *full]
+        if env:
+            full = ["env", *[f"{k}={v}" for k, v in env.items()], *full]
         if self.spec.ssh.user != "root":
             full = ["sudo", "-n", "--", *full]
-        return full
+        return shlex.join(full)
 
     def python(self, module: str, *args: str) -> list[str]:
         return ["env", f"PYTHONPATH={self.code_dir}", self.spec.python, "-m", module, *args]
 
-    def run(self, argv, *, check=True, timeout=None, env=None, limited=None, input=None) -> Result:
-        full = self._wrap(argv, env, limited)
+    def _exec(self, argv, *, timeout, env, input) -> Result:
+        command = self._remote(argv, env)
         try:
             r = self.conn.run(
-                shlex.join(full),
+                command,
                 hide=True,
                 warn=True,
                 timeout=timeout,
@@ -112,60 +110,16 @@ class SshHost(Host):
             )
         except CommandTimedOut as exc:
             raise UserError(
-                f"on {self.name}: `{shlex.join(list(argv))}` did not finish within {timeout} s"
+                f"on {self.name}: `{shlex.join(argv)}` did not finish within {timeout} s"
             ) from exc
         except (OSError, paramiko.SSHException) as exc:
             raise connection_error(self.name, self.where, exc) from exc
-        result = Result(self.name, full, r.exited, r.stdout, r.stderr)
-        return result.check() if check else result
+        return Result(self.name, shlex.split(command), r.exited, r.stdout, r.stderr)
 
-    def popen(self, argv, *, limited=None, **kwargs) -> RemoteProcess:
-        stderr = kwargs.get("stderr")
-        return RemoteProcess(self.conn, shlex.join(self._wrap(argv, kwargs.get("env"), limited)), stderr)
+    def _popen(self, argv, env, **kwargs) -> RemoteProcess:
+        return RemoteProcess(self.conn, self._remote(argv, env), kwargs.get("stderr"))
 
-    # ------------------------------------------------------------------ services and files
-    def start(self, service, argv, *, limited=None) -> int:
-        wrapped = self._wrap(argv, None, limited)
-        out = self.run(
-            self.python(
-                "testbed.service",
-                "start",
-                "--dir",
-                str(self.state_dir),
-                "--name",
-                f"{self.name}-{service}",
-                "--",
-                *wrapped,
-            ),
-            limited=False,
-        )
-        return int(out.stdout.strip())
-
-    def service_pid(self, service: str) -> int | None:
-        out = self.run(
-            self.python(
-                "testbed.service", "pid", "--dir", str(self.state_dir), "--name", f"{self.name}-{service}"
-            ),
-            check=False,
-            limited=False,
-        )
-        return int(out.stdout) if out.ok and out.stdout.strip() else None
-
-    def stop(self, service) -> None:
-        self.run(
-            self.python(
-                "testbed.service", "stop", "--dir", str(self.state_dir), "--name", f"{self.name}-{service}"
-            ),
-            check=False,
-            limited=False,
-        )
-
-    def log_path(self, service: str) -> str:
-        return str(self.state_dir / "logs" / f"{self.name}-{service}.log")
-
-    def put(self, src: Path, dst: str) -> None:
-        self.conn.put(str(src), dst)
-
+    # ------------------------------------------------------------------ files (the records of `up`)
     def write(self, data: bytes, dst: str) -> None:
         self.conn.put(io.BytesIO(data), dst)
 

@@ -12,29 +12,21 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
-from appliance.shaper import PortShaping
-from appliance.switch import Switch
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
 from testbed.hosts import blas_env
 from testbed.inventory import Inventory
-from testbed.lab import BaseLab
+from testbed.lab import Lab
 from testbed.ssh import SshHost
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("testbed", "appliance", "client", "server")
-PROGRAMS = {
-    "client": ("ip", "ethtool"),
-    "server": ("ip", "ethtool", "iperf3"),
-    "appliance": ("ip", "ethtool", "ovs-vsctl", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-appctl"),
-}
+PACKAGES = ("contracts", "agent", "appliance", "client", "server")  # what a host needs: never testbed/
 
 
 def code_archive() -> bytes:
-    """The roles' code as a tar.gz: what runs on the lab's hosts is what runs here."""
+    """The roles, the agent and the core as a tar.gz: what runs on the lab's hosts is what runs here."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for package in PACKAGES:
@@ -43,7 +35,7 @@ def code_archive() -> bytes:
     return buf.getvalue()
 
 
-class SshLab(BaseLab):
+class SshLab(Lab):
     def __init__(self, inv: Inventory) -> None:
         self.inv = inv
         # per host, so that hosts sharing a filesystem (as in the tests) keep apart
@@ -51,6 +43,7 @@ class SshLab(BaseLab):
         self.code_root = PurePosixPath("/var/lib/testbed") / inv.prefix
         self.bridge = inv.resource("br0")
         self.cgroup = inv.resource("client")
+        self.probes = {}
         ports = inv.host("appliance").ports
         self.down_if, self.up_if = ports
         quota = inv.client_cpu.cpu_quota
@@ -66,7 +59,11 @@ class SshLab(BaseLab):
             )
             for role in ("client", "appliance", "server")
         }
-        self.switch = Switch(self.bridge, ports, Path(str(self.hosts["appliance"].state_dir / "ovs")))
+        self.rundir = str(self.hosts["appliance"].state_dir / "ovs")
+
+    def switch_args(self) -> dict:
+        record = self._read_record(self.host("appliance")) or {}
+        return {"bridge": self.bridge, "rundir": self.rundir, "own": not record.get("system_ovs")}
 
     # ---------------------------------------------------------------- records of what up did
     def _record_path(self, host: SshHost) -> str:
@@ -125,41 +122,7 @@ class SshLab(BaseLab):
             ]
         self.sync(host)
         interfaces = list(host.spec.ports or ()) + ([host.spec.interface] if host.spec.interface else [])
-        probe = json.loads(
-            host.run(
-                host.python(
-                    "testbed.probe",
-                    "--programs",
-                    ",".join(PROGRAMS[role]),
-                    "--interfaces",
-                    ",".join(interfaces),
-                    *(["--cgroup"] if role == "client" else []),
-                ),
-                limited=False,
-            ).stdout
-        )
-        problems = []
-        if not probe["root"]:
-            problems.append("commands do not run as root")
-        missing = [p for p, path in probe["programs"].items() if not path]
-        if missing:
-            problems.append(f"programs missing: {', '.join(missing)}")
-        absent = [i for i, present in probe["interfaces"].items() if not present]
-        if absent:
-            problems.append(f"no interface {', '.join(absent)}")
-        modules = [m for m, ok in probe["python_modules"].items() if not ok]
-        if modules:
-            problems.append(
-                f"Python modules missing for {host.spec.python}: {', '.join(modules)} "
-                f"(pip install the project's dependencies there)"
-            )
-        if role == "client" and self.inv.client_cpu.cpu_quota and probe.get("cgroup") is None:
-            problems.append(probe.get("cgroup_error", "no cgroup cpu controller"))
-        if role == "appliance":
-            self._appliance_probe = probe
-            if not probe["ovs_kernel_module"] and not probe["tun"]:
-                problems.append("/dev/net/tun missing: the userspace OVS bridge needs the tun device")
-        return problems
+        return self.probe(role, interfaces)
 
     def sync(self, host: SshHost) -> None:
         """Install the project's role code on the host (a fresh copy on every `up`)."""
@@ -172,19 +135,20 @@ class SshLab(BaseLab):
     # ---------------------------------------------------------------- up
     def _up(self) -> None:
         appliance = self.host("appliance")
-        probe = getattr(self, "_appliance_probe", {})
+        probe = self.probes.get("appliance", {})
         datapath = "system" if probe.get("ovs_kernel_module") else "netdev"
+        # an appliance that runs Open vSwitch already keeps its daemons: the bridge joins its database
         own = not probe.get("system_ovs")
-        self.switch = Switch(self.bridge, (self.down_if, self.up_if), self.switch.rundir, datapath)
-        if own:
-            appliance.run(["mkdir", "-p", str(self.switch.rundir)], limited=False)
-            self._record(appliance, own_ovs=True)
-            for argv in self.switch.plan_up():
-                appliance.run(argv, env=self.switch.env(), timeout=60, limited=False)
-        else:
-            argv = self.switch.plan_up()[-1]
-            appliance.run(["ovs-vsctl", *argv[3:]], timeout=60, limited=False)  # the system's database
-        self._record(appliance, bridge=self.bridge, datapath=datapath, system_ovs=not own)
+        self._record(appliance, own_ovs=own, system_ovs=not own)
+        appliance.agent(
+            "bridge.up",
+            bridge=self.bridge,
+            ports=[self.down_if, self.up_if],
+            rundir=self.rundir,
+            datapath=datapath,
+            own=own,
+        )
+        self._record(appliance, bridge=self.bridge, datapath=datapath)
         if datapath == "netdev":
             # the userspace datapath forwards packets as the NIC handed them: checksums must be filled in
             for ifname in (self.down_if, self.up_if):
@@ -236,31 +200,25 @@ class SshLab(BaseLab):
     def _down_host(self, role: str, host: SshHost) -> list[str]:
         record = self._read_record(host) or {}
         removed = []
-        for service in ("offload", "iperf3"):
-            if host.service_pid(service):
-                host.stop(service)
-                removed.append(f"{host.name}: {service} service")
-        if role == "appliance":
-            own = record.get("own_ovs")
-            if record.get("bridge"):
-                self.clear_shaping(check=False)
-                removed.append(f"{host.name}: qdiscs on {self.up_if}, {self.down_if}")
-                vsctl = self.switch.vsctl if own else (lambda *a: ["ovs-vsctl", *a])
-                host.run(vsctl("--if-exists", "del-br", self.bridge), limited=False, check=False)
-                removed.append(f"{host.name}: bridge {self.bridge}")
-            if own:
-                for argv in self.switch.plan_down()[1:]:
-                    host.run(argv, limited=False, check=False)
-                removed.append(f"{host.name}: ovsdb-server, ovs-vswitchd")
+        code_there = host.run(["test", "-d", str(host.code_dir)], limited=False, check=False).ok
+        if code_there:  # the agent is there to ask (a host that `up` never reached has nothing of ours)
+            for service in ("offload", "iperf3"):
+                if host.stop(service):
+                    removed.append(f"{host.name}: {service} service")
+        if role == "appliance" and code_there and (record.get("bridge") or record.get("own_ovs")):
+            self.clear_shaping()
+            removed.append(f"{host.name}: qdiscs on {self.up_if}, {self.down_if}")
+            own = bool(record.get("own_ovs"))
+            host.agent("bridge.down", bridge=self.bridge, rundir=self.rundir, own=own)
+            removed.append(
+                f"{host.name}: bridge {self.bridge}" + (", ovsdb-server, ovs-vswitchd" if own else "")
+            )
         for address, ifname in record.get("addresses", []):
             host.run(["ip", "addr", "del", address, "dev", ifname], limited=False, check=False)
             removed.append(f"{host.name}: address {address} on {ifname}")
         for ifname in record.get("tx_offload_off", []):
             host.run(["ethtool", "-K", ifname, "tx", "on"], limited=False, check=False)
-        if record.get("cgroup"):
-            host.run(
-                host.python("client.cpulimit", "remove", "--name", self.cgroup), limited=False, check=False
-            )
+        if record.get("cgroup") and code_there and host.agent("cpu.remove", name=self.cgroup):
             removed.append(f"{host.name}: cgroup {self.cgroup}")
         host.run(["rm", "-rf", str(host.state_dir), str(host.code_dir.parent)], limited=False, check=False)
         host.run(
@@ -271,62 +229,21 @@ class SshLab(BaseLab):
         return removed
 
     # ---------------------------------------------------------------- shaping and CPU limit
-    def _appliance_python(self, *args: str) -> list[str]:
-        return self.host("appliance").python("appliance", *args)
-
-    def _apply_shaping(self, link: LinkSpec, plan: list[PortShaping]) -> None:
-        result = self.host("appliance").run(
-            self._appliance_python(
-                "shape", "--up-if", self.up_if, "--down-if", self.down_if, "--link", json.dumps(asdict(link))
-            ),
-            check=False,
-            limited=False,
-        )
-        if not result.ok:
-            raise UserError(
-                f"{self.host('appliance').name}: shaping failed: "
-                f"{result.stderr.strip().removeprefix('appliance: error: ')}"
+    def shape(self, link: LinkSpec, dry_run: bool = False) -> list[dict]:
+        """As everywhere; a plan asked for while the lab is down comes from the appliance all the same."""
+        if not dry_run or self.is_up():
+            return super().shape(link, dry_run)
+        appliance = self.host("appliance")
+        self.sync(appliance)  # the agent, briefly, so that the plan uses the appliance's kernel
+        try:
+            return super().shape(link, dry_run)
+        finally:
+            appliance.run(["rm", "-rf", str(appliance.code_dir.parent)], limited=False, check=False)
+            appliance.run(
+                ["rmdir", "--ignore-fail-on-non-empty", str(self.code_root)], limited=False, check=False
             )
 
-    def read_shaping(self) -> dict[str, dict]:
-        out = self.host("appliance").run(
-            self._appliance_python("read", "--ifs", f"{self.up_if},{self.down_if}"), limited=False
-        )
-        return json.loads(out.stdout)
-
-    def clear_shaping(self, check: bool = True) -> None:
-        self.host("appliance").run(
-            self._appliance_python("clear", "--ifs", f"{self.up_if},{self.down_if}"),
-            limited=False,
-            check=check,
-        )
-
     def apply_cpu_limit(self) -> None:
-        quota = self.inv.client_cpu.cpu_quota
-        if not quota:
-            return
-        client = self.host("client")
-        client.run(
-            client.python("client.cpulimit", "apply", "--name", self.cgroup, "--quota", str(quota)),
-            limited=False,
-        )
-        self._record(client, cgroup=self.cgroup)
-
-    def cpu_in_force(self) -> dict:
-        client = self.host("client")
-        out = client.run(
-            client.python("client.cpulimit", "read", "--name", self.cgroup), limited=False, check=False
-        )
-        return json.loads(out.stdout) if out.ok and out.stdout.strip() else {}
-
-    def bridge_status(self) -> dict:
-        record = self._read_record(self.host("appliance")) or {}
-        appliance = self.host("appliance")
-        vsctl = self.switch.vsctl if record.get("own_ovs") else (lambda *a: ["ovs-vsctl", *a])
-        ports = appliance.run(vsctl("list-ports", self.bridge), check=False, limited=False)
-        dp = appliance.run(vsctl("get", "bridge", self.bridge, "datapath_type"), check=False, limited=False)
-        return {
-            "name": self.bridge,
-            "datapath_type": dp.stdout.strip().strip('"') or None,
-            "ports": ports.stdout.split(),
-        }
+        if self.inv.client_cpu.cpu_quota:
+            super().apply_cpu_limit()
+            self._record(self.host("client"), cgroup=self.cgroup)

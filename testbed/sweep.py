@@ -23,7 +23,7 @@ from pathlib import Path
 from contracts.errors import UserError
 from contracts.trials import LOCAL
 from testbed.experiment import Experiment
-from testbed.lab import BaseLab as Lab
+from testbed.lab import Lab
 from testbed.plan import Trial, phases, plan_trials
 from testbed.results import Manifest, TrialWriter, completed_trials, environment
 from testbed.validate import validate_rate

@@ -40,7 +40,8 @@ def register(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from testbed.lab import open_lab, require_root
+    from testbed.backends import open_lab
+    from testbed.lab import require_root
     from testbed.sweep import run_sweep, start_run
 
     inv = load(args)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from contracts.errors import UserError
 from contracts.units import expected_goodput
-from testbed.lab import BaseLab as Lab
+from testbed.lab import Lab
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.loopback import LoopbackServer, group_alive, start, stop
+from benchmarks.loopback import LoopbackServer, start, stop
+from contracts.processes import group_alive
 
 # Starts the server like `python -m server`, after adding an operation that always fails: the only
 # way to reach the catch-all 500 of a real server without putting a fault switch into the server.

@@ -36,5 +36,5 @@ def test_non_root_gets_one_line_and_exit_2(argv, monkeypatch, capsys):
 def test_host_commands_find_the_projects_python_first():
     inv = load_inventory(DEFAULT_INVENTORY)
     host = NetnsHost(inv.hosts["client"], "tb-client", DEFAULT_INVENTORY.parent)
-    path = host._env(None)["PATH"].split(os.pathsep)
+    path = host.env["PATH"].split(os.pathsep)
     assert path[0] == os.path.dirname(sys.executable)

@@ -1,0 +1,45 @@
+"""What a host has, so `up` can list every problem on every host at once, before changing anything."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from client.cpulimit import detect_version
+from contracts.errors import UserError
+
+# what the roles import on a host (the orchestrator's own dependencies are not needed there)
+PYTHON_MODULES = (
+    "numpy",
+    "flask",
+    "gunicorn",
+    "requests",
+    "pyroute2",
+    "iperf3",
+    "ujson",
+    "orjson",
+    "msgpack",
+    "ovs",
+)
+
+
+def probe(programs: list[str], interfaces: list[str], cgroup: bool) -> dict:
+    out = {
+        "root": os.geteuid() == 0,
+        "programs": {p: shutil.which(p) for p in programs},
+        "interfaces": {i: Path(f"/sys/class/net/{i}").exists() for i in interfaces},
+        "python_modules": {m: importlib.util.find_spec(m) is not None for m in PYTHON_MODULES},
+        "ovs_kernel_module": Path("/sys/module/openvswitch").exists(),
+        "ovs_schema": Path("/usr/share/openvswitch/vswitch.ovsschema").exists(),
+        "system_ovs": Path("/var/run/openvswitch/db.sock").exists(),
+        "tun": Path("/dev/net/tun").exists(),
+    }
+    if cgroup:
+        try:
+            out["cgroup"] = detect_version()
+        except UserError as exc:
+            out["cgroup"] = None
+            out["cgroup_error"] = exc.message
+    return out

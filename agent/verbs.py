@@ -1,0 +1,140 @@
+"""The host agent's verbs: everything the orchestrator asks of a host, one function each.
+
+Arguments and results are JSON values, so the same verbs serve the embedded backend (`ip netns
+exec NS python -m agent VERB`) and a real lab (the same over SSH). Each verb builds what it needs on
+the host with the host's own facts (its kernel's HZ for a shaping plan, its cgroup version, its Open
+vSwitch), so what `--dry-run` prints is what the host applies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from agent import probe as probe_mod
+from agent import services
+from appliance.ovsdb import read_bridge
+from appliance.shaper import Shaper, plan_shaping
+from appliance.switch import SCHEMA, Switch
+from client.cpulimit import CpuLimit, detect_version
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec
+
+
+def probe(programs: list[str] = (), interfaces: list[str] = (), cgroup: bool = False) -> dict:
+    return probe_mod.probe(list(programs), list(interfaces), cgroup)
+
+
+# ------------------------------------------------------------------ shaping (appliance)
+def shape_plan(link: dict, up_if: str, down_if: str) -> list[dict]:
+    plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
+    return [{**asdict(p), "commands": p.commands()} for p in plan]
+
+
+def shape_apply(link: dict, up_if: str, down_if: str) -> list[dict]:
+    plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
+    Shaper().apply(plan)
+    return [{**asdict(p), "commands": p.commands()} for p in plan]
+
+
+def shape_read(ifs: list[str]) -> dict:
+    return Shaper().read(ifs)
+
+
+def shape_clear(ifs: list[str]) -> None:
+    Shaper().clear(ifs)
+
+
+# ------------------------------------------------------------------ client CPU limit
+def _cgroup(name: str, quota: float = 1.0) -> CpuLimit:
+    return CpuLimit(name, quota)
+
+
+def cpu_apply(name: str, quota: float) -> dict:
+    limit = _cgroup(name, quota)
+    limit.apply()
+    return limit.read()
+
+
+def cpu_read(name: str) -> dict:
+    """The limit in force, or {} where there is none (also on a host without a cpu controller)."""
+    try:
+        detect_version()
+    except UserError:
+        return {}
+    return _cgroup(name).read()
+
+
+def cpu_remove(name: str) -> bool:
+    try:
+        detect_version()
+    except UserError:
+        return False
+    limit = _cgroup(name)
+    existed = limit.exists()
+    limit.remove()
+    return existed
+
+
+# ------------------------------------------------------------------ services
+def service_start(dir: str, name: str, argv: list[str], env: dict | None = None) -> int:
+    return services.start(Path(dir), name, argv, env)
+
+
+def service_stop(dir: str, name: str) -> bool:
+    return services.stop(Path(dir), name)
+
+
+def service_status(dir: str, name: str) -> int | None:
+    return services.pid_of(Path(dir), name)
+
+
+# ------------------------------------------------------------------ bridge (appliance)
+def _switch(
+    bridge: str, rundir: str, ports: list[str] = (), datapath: str = "netdev", own: bool = True
+) -> Switch:
+    return Switch(bridge, tuple(ports), Path(rundir), datapath, own)
+
+
+def bridge_up(bridge: str, ports: list[str], rundir: str, datapath: str = "netdev", own: bool = True) -> dict:
+    _switch(bridge, rundir, ports, datapath, own).up()
+    return bridge_status(bridge, rundir, own)
+
+
+def bridge_down(bridge: str, rundir: str, own: bool = True) -> None:
+    _switch(bridge, rundir, own=own).down()
+
+
+def bridge_status(bridge: str, rundir: str, own: bool = True) -> dict | None:
+    return read_bridge(_switch(bridge, rundir, own=own).sock, bridge, SCHEMA)
+
+
+def counters(bridge: str, rundir: str, ifs: list[str], own: bool = True) -> dict:
+    """The appliance's counters now: per port HTB (exact) and OVS interface statistics (up to 5 s old)."""
+    snapshot = bridge_status(bridge, rundir, own) or {}
+    return {
+        "at": time.time(),
+        "htb": Shaper().counters(ifs),
+        "ovs": {i: s for i, s in (snapshot.get("interfaces") or {}).items() if i in ifs},
+    }
+
+
+VERBS: dict[str, Callable] = {
+    "probe": probe,
+    "shape.plan": shape_plan,
+    "shape.apply": shape_apply,
+    "shape.read": shape_read,
+    "shape.clear": shape_clear,
+    "cpu.apply": cpu_apply,
+    "cpu.read": cpu_read,
+    "cpu.remove": cpu_remove,
+    "service.start": service_start,
+    "service.stop": service_stop,
+    "service.status": service_status,
+    "bridge.up": bridge_up,
+    "bridge.down": bridge_down,
+    "bridge.status": bridge_status,
+    "counters": counters,
+}
