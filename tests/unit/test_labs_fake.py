@@ -1,0 +1,207 @@
+"""Both backends' up/down bookkeeping through fake hosts, without root: which agent verbs each host
+gets, in which order, what is recorded, and that `down` undoes exactly what `up` did."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from contracts.errors import UserError
+from testbed import lab as lab_mod
+from testbed.inventory import load_inventory
+from testbed.lab import NetnsLab
+from testbed.ssh_lab import SshLab
+from tests.conftest import write_inventory
+from tests.fakes import FakeHost, probe_reply
+
+HEALTH = ("python", "-m", "client", "health")
+
+
+def healthy(host: FakeHost) -> FakeHost:
+    return host.on(*HEALTH, answer=(0, json.dumps({"status": "ok"})))
+
+
+# ------------------------------------------------------------------ embedded backend
+@pytest.fixture
+def netns(tmp_path, monkeypatch):
+    """A NetnsLab whose hosts are fakes and whose wiring (pyroute2, ip) is recorded, not applied."""
+    inv = load_inventory(write_inventory(tmp_path / "inventory.yaml", prefix="tbf", quota=0.25))
+    lab = NetnsLab(inv)
+    lab.state_dir = tmp_path / "state"
+    for role, host in list(lab.hosts.items()):
+        fake = FakeHost(host.spec, str(lab.state_dir), cgroup=host.cgroup, env=host.env)
+        lab.hosts[role] = fake.reply("probe", probe_reply())
+    healthy(lab.hosts["client"])
+    lab.hosts["server"].reply("service.start", 4242).reply("service.status", 4242)
+    wiring = {"namespaces": [], "applied": [], "commands": []}
+    monkeypatch.setattr(lab_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(lab_mod.topology, "existing_namespaces", lambda names: list(wiring["namespaces"]))
+
+    def apply(steps):
+        wiring["applied"] += steps
+        wiring["namespaces"] = list(lab.names.namespaces)
+
+    monkeypatch.setattr(lab_mod.topology, "apply", apply)
+    monkeypatch.setattr(lab_mod.topology, "remove_root_leftovers", lambda names: [])
+    monkeypatch.setattr(lab_mod, "_netns_pids", lambda ns: [])
+
+    def run(argv, **kwargs):
+        wiring["commands"].append(list(argv))
+        if argv[:3] == ["ip", "netns", "delete"]:
+            wiring["namespaces"].remove(argv[3])
+
+    monkeypatch.setattr(lab_mod, "run", run)
+    lab.wiring = wiring
+    return lab
+
+
+def test_netns_up_asks_each_host_agent_in_order(netns):
+    assert netns.up() is True
+    client, appliance, server = (netns.hosts[r] for r in ("client", "appliance", "server"))
+    assert appliance.verbs() == ["probe", "bridge.up", "shape.apply"]
+    assert client.verbs() == ["probe", "cpu.apply"]
+    assert server.verbs() == ["probe", "service.start", "service.start"]
+    (bridge,) = appliance.args("bridge.up")
+    assert bridge == {
+        "ports": ["tbf-a0", "tbf-a1"],
+        "datapath": "netdev",
+        "bridge": "tbf-br0",
+        "rundir": str(netns.state_dir / "ovs"),
+        "own": True,
+    }
+    assert client.args("cpu.apply") == [{"name": "tbf-client", "quota": 0.25}]
+    (shape,) = appliance.args("shape.apply")
+    assert (shape["up_if"], shape["down_if"], shape["link"]["up_rate"]) == ("tbf-a1", "tbf-a0", 100_000_000)
+    iperf, offload = server.args("service.start")
+    assert iperf["argv"][0] == "iperf3" and offload["argv"][-4:] == ["--bind", "10.78.0.2", "--port", "18080"]
+    assert client.ran("ethtool") == [["ethtool", "-K", "tbf-c0", "tx", "off"]]
+    assert len(appliance.ran("ethtool")) == 2
+    assert netns.is_up() and netns.up() is False  # idempotent: nothing asked the second time
+    assert appliance.verbs().count("bridge.up") == 1
+
+
+def test_netns_preflight_lists_every_problem_and_changes_nothing(netns):
+    netns.hosts["appliance"].reply("probe", probe_reply(tun=False, ovs_schema=False))
+    netns.hosts["server"].reply("probe", lambda **a: {**probe_reply()(**a), "programs": {"iperf3": None}})
+    netns.wiring["namespaces"] = ["tbf-client"]
+    with pytest.raises(UserError) as exc:
+        netns.up()
+    message = exc.value.message
+    for words in ("/dev/net/tun", "schema", "programs missing: iperf3", "leftovers of an earlier testbed"):
+        assert words in message
+    assert netns.wiring["applied"] == []
+    assert "bridge.up" not in netns.hosts["appliance"].verbs()
+
+
+def test_netns_failed_up_is_taken_down(netns):
+    def refuse(**args):
+        raise UserError("appliance port tbf-a1 does not exist")
+
+    netns.hosts["appliance"].reply("shape.apply", refuse)
+    with pytest.raises(UserError, match="tbf-a1"):
+        netns.up()
+    deleted = [c[3] for c in netns.wiring["commands"] if c[:3] == ["ip", "netns", "delete"]]
+    assert sorted(deleted) == sorted(netns.names.namespaces)
+    assert netns.hosts["client"].verbs()[-1] == "cpu.remove"
+    assert not netns.state_dir.exists() and not netns.is_up()
+
+
+def test_netns_down_after_a_crash_needs_no_state(netns):
+    netns.wiring["namespaces"] = list(netns.names.namespaces)
+    cgroups = ["tbf-client"]
+    netns.hosts["client"].reply("cpu.remove", lambda name: name in cgroups and not cgroups.remove(name))
+    removed = netns.down()
+    assert [r for r in removed if r.startswith("netns")] == [f"netns {n}" for n in netns.names.namespaces]
+    assert "cgroup tbf-client" in removed
+    assert netns.down() == []  # idempotent
+
+
+# ------------------------------------------------------------------ SSH backend
+SSH_INVENTORY = """\
+backend: ssh
+prefix: tbs
+hosts:
+  - {role: client, name: client, address: 10.77.0.1/24, interface: eth1, ssh: {host: c.example.org}}
+  - {role: appliance, name: appliance, ports: [eth1, eth2], ssh: {host: a.example.org}}
+  - {role: server, name: server, address: 10.77.0.2/24, interface: eth1, ssh: {host: s.example.org}}
+client_cpu: {cpu_quota: 0.5}
+"""
+
+
+@pytest.fixture
+def ssh(tmp_path):
+    path = tmp_path / "inventory.yaml"
+    path.write_text(textwrap.dedent(SSH_INVENTORY))
+    lab = SshLab(load_inventory(path))
+    for role, host in list(lab.hosts.items()):
+        fake = FakeHost(host.spec, str(host.state_dir), str(host.code_dir), host.cgroup, host.env)
+        fake.reply("probe", probe_reply())
+        fake.on("ethtool", "-k", answer=(0, "tx-checksumming: on\n"))
+        lab.hosts[role] = fake
+    healthy(lab.hosts["client"])
+    lab.hosts["server"].reply("service.start", 99).reply("service.stop", True)
+    lab.hosts["client"].reply("cpu.remove", True)
+    # the server has its data-plane address already; the client does not
+    lab.hosts["server"].on("ip", "-o", "-4", "addr", answer=(0, "2: eth1    inet 10.77.0.2/24 brd ...\n"))
+    return lab
+
+
+def test_ssh_up_records_what_it_did_and_down_undoes_exactly_that(ssh):
+    client, appliance, server = (ssh.hosts[r] for r in ("client", "appliance", "server"))
+    assert ssh.up() is True and ssh.is_up()
+    assert appliance.verbs() == ["probe", "bridge.up", "shape.apply"]
+    assert client.verbs() == ["probe", "cpu.apply"]
+    (bridge,) = appliance.args("bridge.up")
+    assert (bridge["own"], bridge["datapath"], bridge["ports"]) == (True, "netdev", ["eth1", "eth2"])
+    assert client.ran("ip", "addr", "add") == [["ip", "addr", "add", "10.77.0.1/24", "dev", "eth1"]]
+    assert server.ran("ip", "addr", "add") == []  # it was there before: not ours
+    record = json.loads(client.files[str(client.state_dir / "up.json")])
+    assert record == {
+        "addresses": [["10.77.0.1/24", "eth1"]],
+        "tx_offload_off": ["eth1"],
+        "cgroup": "tbs-client",
+    }
+
+    removed = ssh.down()
+    assert client.ran("ip", "addr", "del") == [["ip", "addr", "del", "10.77.0.1/24", "dev", "eth1"]]
+    assert server.ran("ip", "addr", "del") == []
+    assert client.ran("ethtool", "-K", "eth1", "tx", "on") and server.ran("ethtool", "-K", "eth1", "tx", "on")
+    assert appliance.verbs()[-2:] == ["shape.clear", "bridge.down"]
+    assert appliance.args("bridge.down") == [{"bridge": "tbs-br0", "rundir": ssh.rundir, "own": True}]
+    assert "cpu.remove" in client.verbs()
+    assert "server: offload service" in removed and "client: cgroup tbs-client" in removed
+
+
+def test_ssh_bridge_joins_a_running_system_open_vswitch(ssh):
+    ssh.hosts["appliance"].reply("probe", probe_reply(system_ovs=True, ovs_kernel_module=True))
+    ssh.up()
+    appliance = ssh.hosts["appliance"]
+    (bridge,) = appliance.args("bridge.up")
+    assert (bridge["own"], bridge["datapath"]) == (False, "system")
+    assert ssh.switch_args()["own"] is False
+    ssh.down()
+    assert appliance.args("bridge.down")[0]["own"] is False  # the system's daemons are left running
+
+
+def test_ssh_preflight_reports_every_host_and_takes_back_the_code(ssh):
+    ssh.hosts["client"].on("id", "-u", answer=(1, "sudo: a password is required"))
+    ssh.hosts["appliance"].reply("probe", probe_reply(python_modules={"ovs": False}))
+    with pytest.raises(UserError) as exc:
+        ssh.up()
+    assert "client (fake client): cannot run commands" in exc.value.message
+    assert "appliance (fake appliance): Python modules missing: ovs" in exc.value.message
+    for host in ssh.hosts.values():
+        assert host.ran("rm", "-rf", str(host.code_dir.parent))
+    assert "bridge.up" not in ssh.hosts["appliance"].verbs()
+
+
+def test_ssh_dry_run_plan_comes_from_the_appliance_even_when_down(ssh):
+    appliance = ssh.hosts["appliance"]
+    appliance.reply("shape.plan", lambda link, up_if, down_if: [{"ifname": up_if, "commands": ["tc ..."]}])
+    plan = ssh.shape(ssh.inv.link, dry_run=True)
+    assert plan == [{"ifname": "eth2", "commands": ["tc ..."]}]
+    assert appliance.verbs() == ["shape.plan"]
+    assert appliance.ran("python3", "-m", "tarfile", "-e")  # the agent was brought for the question
+    assert appliance.ran("rm", "-rf", str(appliance.code_dir.parent))  # and taken away again
