@@ -25,6 +25,7 @@ def analyze(run_dir: Path, *, plots: bool = True, out: TextIO | None = None) -> 
     """
     from analysis.cells import cell_table
     from analysis.decisions import cumulative_penalties, decision_vectors
+    from analysis.link_counters import link_counters
     from analysis.load import load_run
     from analysis.plots import make_plots, remove_plots
     from analysis.report import write_report
@@ -37,6 +38,7 @@ def analyze(run_dir: Path, *, plots: bool = True, out: TextIO | None = None) -> 
         "cells": cells,
         "decision_vectors": decision_vectors(cells),
         "cumulative_penalty": cumulative_penalties(cells),
+        "link_counters": link_counters(run.trials, run.manifest),
     }
     out_dir = run.run_dir / "analysis"
     try:

@@ -50,6 +50,7 @@ def write_report(
     parts = [
         f"<h1>Offloading analysis: {_e(run_id)}</h1>",
         '<nav><a href="#summary">Summary</a><a href="#manifest">Run</a><a href="#validation">Link validation</a>'
+        '<a href="#counters">Link counters</a>'
         '<a href="#plots">Plots</a><a href="#tables">Tables</a></nav>',
         '<h2 id="summary">Summary</h2>',
         f"<pre>{_e(summary)}</pre>",
@@ -61,6 +62,8 @@ def write_report(
         _manifest_html(manifest),
         '<h2 id="validation">Link validation</h2>',
         _validation_html(manifest),
+        '<h2 id="counters">Link counters</h2>',
+        _counters_html(tables.get("link_counters")),
         '<h2 id="plots">Plots</h2>',
         _plots_html(plots),
         '<h2 id="tables">Tables</h2>',
@@ -145,16 +148,31 @@ def _plots_html(plots: list[Plot]) -> str:
 def _manifest_html(manifest: dict | None) -> str:
     if manifest is None:
         return "<p>No manifest.json in the run directory.</p>"
-    scalars = {k: v for k, v in manifest.items() if not isinstance(v, dict | list) and k != "validation"}
+    shown_elsewhere = ("validation", "counters")
+    scalars = {
+        k: v for k, v in manifest.items() if not isinstance(v, dict | list) and k not in shown_elsewhere
+    }
     out = [_kv(scalars)] if scalars else []
     for key, value in manifest.items():
-        if key == "validation":
+        if key in shown_elsewhere:
             continue
         if isinstance(value, dict):
             out.append(f"<h3>{_e(key)}</h3>" + _kv(_flatten(value)))
         elif isinstance(value, list):
             out.append(f"<h3>{_e(key)}</h3>" + _records(value))
     return "\n".join(out)
+
+
+def _counters_html(counters: pd.DataFrame | None) -> str:
+    if counters is None or counters.empty:
+        return "<p>No appliance counters recorded in the manifest (runs before counters were kept).</p>"
+    return (
+        "<p class=\"note\">Per rate and direction, what left the appliance's shaped port while the rate's "
+        "trials ran (HTB class counters, exact) next to the payload the trials marshalled (bytes_up, "
+        "bytes_down): wire_per_payload is the link's overhead (HTTP, TCP/IP and Ethernet headers, handshakes, "
+        "the other direction's ACKs). Drops are the HTB class's and Open vSwitch's (whose statistics are "
+        "refreshed every 5 s, so the last seconds may be missing).</p>" + _table(counters)
+    )
 
 
 def _validation_html(manifest: dict | None) -> str:

@@ -37,6 +37,7 @@ FILES = {
     "cells": "cells.csv",
     "decision_vectors": "decision_vectors.csv",
     "cumulative_penalty": "cumulative_penalty.csv",
+    "link_counters": "link_counters.csv",
 }
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, goodput, run_ok, trial
 from testbed.lab import Lab
-from testbed.sweep import Worker
+from testbed.worker_link import WorkerLink
 
 SECTION = "efficiency"
 RATE_MBPS = 100.0
@@ -51,7 +51,7 @@ def skip_all(quick: bool, reason: str) -> list[Row]:
 
 
 def run_condition(
-    lab: Lab, worker: Worker, rate_mbps: float | None, sizes: tuple[int, ...], reps: int, duration: int
+    lab: Lab, worker: WorkerLink, rate_mbps: float | None, sizes: tuple[int, ...], reps: int, duration: int
 ) -> list[Row]:
     if rate_mbps:
         lab.set_rate(int(rate_mbps * 1e6))
@@ -99,7 +99,7 @@ def run_condition(
     return rows
 
 
-def run(lab: Lab, worker: Worker, quick: bool = False, progress: Callable = print) -> list[Row]:
+def run(lab: Lab, worker: WorkerLink, quick: bool = False, progress: Callable = print) -> list[Row]:
     sizes = QUICK_SIZES if quick else SIZES
     reps, duration = (2, 1) if quick else (5, 3)
     rows: list[Row] = []

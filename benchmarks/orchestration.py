@@ -3,7 +3,7 @@
 - Rate change: `lab.set_rate`, as the sweep calls it between cells, alternating 40 and 100 Mbit/s;
   median in ms. Target: under 100 ms.
 - Bookkeeping: per trial, the worker's JSON round trip (request line to the client host, answer line
-  back, parsed: the time `Worker.run` takes beyond the trial's own completion time) plus appending
+  back, parsed: the time `WorkerLink.run` takes beyond the trial's own completion time) plus appending
   and flushing its row with the sweep's `TrialWriter`. Against a 400x400 raw trial at 100 Mbit/s;
   target: under 1% of the trial's completion time.
 """
@@ -17,9 +17,10 @@ from pathlib import Path
 
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, run_ok, trial
+from testbed.bookkeeping import trial_row
 from testbed.lab import Lab
 from testbed.results import TrialWriter
-from testbed.sweep import Worker, trial_row
+from testbed.worker_link import WorkerLink
 
 SECTION = "orchestration"
 RATES_MBPS = (40.0, 100.0)
@@ -59,7 +60,7 @@ def rate_changes(lab: Lab, n: int) -> Row:
     )
 
 
-def bookkeeping(lab: Lab, worker: Worker, n: int) -> Row:
+def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> Row:
     (figure, case, unit, target) = cases(False)[1]
     lab.set_rate(int(BOOKKEEPING_RATE * 1e6))
     run_ok(worker, trial(0, BOOKKEEPING_SIZE, BOOKKEEPING_RATE))  # warm-up
@@ -98,7 +99,7 @@ def bookkeeping(lab: Lab, worker: Worker, n: int) -> Row:
     )
 
 
-def run(lab: Lab, worker: Worker, quick: bool = False, progress: Callable = print) -> list[Row]:
+def run(lab: Lab, worker: WorkerLink, quick: bool = False, progress: Callable = print) -> list[Row]:
     rows = []
     progress("orchestration: rate changes")
     rows.append(rate_changes(lab, 4 if quick else 10))

@@ -21,7 +21,8 @@ from benchmarks.session import BenchError, bench_lab, start_worker
 from contracts.errors import UserError
 from testbed.inventory import Inventory
 from testbed.results import environment
-from testbed.sweep import WorkerDied, sigterm_as_interrupt
+from testbed.signals import sigterm_as_interrupt
+from testbed.worker_link import WorkerDied
 
 # table order: the order (marshalling, efficiency, memory, orchestration)
 MODULES = (codecs, efficiency, memory, orchestration)

@@ -6,7 +6,7 @@ start nothing in the cgroup). A testbed the benchmark brought up is taken down a
 Ctrl-C, SIGTERM or an error; one that was already up stays up with the shaping it had (and its offload
 server, which is started for the benchmark and stopped again if it was not running).
 
-Trials run through the sweep's own worker (`testbed.sweep.Worker`: `python -m client.worker` on the
+Trials run through the sweep's own worker (`testbed.worker_link.WorkerLink`: `python -m client.worker` on the
 client host, JSON lines), so the bookkeeping measured is the sweep's.
 """
 
@@ -22,8 +22,9 @@ from testbed.experiment import Experiment, Validation
 from testbed.inventory import Inventory
 from testbed.lab import Lab, require_root
 from testbed.plan import Trial
-from testbed.sweep import Worker, sigterm_as_interrupt
+from testbed.signals import sigterm_as_interrupt
 from testbed.validate import validate_rate
+from testbed.worker_link import WorkerLink
 
 UNSHAPED_NOMINAL_BPS = 10**10  # what validate_rate compares an unshaped link with; only `measured` is used
 TRIAL_TIMEOUT = 300.0
@@ -72,7 +73,7 @@ def goodput(lab: Lab, rate_mbps: float | None, duration: int) -> dict[str, float
     return out
 
 
-def start_worker(lab: Lab, log: Path) -> Worker:
+def start_worker(lab: Lab, log: Path) -> WorkerLink:
     exp = Experiment(
         name="bench",
         ops=("mul",),
@@ -83,14 +84,14 @@ def start_worker(lab: Lab, log: Path) -> Worker:
         validation=Validation(enabled=False),
         trial_timeout=TRIAL_TIMEOUT,
     )
-    return Worker(lab, exp, log)
+    return WorkerLink(lab, exp, log)
 
 
 def trial(n: int, size: int, rate_mbps: float | None, method: str = "raw", op: str = "mul") -> Trial:
     return Trial(n, op, size, "float64", rate_mbps, method, n)
 
 
-def run_ok(worker: Worker, t: Trial) -> dict:
+def run_ok(worker: WorkerLink, t: Trial) -> dict:
     """The worker's record of one trial; a failed trial is an error here, not a data point."""
     record = worker.run(t)
     if not record.get("ok"):

@@ -20,7 +20,7 @@ from client.offload import OffloadClient, OffloadError, local, make_operands
 from contracts.trials import LOCAL
 
 
-class Worker:
+class TrialWorker:
     def __init__(self, url: str, seed: int, timeout: float) -> None:
         self.client = OffloadClient(url, timeout=timeout)
         self.seed = seed
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
-    worker = Worker(args.url, args.seed, args.timeout)
+    worker = TrialWorker(args.url, args.seed, args.timeout)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip():

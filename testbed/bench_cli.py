@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks import runner
-from testbed.cli import load
-from testbed.commands import RESULTS
-from testbed.results import new_run_id
+from testbed.cli_args import RESULTS, load
 
 
 def register(sub) -> None:
@@ -37,6 +34,9 @@ def register(sub) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from benchmarks import runner
+    from testbed.results import new_run_id
+
     inv = None if args.skip_testbed else load(args)
     out = args.out or RESULTS / new_run_id("bench")
     rows, doc = runner.run_bench(inv, out, quick=args.quick, skip_testbed=args.skip_testbed)

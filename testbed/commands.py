@@ -1,4 +1,5 @@
-"""The CLI's command handlers: each turns parsed arguments into library calls and prints the outcome."""
+"""The testbed's own commands (up, down, shape, validate, status, exec, calibrate): their parsers and
+handlers, each handler turning parsed arguments into library calls and printing the outcome."""
 
 from __future__ import annotations
 
@@ -10,22 +11,58 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.units import format_rate
-from testbed.backends import open_lab
-from testbed.cli import load, parse_rate_list, print_json, resolve_link
-from testbed.lab import require_root
-from testbed.results import new_run_id
+from testbed.cli_args import (
+    RESULTS,
+    add_link_flags,
+    load,
+    open_lab,
+    parse_rate_list,
+    print_json,
+    require_root,
+    resolve_link,
+)
 
-RESULTS = Path("results")
 
+def register(sub) -> None:
+    p = sub.add_parser("up", help="bring up client, appliance and server")
+    p.add_argument("--no-server", action="store_true", help="do not start the offload server")
+    p.set_defaults(handler=cmd_up)
 
-def register_more(sub) -> None:
-    """Subcommands that live in their own modules (sweep, analyze, bench)."""
-    for module in ("testbed.sweep_cli", "testbed.bench_cli"):
-        try:
-            __import__(module, fromlist=["register"]).register(sub)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    p = sub.add_parser("down", help="remove everything the tool created (idempotent, also after a crash)")
+    p.set_defaults(handler=cmd_down)
+
+    p = sub.add_parser("shape", help="set the link's rate (HTB on both appliance egress ports)")
+    add_link_flags(p)
+    p.add_argument("--dry-run", action="store_true", help="print the tc commands instead of applying them")
+    p.set_defaults(handler=cmd_shape)
+
+    p = sub.add_parser("validate", help="measure the shaped link with iperf3 in both directions")
+    p.add_argument(
+        "--rates", default=None, help="comma-separated rates (Mbit/s or with units); default: the link's"
+    )
+    p.add_argument(
+        "--duration", type=int, default=3, help="seconds per direction (default 3, after 1 omitted)"
+    )
+    p.add_argument("--tolerance", type=float, default=5.0, help="allowed deviation in %% (default 5)")
+    p.add_argument(
+        "--json", type=Path, default=None, help="write the results here (default results/validate-*.json)"
+    )
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser("status", help="hosts, addresses, bridge, shaping, client CPU limit")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("exec", help="run a command on a host: testbed exec client -- CMD ...")
+    p.add_argument("host")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p.add_argument("--unlimited", action="store_true", help="on the client: run outside the CPU limit")
+    p.set_defaults(handler=cmd_exec)
+
+    p = sub.add_parser("calibrate", help="local matrix multiplication times on client and server")
+    p.add_argument("--sizes", default="200,400,800", help="matrix sizes (default 200,400,800)")
+    p.add_argument("--reps", type=int, default=3)
+    p.set_defaults(handler=cmd_calibrate)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -72,6 +109,7 @@ def cmd_shape(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from testbed.results import new_run_id
     from testbed.validate import format_table, raise_on_failure, validate
 
     inv = load(args)
@@ -165,7 +203,3 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     rows = calibrate(lab, sizes, args.reps)
     print(format_calibration(rows, lab.inv.client_cpu.describe()))
     return 0
-
-
-def eprint(*a) -> None:
-    print(*a, file=sys.stderr)

@@ -6,9 +6,7 @@ import argparse
 from pathlib import Path
 
 from contracts.errors import UserError
-from testbed.cli import load
-from testbed.experiment import from_dict, load_experiment, override
-from testbed.results import Manifest, new_run_id
+from testbed.cli_args import RESULTS, load, open_lab, require_root
 
 
 def register(sub) -> None:
@@ -28,21 +26,22 @@ def register(sub) -> None:
     p.add_argument(
         "--resume", type=Path, metavar="RUN_DIR", help="run the trials missing from an earlier run"
     )
-    p.add_argument(
-        "--results", type=Path, default=Path("results"), help="where runs are written (default results/)"
-    )
+    p.add_argument("--results", type=Path, default=RESULTS, help="where runs are written (default results/)")
     p.add_argument("--keep-up", action="store_true", help="leave the testbed up afterwards")
     p.add_argument("--no-analyze", action="store_true", help="do not run the analysis at the end")
+    p.set_defaults(handler=cmd_sweep)
 
     p = sub.add_parser("analyze", help="decision vectors, penalties, plots and report of a run")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--no-plots", action="store_true")
+    p.set_defaults(handler=cmd_analyze)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from testbed.backends import open_lab
-    from testbed.lab import require_root
-    from testbed.sweep import run_sweep, start_run
+    from testbed.bookkeeping import start_run
+    from testbed.experiment import from_dict, load_experiment, override
+    from testbed.results import Manifest, new_run_id
+    from testbed.sweep import run_sweep
 
     inv = load(args)
     flags = {

@@ -98,11 +98,3 @@ def inventory(tmp_path):
     yield path
     run_cli(path, "down", check=False)
     assert leftovers("tbt") == []
-
-
-@pytest.fixture
-def lab(inventory):
-    from testbed.inventory import load_inventory
-    from testbed.lab import Lab
-
-    return Lab(load_inventory(inventory))

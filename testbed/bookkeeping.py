@@ -1,0 +1,116 @@
+"""A run's bookkeeping: its manifest (what was planned, the sessions, every validation), the row
+each trial leaves in trials.csv, and the sweep log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from contracts.errors import UserError
+from testbed.experiment import Experiment
+from testbed.lab import Lab
+from testbed.plan import Trial, plan_trials
+from testbed.results import Manifest, environment
+
+
+def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> Manifest:
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UserError(f"{run_dir} already exists", "give another --name, or --resume it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(
+        run_dir / "manifest.json",
+        {
+            "run_id": run_id,
+            "status": "running",
+            "experiment": exp.as_dict(),
+            "inventory": str(lab.inv.path),
+            "client_cpu": lab.inv.client_cpu.as_dict(),
+            "environment": environment(),
+            "planned_trials": len(plan_trials(exp)),
+            "validation": [],
+            "counters": [],
+            "started_at": now(),
+            "ended_at": None,
+            "sessions": [],
+        },
+    )
+    manifest.save()
+    return manifest
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def start_session(manifest: Manifest, skipped_done: int) -> dict:
+    """A session (one `testbed sweep`, first or resumed) begins; returns its entry for `end_session`."""
+    session = {"started_at": now(), "skipped_done": skipped_done, "status": "running"}
+    manifest.data["sessions"].append(session)
+    manifest.update(status="running")
+    return session
+
+
+def end_session(manifest: Manifest, session: dict, status: str) -> None:
+    session.update(ended_at=now(), status=status)
+    manifest.update(status=status, ended_at=now())
+
+
+def add_validation(manifest: Manifest, *entries: dict) -> None:
+    manifest.data["validation"].extend(entries)
+    manifest.save()
+
+
+def counters_before(manifest: Manifest, lab: Lab, rate_mbps: float) -> dict:
+    """The appliance's counters as a rate's trials begin; `counters_after` completes the entry.
+
+    A counter that cannot be read is recorded as such and the sweep goes on: counters annotate the
+    trials, they do not decide whether they are valid.
+    """
+    entry = {"rate_mbps": rate_mbps, "ports": {"up": lab.up_if, "down": lab.down_if}, "trials": []}
+    try:
+        entry["before"] = lab.counters()
+    except UserError as exc:
+        entry["error"] = exc.message
+    manifest.data.setdefault("counters", []).append(entry)
+    manifest.save()
+    return entry
+
+
+def counters_after(manifest: Manifest, entry: dict, lab: Lab, trial_ids: list[int]) -> None:
+    entry["trials"] = trial_ids
+    if "before" in entry:
+        try:
+            entry["after"] = lab.counters()
+        except UserError as exc:
+            entry["error"] = exc.message
+    manifest.save()
+
+
+def trial_row(run_id: str, t: Trial, record: dict) -> dict:
+    return {
+        **record,
+        "run_id": run_id,
+        "trial": t.trial,
+        "op": t.op,
+        "size": t.size,
+        "dtype": t.dtype,
+        "rate_mbps": t.rate_mbps,
+        "method": t.method,
+        "rep": t.rep,
+        "ok": bool(record.get("ok")),
+        "error": record.get("error"),
+    }
+
+
+def setup_log(log: logging.Logger, path: Path) -> None:
+    """Send `log` to `path` (only there), replacing the file of an earlier session."""
+    for h in list(log.handlers):
+        log.removeHandler(h)
+        h.close()
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False

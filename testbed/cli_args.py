@@ -1,0 +1,89 @@
+"""What the command groups share: the inventory, link flags and their resolution, rate lists, JSON
+output, and the lab (opened through lazy imports, so building the parser loads no pyroute2 or fabric).
+
+It imports none of the command modules; they import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from contracts.errors import UserError
+from contracts.profiles import LinkSpec, check_burst
+from contracts.units import format_rate, parse_rate
+from testbed.inventory import Inventory, load_inventory
+
+RESULTS = Path("results")  # where runs, validations and benchmarks are written unless told
+
+
+def load(args: argparse.Namespace) -> Inventory:
+    return load_inventory(args.inventory)
+
+
+def open_lab(inv: Inventory):
+    """The lab of the inventory's backend (`testbed.backends.open_lab`)."""
+    from testbed.backends import open_lab
+
+    return open_lab(inv)
+
+
+def require_root() -> None:
+    from testbed.lab import require_root
+
+    require_root()
+
+
+def add_link_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rate", help="both directions, e.g. 20mbit (a bare number is Mbit/s)")
+    p.add_argument("--up-rate", help="client->server rate")
+    p.add_argument("--down-rate", help="server->client rate")
+    p.add_argument("--ceil", help="HTB ceil (default: the rate)")
+    p.add_argument("--burst", type=int, help="HTB burst in bytes (default: rate/HZ + one frame)")
+    p.add_argument("--delay", type=float, help="one-way delay in ms per direction (needs sch_netem)")
+    p.add_argument("--loss", type=float, help="loss in %% per direction (needs sch_netem)")
+
+
+def resolve_link(base: LinkSpec, args: argparse.Namespace) -> LinkSpec:
+    """Defaults < inventory < flags, in this one place."""
+    link = base
+    if args.rate is not None:
+        rate = parse_rate(args.rate, "--rate")
+        link = replace(link, up_rate=rate, down_rate=rate)
+    if args.up_rate is not None:
+        link = replace(link, up_rate=parse_rate(args.up_rate, "--up-rate"))
+    if args.down_rate is not None:
+        link = replace(link, down_rate=parse_rate(args.down_rate, "--down-rate"))
+    if args.ceil is not None:
+        link = replace(link, ceil=parse_rate(args.ceil, "--ceil"))
+    if args.burst is not None:
+        try:
+            link = replace(link, burst=check_burst(args.burst))
+        except UserError as exc:
+            raise UserError(f"--burst: {exc.message}", exc.fix) from None
+    if args.delay is not None:
+        if args.delay < 0:
+            raise UserError(f"--delay {args.delay} is negative")
+        link = replace(link, delay_ms=args.delay)
+    if args.loss is not None:
+        if not 0 <= args.loss <= 100:
+            raise UserError(f"--loss {args.loss} is not a percentage")
+        link = replace(link, loss_pct=args.loss)
+    if link.ceil is not None and link.ceil < max(link.up_rate, link.down_rate):
+        raise UserError(f"ceil {format_rate(link.ceil)} is below the rate", "give a ceil at least the rate")
+    return link
+
+
+def parse_rate_list(text: str) -> list[int]:
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise UserError(f"no rates in {text!r}", "give e.g. --rates 10,20,40")
+    return [parse_rate(t, "rate") for t in items]
+
+
+def print_json(data) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    print()

@@ -1,0 +1,63 @@
+"""The sweep's progress line on stderr: cells and trials done, a bar, the current trial, an ETA.
+
+On a terminal the line is redrawn in place; otherwise (a log file) it is printed every ten seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+from testbed.plan import Trial
+
+
+@dataclass
+class Progress:
+    total_trials: int
+    total_cells: int
+    cells_left: dict
+    done: int = 0
+    started: float = 0.0
+    ran: int = 0
+
+    def __post_init__(self) -> None:
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self._last = 0.0
+
+    def show(self, label: str, trial: Trial | None = None, final: bool = False) -> None:
+        if trial is not None:
+            self.done += 1
+            self.ran += 1
+            self.cells_left[trial.cell] -= 1
+        cells_done = sum(1 for v in self.cells_left.values() if v == 0)
+        eta = ""
+        if self.ran:
+            per = (time.monotonic() - self.started) / self.ran
+            eta = f" ETA {_duration(per * (self.total_trials - self.done))}"
+        line = (
+            f"[cells {cells_done}/{self.total_cells}] trials {self.done}/{self.total_trials} "
+            f"{_bar(self.done, self.total_trials)} {label}{eta}"
+        )
+        now = time.monotonic()
+        if self.tty:
+            sys.stderr.write("\r\033[K" + line + ("\n" if final else ""))
+            sys.stderr.flush()
+        elif final or now - self._last > 10:
+            print(line, file=sys.stderr, flush=True)
+            self._last = now
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = int(width * done / total) if total else width
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )

@@ -1,0 +1,94 @@
+"""The sweep's link to the trial worker on the client host: one process per sweep, a trial per line.
+
+The worker itself (`python -m client.worker`, class `TrialWorker`) runs on the client under its CPU
+limit; this is the orchestrator's end of its stdin and stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+from pathlib import Path
+
+from testbed.experiment import Experiment
+from testbed.lab import Lab
+from testbed.plan import Trial
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class WorkerLink:
+    """The client host's trial worker process (`client.worker`), spoken to in JSON lines.
+
+    A reader thread turns its stdout into a queue, so a trial can time out whatever carries the
+    pipe (a local process or an SSH channel).
+    """
+
+    def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path) -> None:
+        host = lab.host("client")
+        self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
+        self.timeout = exp.trial_timeout
+        self.proc = host.popen(
+            host.python(
+                "client.worker",
+                "--url",
+                lab.server_url,
+                "--seed",
+                str(exp.seed),
+                "--timeout",
+                str(exp.trial_timeout),
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        # importing numpy under a small CPU quota takes a while
+        self._read(timeout=max(120.0, self.timeout))
+
+    def _pump(self) -> None:
+        for line in iter(self.proc.stdout.readline, b""):
+            self._lines.put(line)
+        self._lines.put(b"")
+
+    def _read(self, timeout: float) -> dict:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no answer from the client worker within {timeout:g} s") from None
+        if not line:
+            raise WorkerDied(f"the client worker exited (status {self.proc.poll()})")
+        return json.loads(line)
+
+    def run(self, trial: Trial) -> dict:
+        spec = {
+            "trial": trial.trial,
+            "op": trial.op,
+            "size": trial.size,
+            "dtype": trial.dtype,
+            "method": trial.method,
+        }
+        try:
+            self.proc.stdin.write((json.dumps(spec) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerDied("the client worker exited") from exc
+        return self._read(self.timeout + 30)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, OSError):
+            self.proc.kill()
+            self.proc.wait()
+        self._stderr.close()
