@@ -51,7 +51,9 @@ def analyze(run_dir: Path, *, plots: bool = True, out: TextIO | None = None) -> 
     remove_plots(out_dir)
     figures = []
     if plots:
-        figures = make_plots(cells, tables["decision_vectors"], tables["cumulative_penalty"], out_dir)
+        figures = make_plots(
+            cells, tables["decision_vectors"], tables["cumulative_penalty"], out_dir, manifest=run.manifest
+        )
     run_id = str((run.manifest or {}).get("run_id") or _run_id(run.trials) or run.run_dir.name)
     summary = summary_text(
         run_id, run.trials, cells, tables["decision_vectors"], tables["cumulative_penalty"], run.manifest

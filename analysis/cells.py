@@ -68,6 +68,11 @@ def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFra
         cells[f"{stage}_ci95"] = ci95(s["std"], s["count"].fillna(0))
     cells["marshalling_ratio"] = (cells["mean"] - cells["t_server_compute_mean"]) / cells["mean"]
     cells["json_ratio"] = cells["mean"] / _reference_means(cells)
+    # a cell whose remote trials or local baseline came from a device emulation that missed its target
+    flags = trials[trials["emulation_flagged"]] if "emulation_flagged" in trials.columns else trials.iloc[:0]
+    remote_flag = flags[flags["method"] != LOCAL].groupby(KEYS).size().reindex(index).fillna(0) > 0
+    local_flag = flags[flags["method"] == LOCAL].groupby(["op", "size"]).size().reindex(pairs).fillna(0) > 0
+    cells["emulation_flagged"] = remote_flag.to_numpy() | local_flag.to_numpy()
     return cells.reset_index()
 
 

@@ -19,6 +19,8 @@ import pandas as pd
 from contracts.errors import UserError
 from contracts.trials import LOCAL, STAGES
 
+OPTIONAL_NUMBERS = ("trial", "bytes_up", "bytes_down")
+OPTIONAL = ("error", "dtype", "run_id", "emulation_flagged", *OPTIONAL_NUMBERS)
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
@@ -94,7 +96,7 @@ def _read_rows(reader, path: Path) -> list[dict]:
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise UserError(f"{path} lacks column(s) {', '.join(missing)}", _FIX_FORMAT)
-    index = {name: header.index(name) for name in (*REQUIRED, "error", "dtype", "run_id") if name in header}
+    index = {name: header.index(name) for name in (*REQUIRED, *OPTIONAL) if name in header}
     rows = []
     for fields in reader:
         if not any(x.strip() for x in fields):
@@ -137,6 +139,10 @@ def _parse_row(raw: dict[str, str], path: Path, line: int) -> dict:
         "dtype": raw.get("dtype", ""),
         "run_id": raw.get("run_id", ""),
     }
+    for column in OPTIONAL_NUMBERS:  # written by newer sweeps; unknown (NaN) in older runs
+        value = _number(raw.get(column, ""))
+        row[column] = math.nan if value is None else value
+    row["emulation_flagged"] = raw.get("emulation_flagged", "").lower() in _TRUE
     for column in ("t_total", *STAGES):
         row[column] = math.nan
         text = raw[column]

@@ -19,17 +19,19 @@ import pandas as pd
 
 from analysis.cells import method_order
 from analysis.decision_plots import decision_map, decisions_figure
+from analysis.fidelity_plots import fidelity_figure
 from analysis.ratio_plots import ratios_figure
 from analysis.stage_plots import stage_figure
 from analysis.style import STYLE
 
 PNG_DPI = 150
-PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-")
+PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-", "fidelity")
 BUILDERS = {
     "stages": stage_figure,
     "decisions": decisions_figure,
     "map": decision_map,
     "ratios": ratios_figure,
+    "fidelity": fidelity_figure,
 }
 
 
@@ -58,6 +60,7 @@ def make_plots(
     penalties: pd.DataFrame,
     out_dir: Path,
     workers: int | None = None,
+    manifest: dict | None = None,
 ) -> list[Plot]:
     """Every figure of the run, drawn by up to `workers` processes (default: one per CPU, at most 8).
 
@@ -65,7 +68,7 @@ def make_plots(
     figures are independent, so they are spread over processes.
     """
     remove_plots(out_dir)
-    jobs = plan_figures(cells, vectors, penalties)
+    jobs = plan_figures(cells, vectors, penalties) + fidelity_jobs(manifest)
     workers = min(workers or _usable_cpus(), 8, len(jobs))
     if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
         try:
@@ -152,6 +155,20 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
             )
         )
     return jobs
+
+
+def fidelity_jobs(manifest: dict | None) -> list[Job]:
+    """The device emulation's fidelity figure, from the run's last calibration (none without a device)."""
+    device = (manifest or {}).get("device")
+    if not device or not device.get("calibrations"):
+        return []
+    cal = device["calibrations"][-1]
+    rows = pd.DataFrame(cal["rows"])
+    name = device["profile"]["name"]
+    args = (rows, name, device["mode"], cal["tolerance_pct"])
+    return [
+        Job("fidelity", args, "fidelity", f"device {name}: target vs achieved ({device['mode']})", "fidelity")
+    ]
 
 
 def render(job: Job, out_dir: Path) -> Plot:

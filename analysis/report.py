@@ -22,6 +22,7 @@ KIND_TITLES = {
     "decisions": "Offloading decisions (Fig. 5)",
     "map": "Decision maps",
     "ratios": "Ratios",
+    "fidelity": "Client device emulation: fidelity",
 }
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1400px; }
@@ -50,7 +51,7 @@ def write_report(
     parts = [
         f"<h1>Offloading analysis: {_e(run_id)}</h1>",
         '<nav><a href="#summary">Summary</a><a href="#manifest">Run</a><a href="#validation">Link validation</a>'
-        '<a href="#counters">Link counters</a>'
+        '<a href="#counters">Link counters</a><a href="#device">Client device</a>'
         '<a href="#plots">Plots</a><a href="#tables">Tables</a></nav>',
         '<h2 id="summary">Summary</h2>',
         f"<pre>{_e(summary)}</pre>",
@@ -64,6 +65,8 @@ def write_report(
         _validation_html(manifest),
         '<h2 id="counters">Link counters</h2>',
         _counters_html(tables.get("link_counters")),
+        '<h2 id="device">Client device</h2>',
+        _device_html(manifest),
         '<h2 id="plots">Plots</h2>',
         _plots_html(plots),
         '<h2 id="tables">Tables</h2>',
@@ -148,7 +151,7 @@ def _plots_html(plots: list[Plot]) -> str:
 def _manifest_html(manifest: dict | None) -> str:
     if manifest is None:
         return "<p>No manifest.json in the run directory.</p>"
-    shown_elsewhere = ("validation", "counters")
+    shown_elsewhere = ("validation", "counters", "device")
     scalars = {
         k: v for k, v in manifest.items() if not isinstance(v, dict | list) and k not in shown_elsewhere
     }
@@ -173,6 +176,37 @@ def _counters_html(counters: pd.DataFrame | None) -> str:
         "the other direction's ACKs). Drops are the HTB class's and Open vSwitch's (whose statistics are "
         "refreshed every 5 s, so the last seconds may be missing).</p>" + _table(counters)
     )
+
+
+def _device_html(manifest: dict | None) -> str:
+    device = (manifest or {}).get("device")
+    if not device:
+        return "<p>No device profile: the client ran as the inventory's CPU profile describes it.</p>"
+    profile = device["profile"]
+    out = [
+        _kv(
+            {
+                "device": profile["name"],
+                "description": profile.get("description", ""),
+                "mode": device["mode"],
+                "source": profile.get("source", ""),
+            }
+        )
+    ]
+    for i, cal in enumerate(device.get("calibrations") or [], 1):
+        rows = pd.DataFrame(cal["rows"])[
+            ["work", "op", "size", "target_s", "achieved_s", "error_pct", "flagged"]
+        ]
+        flagged = int(rows["flagged"].sum())
+        out.append(
+            f"<h3>Calibration {i} ({_e(cal['at'])}): {flagged} of {len(rows)} outside "
+            f"{cal['tolerance_pct']:g}%</h3>"
+            "<p class=\"note\">Target: the device's time for the work from its profile; achieved: this host's CPU "
+            "time for the same work times the calibrated slowdown, measured a second time. Trials of flagged work "
+            "are marked emulation_flagged in trials.csv and cells.csv.</p>"
+            + _table(rows, ["missing" if f else "" for f in rows["flagged"]])
+        )
+    return "\n".join(out)
 
 
 def _validation_html(manifest: dict | None) -> str:

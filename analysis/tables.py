@@ -31,6 +31,7 @@ CELL_COLUMNS = [
     "penalty",
     "marshalling_ratio",
     "json_ratio",
+    "emulation_flagged",
     *(f"{stage}_{what}" for stage in STAGES for what in ("mean", "ci95")),
 ]
 FILES = {

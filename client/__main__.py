@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -65,10 +66,63 @@ def add_health(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_health)
 
 
+def add_profile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile", help="measure this machine as a device profile (run it on the real device, idle)"
+    )
+    p.add_argument("--name", required=True, help="the profile's name (lowercase, e.g. rpi4)")
+    p.add_argument("--ops", default="mul", help="operations (default mul)")
+    p.add_argument("--sizes", default="100,200,400,800", help="matrix sizes (default 100,200,400,800)")
+    p.add_argument(
+        "--codecs",
+        default="json,ujson,raw",
+        help=f"codecs (default json,ujson,raw; any of {', '.join(CODECS)})",
+    )
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--out", help="write the profile here (default: standard output)")
+    p.set_defaults(func=cmd_profile)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    import platform
+    from datetime import UTC, datetime
+
+    from client.emulation import measure_profile, profile_yaml
+
+    def names(text: str, known, what: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [x for x in items if x not in known]
+        if bad or not items:
+            raise UserError(f"unknown {what} {', '.join(bad) or text!r}", f"use some of: {', '.join(known)}")
+        return items
+
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 2 or args.reps < 1:
+        raise UserError(f"--sizes {args.sizes!r} must be matrix sizes of at least 2 (and --reps at least 1)")
+    device = measure_profile(
+        args.name, names(args.ops, OPS, "op"), sizes, names(args.codecs, CODECS, "codec"), args.reps
+    )
+    when = datetime.now(UTC).strftime("%Y-%m-%d")
+    machine = f"{platform.node()}: {platform.machine()} {platform.processor() or ''}".strip()
+    device = replace(device, description=f"measured on {machine}", source=f"python -m client profile, {when}")
+    comment = f"Measured by `python -m client profile` on {machine}, {when}: CPU seconds of the trials' work.\nPython {platform.python_version()}, NumPy {np.__version__}."
+    text = profile_yaml(device, comment)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        print(f"profile written: {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_offload, add_local, add_health):
+    for add in (add_offload, add_local, add_health, add_profile):
         add(sub)
     return parser
 

@@ -36,6 +36,9 @@ class StageTimes:
     t_total: float  # client encode + request + client decode: the remote completion time
     bytes_up: int
     bytes_down: int
+    # CPU seconds of this process in the client's two stages (what `scaled` device emulation scales)
+    cpu_client_encode: float = 0.0
+    cpu_client_decode: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -96,12 +99,12 @@ class OffloadClient:
     def offload(self, op: str, operands: list[np.ndarray], codec: str) -> tuple[np.ndarray, StageTimes]:
         """Run `op` on the server; the operands' dtype is the request's dtype."""
         c = _codec(codec)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         try:
             body, headers = c.encode_request(operands)
         except CodecError as exc:
             raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         try:
             resp = self.session.post(
                 f"{self.base_url}/v1/ops/{op}",
@@ -117,9 +120,9 @@ class OffloadClient:
         if resp.status_code != 200:
             raise _error_from(resp.status_code, content)
         server = parse_server_timing(resp.headers.get("Server-Timing"))
-        t3 = time.perf_counter()
+        c3, t3 = time.process_time(), time.perf_counter()
         result = c.decode_response(content, resp.headers)
-        t4 = time.perf_counter()
+        t4, c4 = time.perf_counter(), time.process_time()
         s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
         return result, StageTimes(
             t_client_encode=t1 - t0,
@@ -132,6 +135,8 @@ class OffloadClient:
             t_total=(t1 - t0) + (t2 - t1) + (t4 - t3),
             bytes_up=len(body),
             bytes_down=len(content),
+            cpu_client_encode=c1 - c0,
+            cpu_client_decode=c4 - c3,
         )
 
 
@@ -152,10 +157,16 @@ def _error_from(status: int, content: bytes) -> OffloadError:
 
 def local(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float]:
     """Run `op` here, through the server's own table; returns the result and its completion time."""
+    result, wall, _ = local_times(op, operands)
+    return result, wall
+
+
+def local_times(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float, float]:
+    """`local`, with the CPU seconds this process spent as well as the wall-clock seconds."""
     try:
-        start = time.perf_counter()
+        cpu, start = time.process_time(), time.perf_counter()
         result = execute(op, operands)
-        return result, time.perf_counter() - start
+        return result, time.perf_counter() - start, time.process_time() - cpu
     except UnknownOp as exc:
         raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}") from exc
     except OpError as exc:

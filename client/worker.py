@@ -11,28 +11,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import zlib
 from datetime import UTC, datetime
 
 import numpy as np
 
-from client.offload import OffloadClient, OffloadError, local, make_operands
+from client.emulation import Scaler, trial_operands
+from client.offload import OffloadClient, OffloadError, local_times
 from contracts.trials import LOCAL
 
 
 class TrialWorker:
-    def __init__(self, url: str, seed: int, timeout: float) -> None:
+    def __init__(self, url: str, seed: int, timeout: float, scaler: Scaler | None = None) -> None:
         self.client = OffloadClient(url, timeout=timeout)
         self.seed = seed
+        self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
 
     def operands(self, op: str, size: int, dtype: str) -> list[np.ndarray]:
         key = (op, size, dtype)
         if key not in self._operands:
-            rng = np.random.default_rng(
-                [self.seed, size, zlib.crc32(op.encode()), zlib.crc32(dtype.encode())]
-            )
-            self._operands[key] = make_operands(op, size, dtype, rng)
+            self._operands[key] = trial_operands(op, size, dtype, self.seed)
         return self._operands[key]
 
     def run(self, spec: dict) -> dict:
@@ -40,12 +38,17 @@ class TrialWorker:
         try:
             operands = self.operands(spec["op"], int(spec["size"]), spec["dtype"])
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+            op, size = spec["op"], int(spec["size"])
             if spec["method"] == LOCAL:
-                _, seconds = local(spec["op"], operands)
-                out.update(ok=True, t_total=seconds)
+                _, wall, cpu = local_times(op, operands)
+                out.update(ok=True, t_total=wall, cpu_total=cpu)
+                if self.scaler:
+                    self.scaler.local(out, op, size)
             else:
-                _, stages = self.client.offload(spec["op"], operands, spec["method"])
+                _, stages = self.client.offload(op, operands, spec["method"])
                 out.update(ok=True, **stages.as_dict())
+                if self.scaler:
+                    self.scaler.remote(out, op, size, spec["method"])
         except OffloadError as exc:
             out.update(ok=False, error=f"server answered {exc.status}: {exc.error}: {exc.detail}"[:500])
         except Exception as exc:  # a failed trial is data, not the end of the sweep
@@ -58,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--scale", help="scaled device emulation: the slowdowns of `client.emulation.calibrate`, as JSON"
+    )
     args = parser.parse_args(argv)
-    worker = TrialWorker(args.url, args.seed, args.timeout)
+    scaler = Scaler(json.loads(args.scale)) if args.scale else None
+    worker = TrialWorker(args.url, args.seed, args.timeout, scaler)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip():

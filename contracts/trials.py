@@ -41,6 +41,15 @@ COLUMNS = (
     "bytes_up",
     "bytes_down",
     "started_at",
+    # device emulation: what was measured on the client before scaling (wall and CPU seconds of the
+    # client's stages; of the whole operation for local rows), and whether its calibration missed
+    "wall_client_encode",
+    "cpu_client_encode",
+    "wall_client_decode",
+    "cpu_client_decode",
+    "wall_total",
+    "cpu_total",
+    "emulation_flagged",
 )
 
 _METRIC = re.compile(r"^\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(?:;(.*))?$")

@@ -59,9 +59,20 @@ def register(sub) -> None:
     p.add_argument("--unlimited", action="store_true", help="on the client: run outside the CPU limit")
     p.set_defaults(handler=cmd_exec)
 
-    p = sub.add_parser("calibrate", help="local matrix multiplication times on client and server")
+    p = sub.add_parser(
+        "calibrate",
+        help="local matrix multiplication times on client and server; with --device, how closely the "
+        "client host emulates a device profile",
+    )
     p.add_argument("--sizes", default="200,400,800", help="matrix sizes (default 200,400,800)")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--device", help="a device profile (name in experiments/devices, or a file)")
+    p.add_argument("--mode", default="scaled", help="with --device: scaled (default) or throttle")
+    p.add_argument("--ops", default="mul", help="with --device: operations (default mul)")
+    p.add_argument(
+        "--codecs", default="json,ujson,raw", help="with --device: codecs (default json,ujson,raw)"
+    )
+    p.add_argument("--json", action="store_true", help="with --device: print one JSON object")
     p.set_defaults(handler=cmd_calibrate)
 
 
@@ -191,12 +202,52 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return proc.wait()
 
 
+def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
+    """`calibrate --device`: how closely the client host reaches the device's targets."""
+    from contracts.device import Grid
+    from testbed import emulation
+    from testbed.devices import load_device
+
+    device = load_device(args.device)
+    ops = [o for o in args.ops.split(",") if o.strip()]
+    codecs = [c for c in args.codecs.split(",") if c.strip()]
+    require_root()
+    lab = open_lab(load(args).with_client_cpu(emulation.client_cpu(device, args.mode)))
+    lab.require_up()
+    result = emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs))
+    if args.json:
+        kernels = [r for r in result["rows"] if r["work"] == "kernel"]
+        codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
+        keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
+        print_json(
+            {
+                "device": device.name,
+                "mode": args.mode,
+                "rows": [{k: r[k] for k in keys} for r in kernels],
+                "codecs": [
+                    {"codec": r["work"].split()[0], "stage": r["work"].split()[1], **{k: r[k] for k in keys}}
+                    for r in codec_rows
+                ],
+            }
+        )
+    else:
+        print(emulation.format_calibration(result))
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from testbed.calibrate import calibrate, format_calibration
 
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        sizes = []
     if not sizes or min(sizes) < 2:
-        raise UserError(f"--sizes {args.sizes!r} must be matrix sizes of at least 2")
+        raise UserError(
+            f"--sizes {args.sizes!r} must be matrix sizes of at least 2", "e.g. --sizes 200,400,800"
+        )
+    if args.device:
+        return calibrate_device(args, sizes)
     require_root()
     lab = open_lab(load(args))
     lab.require_up()

@@ -51,12 +51,12 @@ class Section:
             return None
         if key is not None and isinstance(node, yaml.MappingNode):
             for k, _ in node.value:
-                if k.value == key:
+                if k.value == str(key):
                     return k.start_mark.line + 1
         return node.start_mark.line + 1
 
     def dotted(self, key: str | None = None) -> str:
-        parts = [*self.keys, key] if key is not None else list(self.keys)
+        parts = [*self.keys, str(key)] if key is not None else list(self.keys)
         return ".".join(parts) or "(top level)"
 
     def error(self, key: str | None, problem: str, fix: str | None = None) -> UserError:
@@ -117,7 +117,7 @@ class Section:
     def _child_node(self, key: str) -> Any:
         if isinstance(self.node, yaml.MappingNode):
             for k, v in self.node.value:
-                if k.value == key:
+                if k.value == str(key):
                     return v
         return None
 

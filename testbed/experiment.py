@@ -6,11 +6,13 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from contracts.device import MODES
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.trials import DTYPES
 from contracts.units import parse_rate
 from testbed.config import Section, load_yaml
+from testbed.devices import load_device
 from testbed.inventory import parse_cpu_profile
 
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
@@ -36,6 +38,8 @@ class Experiment:
     dtype: str = "float64"
     seed: int = 1
     client_cpu: CpuProfile | None = None  # None: the inventory's profile
+    client_device: str | None = None  # a device profile (name or path); None: the inventory's
+    mode: str = "scaled"  # how a device profile is emulated (contracts.device.MODES)
     validation: Validation = field(default_factory=Validation)
     local: bool = True  # measure the local baseline
     trial_timeout: float = 600.0
@@ -99,24 +103,28 @@ def _names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, .
     return tuple(dict.fromkeys(parts))
 
 
+# what `testbed sweep` flags may override (each is a `--flag` of the same name, '_' as '-')
+FLAGS = (
+    "ops",
+    "sizes",
+    "rates",
+    "methods",
+    "reps",
+    "warmup",
+    "dtype",
+    "seed",
+    "cpu_quota",
+    "device",
+    "mode",
+    "name",
+)
+
+
 def load_experiment(path: Path) -> Experiment:
     doc = load_yaml(path, "experiment")
-    allowed = {
-        "name",
-        "ops",
-        "sizes",
-        "rates",
-        "methods",
-        "reps",
-        "warmup",
-        "dtype",
-        "seed",
-        "client_cpu",
-        "validation",
-        "local",
-        "trial_timeout",
-        "description",
-    }
+    # a file says what the flags say (the client by its file keys), and more
+    allowed = set(FLAGS) - {"cpu_quota", "device"}
+    allowed |= {"client_cpu", "client_device", "validation", "local", "trial_timeout", "description"}
     doc.reject_unknown(allowed)
 
     def wrap(key, fn, *a):
@@ -136,6 +144,8 @@ def load_experiment(path: Path) -> Experiment:
         dtype=_dtype(doc),
         seed=doc.get("seed", int, 1),
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
+        client_device=_device(doc),
+        mode=_mode(doc.get("mode", str, "scaled"), lambda problem, fix: doc.error("mode", problem, fix)),
         validation=_validation(doc.section("validation", default_empty=True)),
         local=doc.get("local", bool, True),
         trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
@@ -143,6 +153,30 @@ def load_experiment(path: Path) -> Experiment:
     if not re.match(r"^[A-Za-z0-9._-]+$", exp.name):
         raise doc.error("name", f"{exp.name!r} may only hold letters, digits, '.', '_' and '-'")
     return exp
+
+
+def _device(doc: Section) -> str | None:
+    """The device's name or path, checked now so that a bad profile is reported before any sweep."""
+    if not doc.has("client_device"):
+        return None
+    if doc.has("client_cpu"):
+        raise doc.error(
+            "client_device", "client_device and client_cpu both describe the client", "keep one of them"
+        )
+    ref = doc.get("client_device", str)
+    if ref.endswith((".yaml", ".yml")):  # a path: relative to the experiment file
+        ref = str((Path(doc.path).parent / ref).resolve())
+    try:
+        load_device(ref)
+    except UserError as exc:
+        raise doc.error("client_device", exc.message, exc.fix) from None
+    return ref
+
+
+def _mode(mode: str, error) -> str:
+    if mode not in MODES:
+        raise error(f"unknown mode {mode!r}", f"use one of: {', '.join(MODES)}")
+    return mode
 
 
 def _positive(doc: Section, key: str, default, minimum: int = 1) -> int:
@@ -208,6 +242,13 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
             raise UserError(f"--cpu-quota: {exc.message}", exc.fix) from None
         base = exp.client_cpu or CpuProfile()
         changes["client_cpu"] = replace(base, cpu_quota=quota)
+        changes["client_device"] = None  # the old host-relative profile replaces a device
+    if flags.get("device") is not None:
+        load_device(flags["device"])
+        changes["client_device"] = flags["device"]
+        changes["client_cpu"] = None
+    if flags.get("mode") is not None:
+        changes["mode"] = _mode(flags["mode"], lambda problem, fix: UserError(f"--mode: {problem}", fix))
     if flags.get("no_validate"):
         changes["validation"] = replace(exp.validation, enabled=False)
     if flags.get("name") is not None:

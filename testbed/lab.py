@@ -226,6 +226,12 @@ class Lab(ABC):
         if quota:
             self.host("client").agent("cpu.apply", name=self.cgroup, quota=quota)
 
+    def set_client_quota(self, fraction: float) -> dict:
+        """A new CPU quota for the client (throttled device emulation); the limit now in force."""
+        self.inv = self.inv.with_client_cpu(replace(self.inv.client_cpu, cpu_quota=fraction))
+        self.apply_cpu_limit()
+        return self.cpu_in_force()
+
     def cpu_in_force(self) -> dict:
         try:
             return self.host("client").agent("cpu.read", name=self.cgroup)

@@ -48,6 +48,15 @@ class Progress:
             print(line, file=sys.stderr, flush=True)
             self._last = now
 
+    def note(self, text: str) -> None:
+        """A line of its own above the progress line (a warning the user must see)."""
+        sys.stderr.write(("\r\033[K" if self.tty else "") + text + "\n")
+        sys.stderr.flush()
+
+    def reset_clock(self) -> None:
+        """The ETA counts from here (after set-up such as a device calibration)."""
+        self.started = time.monotonic()
+
 
 def _bar(done: int, total: int, width: int = 20) -> str:
     filled = int(width * done / total) if total else width

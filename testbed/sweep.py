@@ -15,7 +15,9 @@ import json
 import logging
 from pathlib import Path
 
+from contracts.device import DeviceProfile
 from contracts.trials import LOCAL
+from testbed import emulation
 from testbed.bookkeeping import (
     add_validation,
     counters_after,
@@ -43,8 +45,17 @@ def cell_label(t: Trial) -> str:
     return f"{t.op} {t.size} {where}"
 
 
-def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep_up: bool = False) -> dict:
-    """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed."""
+def run_sweep(
+    lab: Lab,
+    exp: Experiment,
+    run_dir: Path,
+    manifest: Manifest,
+    keep_up: bool = False,
+    device: DeviceProfile | None = None,
+) -> dict:
+    """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed.
+
+    With a `device`, the client host is calibrated for it first (`testbed.emulation`)."""
     run_id = manifest.data["run_id"]
     csv_path = run_dir / "trials.csv"
     trials = plan_trials(exp)
@@ -57,16 +68,31 @@ def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep
     progress = Progress(len(trials), len(cells), cells, done=len(done))
     writer = TrialWriter(csv_path)
     session = start_session(manifest, skipped_done=len(done))
-    brought_up = False
+    brought_up = was_up = False
     worker = None
     failed = 0
     status = "interrupted"
     try:
         with sigterm_as_interrupt():
             brought_up = lab.up()
+            was_up = not brought_up
             lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
             if not lab.server_alive():
                 lab.start_offload_server()
+            scale, marks = None, set()
+            if device is not None:
+                progress.show(f"calibrating the client host for device {device.name}")
+                calibration = emulation.emulate_for(lab, device, exp)
+                emulation.record(manifest, device, exp.mode, calibration, now())
+                scale, marks = calibration.get("scale"), emulation.flagged(calibration)
+                progress.reset_clock()
+                if marks:
+                    what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(marks))
+                    log.warning("device emulation misses its tolerance for: %s", what)
+                    progress.note(
+                        f"device {device.name}: emulation outside {emulation.TOLERANCE_PCT:g}% for {what}; "
+                        "those trials are marked emulation_flagged"
+                    )
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))
             for rate, phase in todo:
                 if rate is not None:
@@ -79,12 +105,14 @@ def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep
                             progress.show(cell_label(t), t)
                         continue
                 if worker is None:
-                    worker = WorkerLink(lab, exp, run_dir / "worker.log")
+                    worker = WorkerLink(lab, exp, run_dir / "worker.log", scale)
                 worker = warm_up(lab, exp, worker, run_dir, phase)
                 counters = counters_before(manifest, lab, rate) if rate is not None else None
                 for t in phase:
                     progress.show(cell_label(t))
                     record, worker = run_trial(lab, exp, worker, run_dir, t)
+                    if device is not None:
+                        record["emulation_flagged"] = (t.op, t.size, t.method) in marks
                     writer.write(trial_row(run_id, t, record))
                     failed += not record.get("ok")
                     progress.show(cell_label(t), t)
@@ -100,8 +128,8 @@ def run_sweep(lab: Lab, exp: Experiment, run_dir: Path, manifest: Manifest, keep
         end_session(manifest, session, status)
         if brought_up and not keep_up:
             lab.down()
-        elif not brought_up:
-            lab.shape(lab.inv.link)  # leave a testbed that was up before as the inventory describes it
+        elif was_up or brought_up:
+            lab.shape(lab.inv.link)  # leave a testbed that stays up as the inventory describes it
     return {
         "run_dir": str(run_dir),
         "trials": len(trials),
@@ -166,7 +194,7 @@ def run_trial(
         log.warning("trial %d: %s; restarting the client worker", t.trial, exc)
         worker.proc.kill()
         worker.close()
-        worker = WorkerLink(lab, exp, run_dir / "worker.log")
+        worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.scale)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
         if t.method != LOCAL and not lab.server_alive():

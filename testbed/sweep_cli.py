@@ -21,6 +21,8 @@ def register(sub) -> None:
     p.add_argument("--dtype")
     p.add_argument("--seed", type=int)
     p.add_argument("--cpu-quota", type=float, help="client CPU limit, fraction of one core")
+    p.add_argument("--device", help="client device profile: a name in experiments/devices, or a file")
+    p.add_argument("--mode", help="how the device is emulated: scaled (default) or throttle")
     p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
     p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")
     p.add_argument(
@@ -39,15 +41,14 @@ def register(sub) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.bookkeeping import start_run
-    from testbed.experiment import from_dict, load_experiment, override
+    from testbed.emulation import client_cpu as emulation_cpu
+    from testbed.emulation import resolve_device
+    from testbed.experiment import FLAGS, from_dict, load_experiment, override
     from testbed.results import Manifest, new_run_id
     from testbed.sweep import run_sweep
 
     inv = load(args)
-    flags = {
-        k: getattr(args, k)
-        for k in ("ops", "sizes", "rates", "methods", "reps", "warmup", "dtype", "seed", "cpu_quota", "name")
-    }
+    flags = {k: getattr(args, k) for k in FLAGS}
     if args.resume:
         if args.experiment or any(v is not None for v in flags.values()) or args.no_validate:
             raise UserError(
@@ -62,19 +63,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         exp = override(base, {**flags, "no_validate": args.no_validate})
         run_id = new_run_id(exp.name)
         run_dir = args.results / run_id
-    if exp.client_cpu:
+    device = resolve_device(exp, inv, manifest if args.resume else None)
+    if device:
+        inv = inv.with_client_cpu(emulation_cpu(device, exp.mode))
+    elif exp.client_cpu:
         inv = inv.with_client_cpu(exp.client_cpu)
     require_root()
     lab = open_lab(inv)
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, lab)
+    client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
     print(
         f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
-        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s); client CPU "
-        f"{inv.client_cpu.describe()}; results in {run_dir}"
+        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s); client "
+        f"{client}; results in {run_dir}"
     )
     try:
-        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up)
+        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up, device=device)
     except KeyboardInterrupt:
         print(
             f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "

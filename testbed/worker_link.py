@@ -28,8 +28,11 @@ class WorkerLink:
     pipe (a local process or an SSH channel).
     """
 
-    def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path) -> None:
+    def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path, scale: dict | None = None) -> None:
+        """`scale`: the slowdowns of a scaled device emulation (`client.emulation`), None without."""
         host = lab.host("client")
+        self.scale = scale
+        self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self.timeout = exp.trial_timeout
         self.proc = host.popen(
@@ -41,6 +44,7 @@ class WorkerLink:
                 str(exp.seed),
                 "--timeout",
                 str(exp.trial_timeout),
+                *(["--scale", json.dumps(scale)] if scale else []),
             ),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -91,4 +95,6 @@ class WorkerLink:
         except (subprocess.TimeoutExpired, OSError):
             self.proc.kill()
             self.proc.wait()
+        if self.proc.stdout:  # the reader thread has seen EOF once the process is gone
+            self.proc.stdout.close()
         self._stderr.close()

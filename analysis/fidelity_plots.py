@@ -1,0 +1,40 @@
+"""The device emulation's fidelity: for each kind of client work, the device's target time against
+what the emulation achieved, across sizes, with the calibration's flagged points marked."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.style import METHOD_COLORS
+
+
+def fidelity_figure(rows: pd.DataFrame, device: str, mode: str, tolerance_pct: float) -> Figure:
+    """`rows`: one calibration's rows (work, op, size, target_s, achieved_s, error_pct, flagged)."""
+    works = list(dict.fromkeys(rows["work"]))
+    fig = Figure(figsize=(7.5, 4.2), layout="constrained")
+    ax_time, ax_err = fig.subplots(1, 2, width_ratios=(3, 2))
+    for i, work in enumerate(works):
+        g = rows[rows["work"] == work].sort_values("size")
+        color = METHOD_COLORS[i % len(METHOD_COLORS)]
+        label = f"{g['op'].iloc[0]} {work}"
+        ax_time.plot(g["size"], g["target_s"], color=color, linestyle="--", linewidth=1)
+        ax_time.plot(
+            g["size"], g["achieved_s"], color=color, marker="o", markersize=4, linewidth=1, label=label
+        )
+        ax_err.plot(g["size"], g["error_pct"], color=color, marker="o", markersize=4, linewidth=1)
+        bad = g[g["flagged"]]
+        for ax, column in ((ax_time, "achieved_s"), (ax_err, "error_pct")):
+            ax.scatter(bad["size"], bad[column], marker="x", s=60, color="black", zorder=3)
+    ax_time.set_yscale("log")
+    ax_time.set_xlabel("matrix size")
+    ax_time.set_ylabel("seconds (dashed: the device's target)")
+    ax_time.set_title("target vs achieved")
+    fig.legend(loc="outside lower center", ncols=4, fontsize=7)
+    ax_err.axhspan(-tolerance_pct, tolerance_pct, color="#DDDDDD", zorder=0)
+    ax_err.axhline(0, color="black", linewidth=0.6)
+    ax_err.set_xlabel("matrix size")
+    ax_err.set_ylabel("error %  (x: flagged)")
+    ax_err.set_title(f"within ±{tolerance_pct:g}% (shaded)")
+    fig.suptitle(f"device {device}, {mode} mode")
+    return fig

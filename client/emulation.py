@@ -1,0 +1,260 @@
+"""Emulating a device profile on this host (`scaled` mode): calibrate, check, and scale a trial.
+
+`calibrate` measures the CPU seconds this host spends on exactly the work the trials will time (each
+operation at each size, each codec's encode of the request and decode of the response), turns each
+into a slowdown (the device's target time over this host's), then measures again and reports how
+close the scaled times come to the targets, as iperf3 reports how close the link comes to its rate.
+`Scaler` applies the slowdowns to a trial's client stages: CPU time measured around exactly the
+stage, times the slowdown of its kind of work. Communication and the server are measured, not scaled.
+
+CPU time, not wall time: a stage's CPU time does not include waiting, so what another process on a
+busy host takes does not end up in the device's times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+import time
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from contracts.codecs import get_codec
+from contracts.device import DeviceProfile, Grid, work
+from contracts.ops import execute
+
+Work = Callable[[], object]
+
+
+def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray]:
+    """The operands every trial of (op, size, dtype) uses: the same on every host for a seed."""
+    from client.offload import make_operands
+
+    rng = np.random.default_rng([seed, size, zlib.crc32(op.encode()), zlib.crc32(dtype.encode())])
+    return make_operands(op, size, dtype, rng)
+
+
+MIN_SAMPLE_S = 0.02  # a sample repeats work shorter than this, so the clock's noise does not dominate
+
+
+def interleaved(
+    jobs: list[Work], reps: int, clock=time.process_time, seed: int = 1, batch: bool = True
+) -> list[float]:
+    """Seconds of one run of each work: the median of `reps` samples, taken in rounds.
+
+    Each round runs every work once, in an order shuffled from the seed, as a sweep interleaves its
+    trials: a work never follows itself, so caches and the allocator are as cold as in a trial
+    (back-to-back repetitions of one work reuse its memory and come out faster than any trial).
+    With `batch`, work shorter than `MIN_SAMPLE_S` is repeated within its sample and divided;
+    without, every sample is one run (what a throttled trial sees, quota periods and all).
+    """
+    runs = []
+    for job in jobs:
+        start = clock()
+        job()
+        runs.append(max(1, math.ceil(MIN_SAMPLE_S / max(clock() - start, 1e-6))) if batch else 1)
+    samples: list[list[float]] = [[] for _ in jobs]
+    order = list(range(len(jobs)))
+    rng = random.Random(seed)
+    for _ in range(reps):
+        rng.shuffle(order)
+        for i in order:
+            start = clock()
+            for _ in range(runs[i]):
+                jobs[i]()
+            samples[i].append((clock() - start) / runs[i])
+    return [statistics.median(s) for s in samples]
+
+
+def cpu_seconds(job: Work, reps: int) -> float:
+    """CPU seconds of one run of `job` (the median of `reps` samples, after one untimed run)."""
+    return interleaved([job], reps)[0]
+
+
+def key(kind: str, op: str, size: int, codec: str | None = None) -> str:
+    """`kernel|mul|400`, `encode|json|mul|400`: one slowdown per kind of work."""
+    return "|".join([kind, *([codec] if codec else []), op, str(size)])
+
+
+def works(
+    op: str, size: int, dtype: str, seed: int, codecs: list[str]
+) -> list[tuple[str, str | None, Work, int]]:
+    """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the client."""
+    operands = trial_operands(op, size, dtype, seed)
+    out: list[tuple[str, str | None, Work, int]] = [("kernel", None, lambda: execute(op, operands), 0)]
+    result = execute(op, operands)
+    for name in codecs:
+        codec = get_codec(name)
+        body, headers = codec.encode_response(result)
+        body = bytes(body) if not isinstance(body, bytes) else body
+        out.append(
+            ("encode", name, lambda c=codec: c.encode_request(operands), sum(a.nbytes for a in operands))
+        )
+        out.append(
+            ("decode", name, lambda c=codec, b=body, h=headers: c.decode_response(b, h), result.nbytes)
+        )
+    return out
+
+
+def target_s(
+    device: DeviceProfile, kind: str, op: str, size: int, codec: str | None, data_bytes: int
+) -> float:
+    if kind == "kernel":
+        return device.compute_s(op, size)
+    return device.marshal_s(codec, kind, data_bytes)
+
+
+def _row(
+    kind: str, codec: str | None, op: str, size: int, target: float, achieved: float, tolerance_pct: float
+) -> dict:
+    error = (achieved - target) / target * 100
+    return {
+        "work": kind if codec is None else f"{codec} {kind}",
+        "op": op,
+        "size": size,
+        "target_s": target,
+        "achieved_s": achieved,
+        "error_pct": round(error, 2),
+        "flagged": abs(error) > tolerance_pct,
+    }
+
+
+def _items(grid: Grid) -> list[tuple]:
+    """(op, size, kind, codec, work, bytes of matrix data) for every kind of work of the grid."""
+    return [
+        (op, size, *w)
+        for op in grid.ops
+        for size in grid.sizes
+        for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs))
+    ]
+
+
+def calibrate(device: DeviceProfile, grid: Grid, reps: int = 5, tolerance_pct: float = 10.0) -> dict:
+    """Slowdowns for every kind of work of the grid, and the check of each against its target."""
+    items = _items(grid)
+    jobs = [item[4] for item in items]
+    host = interleaved(jobs, reps, seed=grid.seed)
+    again = interleaved(jobs, reps, seed=grid.seed + 1)  # a second, independent measurement
+    rows, scale = [], {}
+    for (op, size, kind, codec, _, data), host_s, again_s in zip(items, host, again, strict=True):
+        target = target_s(device, kind, op, size, codec, data)
+        factor = target / max(host_s, 1e-7)
+        scale[key(kind, op, size, codec)] = factor
+        row = _row(kind, codec, op, size, target, again_s * factor, tolerance_pct)
+        rows.append({**row, "host_cpu_s": host_s, "slowdown": factor})
+    return {"device": device.name, "mode": "scaled", "rows": rows, "scale": scale}
+
+
+def check_wall(device: DeviceProfile, grid: Grid, reps: int = 5, tolerance_pct: float = 10.0) -> dict:
+    """`throttle` mode's check, run inside the device's CPU limit: the wall time of each kind of work
+    against its target, one run per sample, sampled in rounds as a sweep interleaves its trials."""
+    items = _items(grid)
+    walls = interleaved(
+        [item[4] for item in items], reps, clock=time.perf_counter, seed=grid.seed, batch=False
+    )
+    rows = [
+        _row(kind, codec, op, size, target_s(device, kind, op, size, codec, data), wall, tolerance_pct)
+        for (op, size, kind, codec, _, data), wall in zip(items, walls, strict=True)
+    ]
+    return {"device": device.name, "mode": "throttle", "rows": rows}
+
+
+def measure_profile(
+    name: str, ops: list[str], sizes: list[int], codecs: list[str], reps: int = 5, seed: int = 1
+) -> DeviceProfile:
+    """This machine as a device profile: what `python -m client profile` runs on a real device.
+
+    The same work the trials time, on the same operands: GFLOP/s per op at each size, and per codec
+    the encode and decode throughput in MB/s of matrix data over all sizes.
+    """
+    from contracts.device import SpeedCurve
+
+    kernels: dict[str, list[tuple[int, float]]] = {}
+    marshalled: dict[str, dict[str, list[float]]] = {}
+    for op in ops:
+        for size in sizes:
+            for kind, codec, run, data in works(op, size, "float64", seed, codecs):
+                seconds = max(cpu_seconds(run, reps), 1e-9)
+                if codec is None:
+                    kernels.setdefault(op, []).append((size, round(work(op, size) / seconds / 1e9, 4)))
+                else:
+                    totals = marshalled.setdefault(codec, {}).setdefault(kind, [0.0, 0.0])
+                    totals[0] += data
+                    totals[1] += seconds
+    return DeviceProfile(
+        name=name,
+        kernels={op: SpeedCurve(tuple(points)) for op, points in kernels.items()},
+        marshalling={
+            c: {d: round(b / s / 1e6, 3) for d, (b, s) in dirs.items()} for c, dirs in marshalled.items()
+        },
+        cores=os.cpu_count() or 1,
+        blas_threads=1,
+    )
+
+
+def profile_yaml(device: DeviceProfile, comment: str = "") -> str:
+    """The profile as a file of experiments/devices (written by hand: a device needs no YAML library)."""
+    lines = [f"# {line}" for line in comment.splitlines()]
+    lines += [
+        f"name: {device.name}",
+        f"description: {json.dumps(device.description)}",
+        f"source: {json.dumps(device.source)}",
+        f"cores: {device.cores}",
+        f"blas_threads: {device.blas_threads}",
+        "kernels:                      # GFLOP/s of the operation's work at each size",
+    ]
+    for op, curve in device.kernels.items():
+        lines.append(f"  {op}: {{{', '.join(f'{s}: {g:g}' for s, g in curve.points)}}}")
+    lines.append("marshalling:                  # MB/s of matrix data")
+    for codec, speeds in device.marshalling.items():
+        lines.append(f"  {codec}: {{encode: {speeds['encode']:g}, decode: {speeds['decode']:g}}}")
+    return "\n".join(lines) + "\n"
+
+
+class Scaler:
+    """Turns a worker's measured record into the device's times (scaled mode)."""
+
+    def __init__(self, scale: dict[str, float]) -> None:
+        self.scale = scale
+
+    def factor(self, kind: str, op: str, size: int, codec: str | None = None) -> float:
+        k = key(kind, op, size, codec)
+        if k not in self.scale:
+            raise KeyError(f"no calibration for {k}: the sweep calibrates every op, size and method it runs")
+        return self.scale[k]
+
+    def local(self, out: dict, op: str, size: int) -> None:
+        out["wall_total"] = out["t_total"]
+        out["t_total"] = out["cpu_total"] * self.factor("kernel", op, size)
+
+    def remote(self, out: dict, op: str, size: int, codec: str) -> None:
+        for stage, kind in (("client_encode", "encode"), ("client_decode", "decode")):
+            out[f"wall_{stage}"] = out[f"t_{stage}"]
+            out[f"t_{stage}"] = out[f"cpu_{stage}"] * self.factor(kind, op, size, codec)
+        out["t_total"] = out["t_client_encode"] + out["t_request"] + out["t_client_decode"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m client.emulation < REQUEST.json`: calibrate this host for a device, print JSON.
+
+    The request: {"device": <profile as JSON>, "grid": <Grid as JSON>, "tolerance_pct": ...,
+    "check": "wall" for throttle mode's check}.
+    """
+    import json
+    import sys
+
+    request = json.load(sys.stdin)
+    device = DeviceProfile.from_dict(request["device"])
+    grid = Grid.from_dict(request["grid"])
+    check = check_wall if request.get("check") == "wall" else calibrate  # wall: throttle, inside the limit
+    json.dump(check(device, grid, tolerance_pct=request["tolerance_pct"]), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""Device profiles: the client's speed in absolute units, independent of the host that emulates it.
+
+A profile says how fast the device does each kind of work the trials time:
+- matrix kernels, per operation, in GFLOP/s of the operation's work (`work`: mul and inv 2n^3, log
+  n^2 evaluations), either one figure or figures at some sizes (a slow device's speed falls as the
+  matrices outgrow its caches), interpolated log-log between them and held constant beyond;
+- marshalling, per codec, the encode and decode throughput in MB/s of matrix data (the operands'
+  or the result's elements times their item size: what was marshalled, not what went on the wire).
+
+From a profile follows each stage's *target* time on the device. The testbed reaches it in one of
+two modes (`MODES`): `scaled` multiplies the CPU time a stage took on this host by the calibrated
+slowdown of its kind of work; `throttle` runs the client under a CPU quota. Profiles travel to the
+hosts as JSON (`as_dict`/`from_dict`); the YAML files are read by the orchestrator.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import asdict, dataclass, field
+
+from contracts.trials import LOCAL
+
+MODES = ("scaled", "throttle")
+DIRECTIONS = ("encode", "decode")
+
+
+def work(op: str, size: int) -> float:
+    """The operation's work on an n x n input, in floating-point operations (log: evaluations)."""
+    if op in ("mul", "inv"):  # matmul 2n^3; inverse by LU and triangular solves, about 2n^3
+        return 2.0 * size**3
+    if op == "log":
+        return float(size * size)
+    raise KeyError(op)
+
+
+def operand_bytes(op: str, size: int, itemsize: int = 8) -> int:
+    """Matrix data in a request: the operands' elements times their item size."""
+    arity = 2 if op == "mul" else 1
+    return arity * size * size * itemsize
+
+
+def result_bytes(op: str, size: int, itemsize: int = 8) -> int:
+    """Matrix data in a response (inv and log answer float64 whatever the input)."""
+    return size * size * (itemsize if op == "mul" else 8)
+
+
+@dataclass(frozen=True)
+class SpeedCurve:
+    """GFLOP/s at some sizes; log-log interpolation between them, constant outside."""
+
+    points: tuple[tuple[int, float], ...]  # (size, GFLOP/s), sizes ascending
+
+    def at(self, size: int) -> float:
+        sizes = [s for s, _ in self.points]
+        if size <= sizes[0]:
+            return self.points[0][1]
+        if size >= sizes[-1]:
+            return self.points[-1][1]
+        i = bisect.bisect_right(sizes, size)
+        (s0, g0), (s1, g1) = self.points[i - 1], self.points[i]
+        t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+        return math.exp(math.log(g0) + t * (math.log(g1) - math.log(g0)))
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    kernels: dict[str, SpeedCurve]  # op -> GFLOP/s
+    marshalling: dict[str, dict[str, float]]  # codec -> {"encode": MB/s, "decode": MB/s}
+    cores: int = 1
+    blas_threads: int = 1
+    description: str = ""
+    source: str = ""  # where the figures come from (a measurement, a derivation)
+    extra: dict = field(default_factory=dict)  # further sections (e.g. power figures) kept verbatim
+
+    # ---------------------------------------------------------------- targets
+    def compute_s(self, op: str, size: int) -> float:
+        """Seconds the device takes for `op` on an n x n input."""
+        return work(op, size) / (self.kernels[op].at(size) * 1e9)
+
+    def marshal_s(self, codec: str, direction: str, data_bytes: int) -> float:
+        """Seconds the device takes to encode or decode `data_bytes` of matrix data with `codec`."""
+        return data_bytes / (self.marshalling[codec][direction] * 1e6)
+
+    def missing(self, ops: list[str], codecs: list[str]) -> list[str]:
+        """What an experiment needs that the profile does not say, as `key.name` paths."""
+        out = [f"kernels.{op}" for op in ops if op not in self.kernels]
+        return out + [f"marshalling.{c}" for c in codecs if c not in self.marshalling and c != LOCAL]
+
+    # ---------------------------------------------------------------- JSON for the hosts and manifests
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["kernels"] = {op: [list(p) for p in c.points] for op, c in self.kernels.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DeviceProfile:
+        kernels = {
+            op: SpeedCurve(tuple((int(s), float(g)) for s, g in pts)) for op, pts in data["kernels"].items()
+        }
+        return cls(**{**data, "kernels": kernels})
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What a calibration covers: the work of every trial of these ops, sizes and codecs."""
+
+    ops: tuple[str, ...]
+    sizes: tuple[int, ...]
+    codecs: tuple[str, ...]
+    dtype: str = "float64"
+    seed: int = 1
+
+    @classmethod
+    def of(cls, ops, sizes, codecs, dtype: str = "float64", seed: int = 1) -> Grid:
+        """Sizes sorted and once each; the local marker is not a codec."""
+        return cls(tuple(ops), tuple(sorted(set(sizes))), tuple(c for c in codecs if c != LOCAL), dtype, seed)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Grid:
+        return cls.of(data["ops"], data["sizes"], data["codecs"], data["dtype"], data["seed"])

@@ -1,0 +1,135 @@
+"""The client as a fixed device: which profile a sweep emulates, and its calibration on this host.
+
+In `scaled` mode the client runs at full speed and its worker scales each client stage by the
+slowdown `client.emulation.calibrate` measured on the client host at the start of every session
+(this host, now: a resumed run on another machine is calibrated for that machine). The calibration
+is checked against the device's targets the way iperf3 checks the link; what misses the tolerance is
+said before the sweep runs, recorded in the manifest, and marked on every trial it affects.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from contracts.device import MODES, DeviceProfile, Grid
+from contracts.errors import UserError
+from contracts.profiles import MIN_CPU_QUOTA, CpuProfile
+from contracts.trials import LOCAL
+from testbed.devices import check_device_covers, load_device
+from testbed.experiment import Experiment
+from testbed.inventory import Inventory
+from testbed.lab import Lab
+from testbed.results import Manifest
+
+TOLERANCE_PCT = 10.0
+GRANULARITY_PERIODS = 10  # a throttled stage must span this many quota periods to be trusted
+
+
+def resolve_device(exp: Experiment, inv: Inventory, manifest: Manifest | None = None) -> DeviceProfile | None:
+    """The run's own profile when resuming; else the experiment's, else the inventory's (unless the
+    experiment sets `client_cpu`, the old host-relative profile)."""
+    stored = ((manifest.data if manifest else {}).get("device") or {}).get("profile")
+    if stored:
+        return DeviceProfile.from_dict(stored)
+    ref = exp.client_device or (None if exp.client_cpu else inv.client_device)
+    if not ref:
+        return None
+    device = load_device(ref)
+    check_device_covers(device, list(exp.ops), list(exp.methods), "the experiment")
+    return device
+
+
+def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
+    """What the client host runs under: full speed when scaled; when throttled, a cgroup whose quota
+    `emulate` sets from the calibration (a whole core until then)."""
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}", f"use one of: {', '.join(MODES)}")
+    return CpuProfile(cpu_quota=None if mode == "scaled" else 1.0, blas_threads=device.blas_threads)
+
+
+def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> dict:
+    """Set the client host up as the device for everything the experiment's trials time."""
+    return emulate(lab, device, exp.mode, Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed))
+
+
+def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid) -> dict:
+    """Calibrate the client host for the device; when throttling, also set and check the quota.
+
+    Throttle: the quota is the device's speed over this host's for the matrix kernels (the median
+    over sizes); the check then runs each kind of work once per sample inside the limit and compares
+    its wall time with the target. A cgroup quota is enforced per period: work shorter than
+    `GRANULARITY_PERIODS` periods can run at full speed within one quota, so it is flagged whatever
+    the check measured, as is every kind of work (marshalling, typically) whose own slowdown differs
+    from the kernels' by more than the tolerance.
+    """
+    check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
+    calibration = _client_emulation(lab, device, grid, limited=False)
+    if mode == "scaled":
+        return calibration
+    kernels = [r for r in calibration["rows"] if r["work"] == "kernel"]
+    fraction = statistics.median(r["host_cpu_s"] / r["target_s"] for r in kernels)
+    if fraction > 1:
+        raise UserError(
+            f"device {device.name} computes faster than this host ({1 / fraction:.2f}x): a quota cannot "
+            "speed the client up",
+            "use mode: scaled, or a host at least as fast as the device",
+        )
+    limit = lab.set_client_quota(max(fraction, MIN_CPU_QUOTA))
+    period_s = limit["period_us"] / 1e6
+    check = _client_emulation(lab, device, grid, limited=True, check="wall")
+    for row in check["rows"]:
+        if row["target_s"] < GRANULARITY_PERIODS * period_s:
+            row["flagged"] = True
+            row["reason"] = f"shorter than {GRANULARITY_PERIODS} quota periods of {period_s * 1000:g} ms"
+    return {**check, "quota": limit["fraction"], "period_s": period_s, "host": calibration["rows"]}
+
+
+def _client_emulation(lab: Lab, device: DeviceProfile, grid: Grid, limited: bool, **extra) -> dict:
+    """`python -m client.emulation` on the client host (inside the device's CPU limit if `limited`)."""
+    request = {"device": device.as_dict(), "grid": grid.as_dict(), "tolerance_pct": TOLERANCE_PCT, **extra}
+    client = lab.host("client")
+    out = client.run(
+        client.python("client.emulation"), input=json.dumps(request), limited=limited, timeout=7200
+    )
+    return json.loads(out.stdout)
+
+
+def record(manifest: Manifest, device: DeviceProfile, mode: str, calibration: dict, at: str) -> None:
+    entry = manifest.data.setdefault(
+        "device", {"profile": device.as_dict(), "mode": mode, "calibrations": []}
+    )
+    extra = {k: calibration[k] for k in ("quota", "period_s", "host") if k in calibration}
+    entry["calibrations"].append(
+        {"at": at, "tolerance_pct": TOLERANCE_PCT, "rows": calibration["rows"], **extra}
+    )
+    manifest.save()
+
+
+def flagged(calibration: dict) -> set[tuple[str, int, str]]:
+    """(op, size, method) of every trial a missed target affects; method "local" for the kernel."""
+    out = set()
+    for row in calibration["rows"]:
+        if row["flagged"]:
+            codec = row["work"].split()[0] if row["work"] != "kernel" else LOCAL
+            out.add((row["op"], row["size"], codec))
+    return out
+
+
+def format_calibration(calibration: dict) -> str:
+    lines = [
+        f"device {calibration['device']} ({calibration['mode']}): target vs achieved on this host",
+        f"{'work':<20} {'op':<4} {'size':>5} {'target s':>10} {'achieved s':>11} {'error':>8}",
+    ]
+    if "quota" in calibration:
+        lines.insert(
+            1,
+            f"client quota {calibration['quota']:g} of one core, period {calibration['period_s'] * 1000:g} ms",
+        )
+    for r in calibration["rows"]:
+        lines.append(
+            f"{r['work']:<20} {r['op']:<4} {r['size']:>5} {r['target_s']:>10.4f} {r['achieved_s']:>11.4f} "
+            f"{r['error_pct']:>+7.1f}%{'  FLAGGED' if r['flagged'] else ''}"
+            + (f" ({r['reason']})" if r.get("reason") else "")
+        )
+    return "\n".join(lines)

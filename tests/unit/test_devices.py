@@ -1,0 +1,169 @@
+"""Device profiles: files validated with file, key and reason; targets and scaling arithmetic."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from client.emulation import Scaler, calibrate, cpu_seconds, key
+from contracts.device import DeviceProfile, Grid, SpeedCurve, operand_bytes, result_bytes, work
+from contracts.errors import UserError
+from testbed.devices import DEVICES_DIR, load_device
+from testbed.experiment import load_experiment
+
+GOOD = """\
+name: tiny
+cores: 2
+blas_threads: 1
+kernels:
+  mul: {100: 2.0, 400: 0.5}
+  log: 0.1
+marshalling:
+  raw: {encode: 500, decode: 400}
+  json: {encode: 2, decode: 4}
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "device.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_every_shipped_profile_loads_and_covers_the_papers_grid():
+    for path in DEVICES_DIR.glob("*.yaml"):
+        device = load_device(path.stem)
+        assert device.name == path.stem
+        assert device.missing(["mul"], ["json", "ujson", "raw"]) == []
+
+
+def test_a_profile_round_trips_through_json(tmp_path):
+    device = load_device(write(tmp_path, GOOD))
+    again = DeviceProfile.from_dict(device.as_dict())
+    assert again == device
+    assert again.compute_s("mul", 400) == device.compute_s("mul", 400)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ("kernels:\n  mul: 0\n", "kernels.mul': 0 is not a positive speed"),
+        ("kernels:\n  mul: -1\n", "is not a positive speed"),
+        ("kernels:\n  matmul: 1\n", "kernels.matmul': unknown key"),
+        ("kernels:\n  mul: {0: 1}\n", "is not a matrix size"),
+        ("kernels:\n  mul: fast\n", "is not a float"),
+        ("marshalling:\n  pickle: {encode: 1, decode: 1}\n", "marshalling.pickle': unknown key"),
+        ("marshalling:\n  raw: {encode: 1}\n", "marshalling.raw.decode': is missing"),
+        ("marshalling:\n  raw: {encode: 1, decode: 1, zip: 2}\n", "unknown key"),
+        ("blas_threads: 4\n", "blas_threads': must be between 1 and cores"),
+        ("speed: 3\n", "'speed': unknown key"),
+    ],
+)
+def test_bad_profiles_name_the_file_key_and_reason(tmp_path, change, words):
+    base = {"kernels": "kernels:\n  mul: 1\n", "marshalling": "marshalling:\n  raw: {encode: 1, decode: 1}\n"}
+    section = change.split(":")[0]
+    text = "name: bad\ncores: 2\n" + "".join(v for k, v in base.items() if k != section) + change
+    path = write(tmp_path, text)
+    with pytest.raises(UserError) as exc:
+        load_device(path)
+    assert str(path) in exc.value.message and words in exc.value.message
+
+
+def test_an_unknown_device_name_lists_the_known_ones():
+    with pytest.raises(UserError) as exc:
+        load_device("no-such-device")
+    assert "paper-p4" in exc.value.fix
+
+
+def test_targets_follow_the_work_and_the_speed_curve():
+    curve = SpeedCurve(((100, 2.0), (400, 0.5)))
+    assert curve.at(50) == 2.0 and curve.at(100) == 2.0 and curve.at(1000) == 0.5
+    assert curve.at(200) == pytest.approx(1.0)  # log-log: halfway in log(size) is halfway in log(speed)
+    device = DeviceProfile(
+        "d", {"mul": curve, "log": SpeedCurve(((1, 0.1),))}, {"raw": {"encode": 500, "decode": 400}}
+    )
+    assert device.compute_s("mul", 200) == pytest.approx(2 * 200**3 / 1e9)
+    assert device.compute_s("log", 1000) == pytest.approx(1000**2 / 0.1e9)
+    assert work("inv", 10) == 2000 and operand_bytes("mul", 10) == 1600 and result_bytes("log", 10, 4) == 800
+    assert device.marshal_s("raw", "decode", 4_000_000) == pytest.approx(0.01)
+    assert device.missing(["mul", "inv"], ["raw", "json", "local"]) == ["kernels.inv", "marshalling.json"]
+
+
+def test_scaler_multiplies_cpu_time_by_the_slowdown_of_its_kind_of_work():
+    scaler = Scaler({key("kernel", "mul", 400): 100.0, key("encode", "mul", 400, "json"): 3.0,
+                     key("decode", "mul", 400, "json"): 5.0})  # fmt: skip
+    local = {"t_total": 0.02, "cpu_total": 0.01}
+    scaler.local(local, "mul", 400)
+    assert local == {"t_total": 1.0, "cpu_total": 0.01, "wall_total": 0.02}
+    remote = {"t_client_encode": 0.3, "cpu_client_encode": 0.2, "t_request": 1.5, "t_client_decode": 0.1,
+              "cpu_client_decode": 0.1, "t_total": 1.9}  # fmt: skip
+    scaler.remote(remote, "mul", 400, "json")
+    assert remote["t_client_encode"] == pytest.approx(0.6) and remote["wall_client_encode"] == 0.3
+    assert remote["t_client_decode"] == pytest.approx(0.5) and remote["t_request"] == 1.5
+    assert remote["t_total"] == pytest.approx(0.6 + 1.5 + 0.5)
+    with pytest.raises(KeyError, match="no calibration for kernel|mul|800"):
+        scaler.local({"t_total": 1, "cpu_total": 1}, "mul", 800)
+
+
+def test_calibration_reaches_the_targets_on_this_host():
+    """The real calibration, small: every kind of work gets a slowdown that reproduces its target."""
+    device = DeviceProfile(
+        "d",
+        {"mul": SpeedCurve(((1, 0.05),))},
+        {"raw": {"encode": 100, "decode": 100}, "json": {"encode": 1, "decode": 1}},
+    )
+    result = calibrate(device, Grid.of(["mul"], [64], ["raw", "json"]), reps=3, tolerance_pct=50)
+    assert [r["work"] for r in result["rows"]] == [
+        "kernel",
+        "raw encode",
+        "raw decode",
+        "json encode",
+        "json decode",
+    ]
+    kernel = result["rows"][0]
+    assert kernel["target_s"] == pytest.approx(2 * 64**3 / 0.05e9)
+    assert kernel["slowdown"] == pytest.approx(kernel["target_s"] / kernel["host_cpu_s"])
+    assert set(result["scale"]) == {"kernel|mul|64", "encode|raw|mul|64", "decode|raw|mul|64",
+                                    "encode|json|mul|64", "decode|json|mul|64"}  # fmt: skip
+    assert cpu_seconds(lambda: sum(range(1000)), 3) > 0
+
+
+def test_experiment_names_a_device_and_a_mode(tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(
+        "ops: [mul]\nsizes: [100]\nrates: [10]\nmethods: [raw]\nreps: 1\nclient_device: paper-p4\n"
+    )
+    loaded = load_experiment(exp)
+    assert (loaded.client_device, loaded.mode) == ("paper-p4", "scaled")
+    exp.write_text(exp.read_text() + "mode: turbo\n")
+    with pytest.raises(UserError, match="mode': unknown mode 'turbo'"):
+        load_experiment(exp)
+    exp.write_text(exp.read_text().replace("mode: turbo\n", "client_cpu: {cpu_quota: 0.5}\n"))
+    with pytest.raises(UserError, match="client_device and client_cpu both"):
+        load_experiment(exp)
+    exp.write_text("ops: [mul]\nsizes: [100]\nrates: [10]\nmethods: [raw]\nreps: 1\nclient_device: nope\n")
+    with pytest.raises(UserError, match="client_device': no device profile named 'nope'"):
+        load_experiment(exp)
+
+
+def test_a_measured_profile_round_trips_into_a_profile_file(tmp_path):
+    """`python -m client profile` on this machine: its file loads back as the same profile."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "thishost.yaml"
+    subprocess.run(
+        [sys.executable, "-m", "client", "profile", "--name", "thishost", "--sizes", "32,64",
+         "--codecs", "raw,json", "--reps", "2", "--out", str(out)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    device = load_device(out)
+    assert device.name == "thishost" and [s for s, _ in device.kernels["mul"].points] == [32, 64]
+    assert set(device.marshalling) == {"raw", "json"}
+    assert all(speed > 0 for c in device.marshalling.values() for speed in c.values())
+    assert device.source.startswith("python -m client profile")
+    # emulating this host as a device asks for no slowdown at all: the targets are this host's times
+    assert device.compute_s("mul", 64) == pytest.approx(
+        work("mul", 64) / (device.kernels["mul"].at(64) * 1e9)
+    )
