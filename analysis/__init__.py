@@ -16,23 +16,31 @@ from contracts.errors import UserError
 __all__ = ["analyze"]
 
 
-def analyze(run_dir: Path, *, plots: bool = True, out: TextIO | None = None) -> Path:
+def analyze(
+    run_dir: Path, *, plots: bool = True, out: TextIO | None = None, power: Path | None = None
+) -> Path:
     """Analyse the run in `run_dir`; returns the analysis directory and prints the summary to `out`
     (default: standard output).
+
+    Energy (`analysis.energy`) uses the power figures in `power` (a file with a `power:` section), or
+    else those of the run's device profile; a run with neither has no energy view.
 
     Raises UserError for anything the user can fix in the run's files. Figures of an earlier analysis
     are removed even with `plots=False`, so no figure disagrees with the tables next to it.
     """
     from analysis.cells import cell_table
     from analysis.decisions import cumulative_penalties, decision_vectors
+    from analysis.energy import as_decision_cells, energy_cells, run_power
     from analysis.link_counters import link_counters
     from analysis.load import load_run
     from analysis.plots import make_plots, remove_plots
     from analysis.report import write_report
     from analysis.summary import summary_text
     from analysis.tables import write_tables
+    from contracts.power import load_power
 
     run = load_run(Path(run_dir))
+    figures_of = load_power(power) if power else run_power(run.manifest, run.run_dir / "manifest.json")
     cells = cell_table(run.trials, run.manifest)
     tables = {
         "cells": cells,
@@ -40,6 +48,10 @@ def analyze(run_dir: Path, *, plots: bool = True, out: TextIO | None = None) -> 
         "cumulative_penalty": cumulative_penalties(cells),
         "link_counters": link_counters(run.trials, run.manifest),
     }
+    if figures_of is not None:
+        cells = tables["cells"] = energy_cells(cells, run.trials, figures_of)
+        tables["decision_vectors_energy"] = decision_vectors(as_decision_cells(cells))
+        tables["cumulative_penalty_energy"] = cumulative_penalties(as_decision_cells(cells))
     out_dir = run.run_dir / "analysis"
     try:
         out_dir.mkdir(exist_ok=True)
@@ -65,6 +77,7 @@ def analyze(run_dir: Path, *, plots: bool = True, out: TextIO | None = None) -> 
         manifest=run.manifest,
         tables=tables,
         plots=figures,
+        power=figures_of,
     )
     print(summary, file=out or sys.stdout)
     return out_dir

@@ -14,8 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.decisions import format_mbps
+from analysis.energy import disagreements
 from analysis.plots import Plot
 from analysis.tables import CELL_COLUMNS, FILES, csv_frame
+from contracts.power import Power
 
 KIND_TITLES = {
     "stages": "Completion time by stage (Fig. 4)",
@@ -46,12 +48,14 @@ def write_report(
     manifest: dict | None,
     tables: dict[str, pd.DataFrame],
     plots: list[Plot],
+    power: Power | None = None,
 ) -> Path:
     cells = tables["cells"]
     parts = [
         f"<h1>Offloading analysis: {_e(run_id)}</h1>",
         '<nav><a href="#summary">Summary</a><a href="#manifest">Run</a><a href="#validation">Link validation</a>'
         '<a href="#counters">Link counters</a><a href="#device">Client device</a>'
+        '<a href="#energy">Energy</a>'
         '<a href="#plots">Plots</a><a href="#tables">Tables</a></nav>',
         '<h2 id="summary">Summary</h2>',
         f"<pre>{_e(summary)}</pre>",
@@ -67,6 +71,8 @@ def write_report(
         _counters_html(tables.get("link_counters")),
         '<h2 id="device">Client device</h2>',
         _device_html(manifest),
+        '<h2 id="energy">Energy (a model)</h2>',
+        _energy_html(tables, power),
         '<h2 id="plots">Plots</h2>',
         _plots_html(plots),
         '<h2 id="tables">Tables</h2>',
@@ -116,7 +122,7 @@ def _table(frame: pd.DataFrame, classes: list[str] | None = None) -> str:
 
 
 def _cells_html(cells: pd.DataFrame) -> str:
-    frame = cells[CELL_COLUMNS]
+    frame = cells.reindex(columns=CELL_COLUMNS)
     return '<div class="wide">' + _table(frame, ["missing" if m else "" for m in frame["missing"]]) + "</div>"
 
 
@@ -175,6 +181,47 @@ def _counters_html(counters: pd.DataFrame | None) -> str:
         "bytes_down): wire_per_payload is the link's overhead (HTTP, TCP/IP and Ethernet headers, handshakes, "
         "the other direction's ACKs). Drops are the HTB class's and Open vSwitch's (whose statistics are "
         "refreshed every 5 s, so the last seconds may be missing).</p>" + _table(counters)
+    )
+
+
+def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
+    if power is None or "decision_vectors_energy" not in tables:
+        return (
+            "<p>No power figures: the run's device profile has none and no --power file was given, so there is "
+            "no energy view.</p>"
+        )
+    figures = pd.DataFrame(
+        [{"figure": k, "watts": v["value"], "source": v["source"]} for k, v in power.as_dict().items()]
+    )
+    keys = ["op", "size", "method", "rates"]
+    both = tables["decision_vectors"][[*keys, "vector"]].merge(
+        tables["decision_vectors_energy"][[*keys, "vector"]], on=keys, suffixes=("_time", "_energy")
+    )
+    cells = tables["cells"]
+    differ = disagreements(cells)
+    return "\n".join(
+        [
+            '<p class="note">Energy is computed, not measured: the device\'s power figures below times the '
+            "stage times of every trial. Local: cpu_active_w x t_total. Remote: cpu_active_w x (client encode + "
+            "client decode) + radio_tx_w and radio_rx_w x communication, split by the bytes each way, + "
+            "cpu_idle_w x the server's stages. Offloading saves energy (1) where the mean remote energy is "
+            "below the local one.</p>",
+            _table(figures),
+            "<h3>Decision vectors: time and energy side by side</h3>",
+            _table(
+                both,
+                [
+                    "missing" if t != e else ""
+                    for t, e in zip(both["vector_time"], both["vector_energy"], strict=True)
+                ],
+            ),
+            f"<h3>Cells where time and energy disagree ({len(differ)})</h3>",
+            _table(differ)
+            if len(differ)
+            else "<p>None: saving time and saving energy call for the same decisions.</p>",
+            "<h3>Cumulative energy penalty vectors (J)</h3>",
+            _table(tables["cumulative_penalty_energy"]),
+        ]
     )
 
 

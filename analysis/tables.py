@@ -32,6 +32,11 @@ CELL_COLUMNS = [
     "marshalling_ratio",
     "json_ratio",
     "emulation_flagged",
+    "energy_local_j",
+    "energy_remote_j",
+    "energy_ci95",
+    "energy_offload",
+    "energy_penalty_j",
     *(f"{stage}_{what}" for stage in STAGES for what in ("mean", "ci95")),
 ]
 FILES = {
@@ -39,6 +44,8 @@ FILES = {
     "decision_vectors": "decision_vectors.csv",
     "cumulative_penalty": "cumulative_penalty.csv",
     "link_counters": "link_counters.csv",
+    "decision_vectors_energy": "decision_vectors_energy.csv",
+    "cumulative_penalty_energy": "cumulative_penalty_energy.csv",
 }
 
 
@@ -58,8 +65,14 @@ def csv_frame(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.DataF
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, Path]:
     paths = {}
     for name, filename in FILES.items():
-        columns = CELL_COLUMNS if name == "cells" else None
         path = out_dir / filename
-        csv_frame(tables[name], columns).to_csv(path, index=False, na_rep="", float_format=None)
+        if name not in tables:  # e.g. no energy view without power figures: no stale file either
+            path.unlink(missing_ok=True)
+            continue
+        frame = tables[name]
+        if name == "cells":  # every column, empty where the run has no such view
+            frame = frame.reindex(columns=CELL_COLUMNS)
+        columns = CELL_COLUMNS if name == "cells" else None
+        csv_frame(frame, columns).to_csv(path, index=False, na_rep="", float_format=None)
         paths[name] = path
     return paths

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from contracts.config import Section, load_yaml
 from contracts.device import DIRECTIONS, DeviceProfile, SpeedCurve
 from contracts.errors import UserError
-from testbed.config import Section, load_yaml
+from contracts.power import parse_power
 
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "devices"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
@@ -58,7 +59,10 @@ def load_device(ref: str | Path) -> DeviceProfile:
         raise doc.error("cores", "must be at least 1")
     if not 1 <= threads <= cores:
         raise doc.error("blas_threads", f"must be between 1 and cores ({cores})")
-    extra = {"power": doc.raw("power")} if doc.has("power") else {}
+    extra = {}
+    if doc.has("power"):
+        parse_power(doc.section("power"))  # refused here, with file and line, not at analysis time
+        extra["power"] = doc.raw("power")
     return DeviceProfile(
         name=name,
         kernels=kernels,

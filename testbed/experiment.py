@@ -6,12 +6,12 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from contracts.config import Section, load_yaml
 from contracts.device import MODES
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.trials import DTYPES
 from contracts.units import parse_rate
-from testbed.config import Section, load_yaml
 from testbed.devices import load_device
 from testbed.inventory import parse_cpu_profile
 

@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contracts.config import Section, load_yaml
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, LinkSpec, check_burst, check_cpu_quota
 from contracts.units import parse_rate
-from testbed.config import Section, load_yaml
 
 ROLES = ("client", "appliance", "server")
 BACKENDS = ("netns", "ssh")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from analysis.__main__ import add_arguments as add_analysis_arguments
 from contracts.errors import UserError
 from testbed.cli_args import RESULTS, load, open_lab, require_root
 
@@ -33,9 +34,8 @@ def register(sub) -> None:
     p.add_argument("--no-analyze", action="store_true", help="do not run the analysis at the end")
     p.set_defaults(handler=cmd_sweep)
 
-    p = sub.add_parser("analyze", help="decision vectors, penalties, plots and report of a run")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--no-plots", action="store_true")
+    p = sub.add_parser("analyze", help="decision vectors, penalties, energy, plots and report of a run")
+    add_analysis_arguments(p)
     p.set_defaults(handler=cmd_analyze)
 
 
@@ -101,6 +101,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis import analyze
 
-    out = analyze(args.run_dir, plots=not args.no_plots)
+    out = analyze(args.run_dir, plots=not args.no_plots, power=args.power)
     print(f"analysis written to {out}" + ("" if args.no_plots else f" (open {out / 'report.html'})"))
     return 0

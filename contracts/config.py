@@ -1,7 +1,8 @@
 """Reading YAML configuration with the file and line of every value, so errors can point at them.
 
-Inventory and experiment files are both read through `load_yaml` and `Section`; each is validated
-once here, at the edge, and turned into typed dataclasses that the rest of the code trusts.
+Inventory, experiment, device-profile and power files are all read through `load_yaml` and
+`Section`; each is validated once, at the edge, and turned into typed dataclasses that the rest of
+the code trusts. The control machine and the analysis read such files; hosts never import this.
 """
 
 from __future__ import annotations
