@@ -27,6 +27,11 @@ def load_yaml(path: Path, what: str) -> Section:
         ) from None
     except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{what} {path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+            "save the file as UTF-8",
+        ) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)

@@ -14,6 +14,7 @@ from contracts.errors import UserError
 
 _UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*$")
+MAX_RATE_BPS = (2**32 - 1) * 8  # HTB's rate is a 32-bit count of bytes per second
 ETH_HEADER = 14
 TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12, as Linux sends by default
 
@@ -41,6 +42,11 @@ def parse_rate(text: str | int | float, what: str = "rate") -> int:
     bps = int(round(number * _UNITS[unit]))
     if bps < 8000:
         raise UserError(f"{what} {text!r} is below 8kbit", "give a rate of at least 8kbit")
+    if bps > MAX_RATE_BPS:
+        raise UserError(
+            f"{what} {text!r} is above {format_rate(MAX_RATE_BPS)}, the most HTB's 32-bit rate field holds",
+            "give at most 34gbit",
+        )
     return bps
 
 

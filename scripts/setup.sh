@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool iproute2 kmod curl
+APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool iproute2 iputils-ping kmod curl
               openssh-server openssh-client
               python3 python3-venv python3-dev ca-certificates git)
 missing=()

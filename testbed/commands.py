@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
+from contracts.profiles import CpuProfile
 from contracts.units import format_rate
 from testbed.cli_args import (
     RESULTS,
@@ -165,7 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if force.get("fraction")
         else "none in force"
     )
-    print(f"  client CPU: profile {cpu['profile']}; {forced}")
+    print(f"  client CPU: profile {CpuProfile(**cpu['profile']).describe()}; {forced}")
     if status["up"]:
         b = status["bridge"]
         print(f"  bridge {b['name']} datapath {b['datapath_type']} ports {' '.join(b['ports'])}")

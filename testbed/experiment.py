@@ -139,8 +139,8 @@ def load_experiment(path: Path) -> Experiment:
         sizes=wrap("sizes", parse_sizes),
         rates_mbps=wrap("rates", parse_rates),
         methods=wrap("methods", _names, "methods", known_methods(), "method"),
-        reps=_positive(doc, "reps", None),
-        warmup=_positive(doc, "warmup", 1, minimum=0),
+        reps=doc.get("reps", int),
+        warmup=doc.get("warmup", int, 1),
         dtype=_dtype(doc),
         seed=doc.get("seed", int, 1),
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
@@ -150,8 +150,50 @@ def load_experiment(path: Path) -> Experiment:
         local=doc.get("local", bool, True),
         trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
     )
-    if not re.match(r"^[A-Za-z0-9._-]+$", exp.name):
-        raise doc.error("name", f"{exp.name!r} may only hold letters, digits, '.', '_' and '-'")
+    try:
+        return check(exp)
+    except InvalidValue as exc:
+        raise doc.error(exc.key, exc.problem, exc.fix) from None
+
+
+class InvalidValue(UserError):
+    """A value out of range, found by `check`; `key` is its name in a file (its flag is --key)."""
+
+    def __init__(self, key: str, problem: str, fix: str | None = None) -> None:
+        super().__init__(f"--{key.replace('_', '-')}: {problem}", fix)
+        self.key, self.problem = key, problem
+
+
+LIMITS = {"reps": (1, 10_000), "warmup": (0, 100), "seed": (0, 2**32 - 1), "trial_timeout": (1, 86_400)}
+MAX_TRIALS = 1_000_000
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+
+def planned_trials(exp: Experiment) -> int:
+    """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built)."""
+    cells = len(exp.ops) * len(exp.sizes)
+    return cells * exp.reps * ((1 if exp.local else 0) + len(exp.rates_mbps) * len(exp.methods))
+
+
+def check(exp: Experiment) -> Experiment:
+    """The one check of a resolved experiment, whether its values came from a file or from flags."""
+    for key, (lo, hi) in LIMITS.items():
+        value = getattr(exp, key)
+        if not lo <= value <= hi:
+            raise InvalidValue(key, f"{value:g} is out of range", f"give {key} between {lo} and {hi:g}")
+    if not _NAME.match(exp.name):
+        raise InvalidValue(
+            "name",
+            f"{exp.name!r} is not a run name (it names a directory under results/)",
+            "use letters, digits, '.', '_' and '-' (at most 80), starting with a letter or digit",
+        )
+    total = planned_trials(exp)
+    if total > MAX_TRIALS:
+        raise InvalidValue(
+            "reps",
+            f"the grid has {total:,} trials, more than {MAX_TRIALS:,}",
+            "use fewer sizes, rates or reps",
+        )
     return exp
 
 
@@ -177,13 +219,6 @@ def _mode(mode: str, error) -> str:
     if mode not in MODES:
         raise error(f"unknown mode {mode!r}", f"use one of: {', '.join(MODES)}")
     return mode
-
-
-def _positive(doc: Section, key: str, default, minimum: int = 1) -> int:
-    value = doc.get(key, int, default) if default is not None else doc.get(key, int)
-    if value < minimum:
-        raise doc.error(key, f"must be at least {minimum}")
-    return value
 
 
 def _dtype(doc: Section) -> str:
@@ -227,9 +262,7 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["methods"] = _names(flags["methods"], "--methods", known_methods(), "method")
     for key in ("reps", "warmup", "seed"):
         if flags.get(key) is not None:
-            if flags[key] < (0 if key != "reps" else 1):
-                raise UserError(f"--{key} {flags[key]} is too small")
-            changes[key] = flags[key]
+            changes[key] = flags[key]  # ranges: `check`, below, as for a file
     if flags.get("dtype") is not None:
         if flags["dtype"] not in DTYPES:
             raise UserError(f"--dtype: unknown dtype {flags['dtype']!r}", f"use one of: {', '.join(DTYPES)}")
@@ -253,7 +286,7 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["validation"] = replace(exp.validation, enabled=False)
     if flags.get("name") is not None:
         changes["name"] = flags["name"]
-    return replace(exp, **changes)
+    return check(replace(exp, **changes))
 
 
 def from_dict(data: dict) -> Experiment:

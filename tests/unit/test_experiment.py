@@ -1,3 +1,4 @@
+import re
 import textwrap
 from pathlib import Path
 
@@ -107,3 +108,49 @@ def test_flags_alone_need_the_whole_grid():
 def test_bad_sizes(bad):
     with pytest.raises(UserError):
         parse_sizes(bad)
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("seed: -1", "key 'seed': -1 is out of range"),
+        ("trial_timeout: -5", "key 'trial_timeout': -5 is out of range"),
+        ("reps: 99999999999999999999999", "key 'reps': 1e+23 is out of range"),
+        ("reps: 10000\nsizes: 2-20000:1", "the grid has"),
+        ("name: ../../escape", "key 'name': '../../escape' is not a run name"),
+    ],
+)
+def test_file_values_are_checked_like_flags(tmp_path, line, words):
+    """One check for both: a file's values get the same ranges as the flags, with file and line."""
+    base = {"ops": "ops: [mul]", "sizes": "sizes: [100]", "rates": "rates: [10]", "methods": "methods: [raw]",
+            "reps": "reps: 2"}  # fmt: skip
+    keys = {part.split(":")[0] for part in line.split("\n")}
+    text = "\n".join(v for k, v in base.items() if k not in keys) + "\n" + line + "\n"
+    path = tmp_path / "e.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as exc:
+        load_experiment(path)
+    assert str(path) in exc.value.message and words in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"name": "../../escape"}, "--name: '../../escape' is not a run name"),
+        ({"seed": -1}, "--seed: -1 is out of range"),
+        ({"reps": 0}, "--reps: 0 is out of range"),
+        ({"reps": 10**23}, "--reps: 1e+23 is out of range"),
+    ],
+)
+def test_flags_are_checked_by_the_same_function(flags, words):
+    base = {"ops": "mul", "sizes": "100", "rates": "10", "methods": "raw", "reps": 2}
+    with pytest.raises(UserError, match=re.escape(words)):
+        override(None, {**base, **flags})
+
+
+def test_a_non_utf8_file_is_one_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(UserError, match="is not UTF-8 text") as exc:
+        load_experiment(path)
+    assert exc.value.fix == "save the file as UTF-8"

@@ -49,3 +49,10 @@ def test_default_burst_is_one_tick_of_data_plus_one_frame():
 
 def test_expected_goodput_uses_tcp_payload_share_of_a_frame():
     assert expected_goodput(20_000_000) == pytest.approx(20e6 * 1448 / 1514)
+
+
+def test_rates_htb_cannot_hold_are_refused():
+    assert parse_rate("34gbit") == 34 * 10**9
+    for text in ("35gbit", "1000000gbit"):
+        with pytest.raises(UserError, match="the most HTB's 32-bit rate field holds"):
+            parse_rate(text)
