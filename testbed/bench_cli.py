@@ -30,7 +30,7 @@ def register(sub) -> None:
         help="inventory of the testbed to use (default: inventory.yaml); a testbed that is down is "
         "brought up and taken down again",
     )
-    p.set_defaults(handler=cmd_bench)
+    p.set_defaults(handler=cmd_bench, busy=lambda a: not a.skip_testbed)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

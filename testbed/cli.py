@@ -38,10 +38,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_locked(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """A command that needs the testbed to itself (its parser sets `busy`): run it under the lock."""
+    from testbed.cli_args import load, require_root
+    from testbed.lock import held
+
+    inv = load(args)
+    require_root()  # every such command changes the machine; the lock lives in /run
+    what = "testbed " + " ".join(sys.argv[1:] if argv is None else argv)
+    with held(inv.prefix, what):
+        return args.handler(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        busy = getattr(args, "busy", None)
+        if busy is not None and busy(args):
+            return run_locked(args, argv)
         return args.handler(args)
     except UserError as exc:
         print(f"testbed: error: {exc}", file=sys.stderr)

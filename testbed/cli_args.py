@@ -20,6 +20,11 @@ from testbed.inventory import Inventory, load_inventory
 RESULTS = Path("results")  # where runs, validations and benchmarks are written unless told
 
 
+def always(args: argparse.Namespace) -> bool:
+    """`busy=` of a command that always needs the testbed to itself (see testbed.lock)."""
+    return True
+
+
 def load(args: argparse.Namespace) -> Inventory:
     return load_inventory(args.inventory)
 

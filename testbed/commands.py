@@ -15,6 +15,7 @@ from contracts.units import format_rate
 from testbed.cli_args import (
     RESULTS,
     add_link_flags,
+    always,
     load,
     open_lab,
     parse_rate_list,
@@ -27,15 +28,15 @@ from testbed.cli_args import (
 def register(sub) -> None:
     p = sub.add_parser("up", help="bring up client, appliance and server")
     p.add_argument("--no-server", action="store_true", help="do not start the offload server")
-    p.set_defaults(handler=cmd_up)
+    p.set_defaults(handler=cmd_up, busy=always)
 
     p = sub.add_parser("down", help="remove everything the tool created (idempotent, also after a crash)")
-    p.set_defaults(handler=cmd_down)
+    p.set_defaults(handler=cmd_down, busy=always)
 
     p = sub.add_parser("shape", help="set the link's rate (HTB on both appliance egress ports)")
     add_link_flags(p)
     p.add_argument("--dry-run", action="store_true", help="print the tc commands instead of applying them")
-    p.set_defaults(handler=cmd_shape)
+    p.set_defaults(handler=cmd_shape, busy=lambda a: not a.dry_run)
 
     p = sub.add_parser("validate", help="measure the shaped link with iperf3 in both directions")
     p.add_argument(
@@ -48,7 +49,7 @@ def register(sub) -> None:
     p.add_argument(
         "--json", type=Path, default=None, help="write the results here (default results/validate-*.json)"
     )
-    p.set_defaults(handler=cmd_validate)
+    p.set_defaults(handler=cmd_validate, busy=always)
 
     p = sub.add_parser("status", help="hosts, addresses, bridge, shaping, client CPU limit")
     p.add_argument("--json", action="store_true")
@@ -74,7 +75,7 @@ def register(sub) -> None:
         "--codecs", default="json,ujson,raw", help="with --device: codecs (default json,ujson,raw)"
     )
     p.add_argument("--json", action="store_true", help="with --device: print one JSON object")
-    p.set_defaults(handler=cmd_calibrate)
+    p.set_defaults(handler=cmd_calibrate, busy=always)
 
 
 def cmd_up(args: argparse.Namespace) -> int:

@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 
 from analysis.__main__ import add_arguments as add_analysis_arguments
+from analysis.predict import add_arguments as add_predict_arguments
 from contracts.errors import UserError
-from testbed.cli_args import RESULTS, load, open_lab, require_root
+from testbed.cli_args import RESULTS, always, load, open_lab, require_root
 
 
 def register(sub) -> None:
@@ -32,11 +33,15 @@ def register(sub) -> None:
     p.add_argument("--results", type=Path, default=RESULTS, help="where runs are written (default results/)")
     p.add_argument("--keep-up", action="store_true", help="leave the testbed up afterwards")
     p.add_argument("--no-analyze", action="store_true", help="do not run the analysis at the end")
-    p.set_defaults(handler=cmd_sweep)
+    p.set_defaults(handler=cmd_sweep, busy=always)
 
     p = sub.add_parser("analyze", help="decision vectors, penalties, energy, plots and report of a run")
     add_analysis_arguments(p)
     p.set_defaults(handler=cmd_analyze)
+
+    p = sub.add_parser("predict", help="fit per-stage models on a run and predict the decision border")
+    add_predict_arguments(p)
+    p.set_defaults(handler=cmd_predict)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -103,4 +108,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     out = analyze(args.run_dir, plots=not args.no_plots, power=args.power)
     print(f"analysis written to {out}" + ("" if args.no_plots else f" (open {out / 'report.html'})"))
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from analysis.predict import FILES, run_from_args
+
+    out = run_from_args(args)
+    print(f"prediction written to {out / FILES['prediction']} (validation: {out / FILES['validation']})")
     return 0

@@ -62,6 +62,18 @@ def test_kill_9_mid_sweep_then_resume_gives_every_trial_once(inventory, tmp_path
         inventory, *GRID, "--rates", "50,100", "--no-validate", "--results", str(results), "--name", "crash"
     )
     run_dir = wait_for_rows(proc, results, 7)
+    # the testbed is in use: a second sweep, a reshape and a teardown are refused, naming the holder
+    second = run_cli(
+        inventory, "sweep", *GRID, "--rates", "50", "--results", str(results), "--name", "second", check=False
+    )
+    for other in (
+        second,
+        run_cli(inventory, "shape", "--rate", "20", check=False),
+        run_cli(inventory, "down", check=False),
+    ):
+        assert other.returncode == 2 and len(other.stderr.strip().splitlines()) == 1, other.stderr
+        assert f"in use by pid {proc.pid} (testbed" in other.stderr and "sweep" in other.stderr
+    assert not (results / "second").exists() and len(list(results.iterdir())) == 1
     proc.send_signal(signal.SIGKILL)  # a crash: no handler runs, the testbed stays up
     proc.wait(timeout=30)
     before = rows(run_dir)
