@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import platform
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from contracts.errors import UserError
+from contracts.processes import alive
 from contracts.trials import LOCAL, STAGES
 
 OPTIONAL_NUMBERS = ("trial", "bytes_up", "bytes_down")
@@ -63,7 +65,20 @@ def read_manifest(path: Path) -> dict | None:
         ) from None
     if not isinstance(data, dict):
         raise UserError(f"{path} does not hold a JSON object", "repair it or move it away")
-    return data
+    return {**data, "status": "interrupted"} if _killed(data) else data
+
+
+def _killed(manifest: dict) -> bool:
+    """A run whose sweep was killed (-9) still says "running"; its process, on this host, is gone."""
+    sessions = manifest.get("sessions") or []
+    last = sessions[-1] if sessions and isinstance(sessions[-1], dict) else {}
+    pid = last.get("pid")
+    return (
+        manifest.get("status") == "running"
+        and isinstance(pid, int)
+        and last.get("hostname") == platform.node()
+        and not alive(pid)
+    )
 
 
 def read_trials(path: Path) -> pd.DataFrame:

@@ -5,6 +5,8 @@ each trial leaves in trials.csv, and the sweep log.
 from __future__ import annotations
 
 import logging
+import os
+import platform
 import time
 from pathlib import Path
 
@@ -45,8 +47,20 @@ def now() -> str:
 
 
 def start_session(manifest: Manifest, skipped_done: int) -> dict:
-    """A session (one `testbed sweep`, first or resumed) begins; returns its entry for `end_session`."""
-    session = {"started_at": now(), "skipped_done": skipped_done, "status": "running"}
+    """A session (one `testbed sweep`, first or resumed) begins; returns its entry for `end_session`.
+
+    The sweep holds the testbed's lock, so an earlier session still marked running was killed.
+    """
+    for earlier in manifest.data["sessions"]:
+        if earlier.get("status") == "running":
+            earlier["status"] = "interrupted"
+    session = {
+        "started_at": now(),
+        "skipped_done": skipped_done,
+        "status": "running",
+        "pid": os.getpid(),
+        "hostname": platform.node(),
+    }
     manifest.data["sessions"].append(session)
     manifest.update(status="running")
     return session

@@ -1,0 +1,42 @@
+"""A run killed with -9 says "running" in its manifest: the analysis and a resume call it interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+
+from analysis.load import read_manifest
+from testbed.bookkeeping import start_session
+from testbed.results import Manifest
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def manifest_with(tmp_path, pid: int, host: str = platform.node()) -> Manifest:
+    data = {"status": "running", "sessions": [{"status": "running", "pid": pid, "hostname": host}]}
+    manifest = Manifest(tmp_path / "manifest.json", data)
+    manifest.save()
+    return manifest
+
+
+def test_the_analysis_shows_a_killed_sweep_as_interrupted(tmp_path):
+    manifest_with(tmp_path, dead_pid())
+    assert read_manifest(tmp_path / "manifest.json")["status"] == "interrupted"
+    manifest_with(tmp_path, os.getpid())  # alive: still running
+    assert read_manifest(tmp_path / "manifest.json")["status"] == "running"
+    manifest_with(tmp_path, dead_pid(), host="another-host")  # can't tell from here
+    assert read_manifest(tmp_path / "manifest.json")["status"] == "running"
+
+
+def test_a_resume_marks_the_killed_session_interrupted(tmp_path):
+    manifest = manifest_with(tmp_path, dead_pid())
+    session = start_session(manifest, skipped_done=3)
+    saved = json.loads((tmp_path / "manifest.json").read_text())
+    assert [s["status"] for s in saved["sessions"]] == ["interrupted", "running"]
+    assert session["pid"] == os.getpid() and session["hostname"] == platform.node()
