@@ -111,8 +111,12 @@ class JsonCodec(Codec):
             raise CodecError("malformed body", f"unknown keys {sorted(unknown)}; allowed: operands, dtype")
         dt = resolve_dtype(obj.get("dtype", "float64"))
         operands = obj.get("operands")
-        if not isinstance(operands, list) or len(operands) > MAX_OPERANDS:
-            raise CodecError("malformed body", '"operands" must be a list of matrices')
+        if not isinstance(operands, list):
+            raise CodecError(
+                "malformed body", f'"operands" must be a list of matrices, not {type(operands).__name__}'
+            )
+        if len(operands) > MAX_OPERANDS:
+            raise CodecError("too many operands", f"{len(operands)} operands; at most {MAX_OPERANDS}")
         return [matrix_from_list(m, dt, f"operand {i}") for i, m in enumerate(operands)]
 
     def encode_response(self, result: np.ndarray) -> tuple[bytes, Headers]:

@@ -15,6 +15,7 @@ import numpy as np
 from contracts.trials import DTYPES
 
 MAX_OPERANDS = 16  # more than any op takes; keeps a hostile X-Shape from costing anything
+MAX_DIM_DIGITS = 9  # a dimension of a billion is already far beyond any limit
 
 
 class CodecError(ValueError):
@@ -98,9 +99,12 @@ def parse_shapes(text: str | None) -> list[tuple[int, int]]:
     shapes = []
     for part in parts:
         dims = part.split("x")
+        shown = part if len(part) <= 40 else part[:37] + "..."
         if len(dims) != 2 or not all(d.isascii() and d.isdigit() for d in dims):
-            raise CodecError("bad X-Shape", f"{part!r} in {text!r}; write ROWSxCOLS[,ROWSxCOLS...]")
-        shapes.append(check_shape([int(d) for d in dims], f"X-Shape {part!r}"))
+            raise CodecError("bad X-Shape", f"{shown!r}; write ROWSxCOLS[,ROWSxCOLS...]")
+        if any(len(d) > MAX_DIM_DIGITS for d in dims):  # before int(): Python refuses 4300+ digits
+            raise CodecError("bad X-Shape", f"{shown!r}: a dimension has more than {MAX_DIM_DIGITS} digits")
+        shapes.append(check_shape([int(d) for d in dims], f"X-Shape {shown!r}"))
     return shapes
 
 
