@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from contracts.errors import UserError
-
 __all__ = ["analyze"]
 
 
@@ -32,7 +30,7 @@ def analyze(
     from analysis.decisions import cumulative_penalties, decision_vectors
     from analysis.energy import as_decision_cells, energy_cells, run_power
     from analysis.link_counters import link_counters
-    from analysis.load import load_run
+    from analysis.load import load_run, output_dir
     from analysis.plots import make_plots, remove_plots
     from analysis.report import write_report
     from analysis.summary import summary_text
@@ -52,13 +50,7 @@ def analyze(
         cells = tables["cells"] = energy_cells(cells, run.trials, figures_of)
         tables["decision_vectors_energy"] = decision_vectors(as_decision_cells(cells))
         tables["cumulative_penalty_energy"] = cumulative_penalties(as_decision_cells(cells))
-    out_dir = run.run_dir / "analysis"
-    try:
-        out_dir.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise UserError(
-            f"cannot create {out_dir}: {exc.strerror}", "make the run directory writable"
-        ) from None
+    out_dir = output_dir(run)
     write_tables(tables, out_dir)
     remove_plots(out_dir)
     figures = []

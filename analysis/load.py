@@ -51,6 +51,18 @@ def load_run(run_dir: Path) -> Run:
     return Run(run_dir, read_trials(path), read_manifest(run_dir / "manifest.json"))
 
 
+def output_dir(run: Run) -> Path:
+    """RUN_DIR/analysis, created if need be."""
+    out_dir = run.run_dir / "analysis"
+    try:
+        out_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"cannot create {out_dir}: {exc.strerror}", "make the run directory writable"
+        ) from None
+    return out_dir
+
+
 def read_manifest(path: Path) -> dict | None:
     """The manifest annotates the report and names the planned grid; the numbers come from trials.csv
     alone, so a missing manifest is fine, but a broken one is reported rather than silently ignored."""

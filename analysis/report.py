@@ -75,6 +75,7 @@ def write_report(
         _energy_html(tables, power),
         '<h2 id="plots">Plots</h2>',
         _plots_html(plots),
+        *_prediction_html(path.parent),
         '<h2 id="tables">Tables</h2>',
         "<h3>Decision vectors</h3>",
         _table(tables["decision_vectors"]),
@@ -308,3 +309,21 @@ def _flatten(data: dict, prefix: str = "") -> dict:
         else:
             flat[name] = value
     return flat
+
+
+def _prediction_html(out_dir: Path) -> list[str]:
+    """The prediction section, only when `analysis.predict` has written its outputs next to the report."""
+    validation = out_dir / "prediction_validation.csv"
+    if not validation.is_file():
+        return []
+    parts = [
+        '<h2 id="prediction">Prediction</h2>',
+        '<p class="note">Per-stage models fitted on this run (<a href="prediction_model.json">parameters</a>, '
+        '<a href="prediction.csv">predicted cells</a>); validation refits without each size and each rate and '
+        "predicts the held-out cells (lost_s: extra time of following the predicted decisions).</p>",
+        _table(pd.read_csv(validation)),
+    ]
+    for png in sorted(out_dir.glob("prediction-border-*.png")):
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{_e(png.stem)}"></figure>')
+    return parts
