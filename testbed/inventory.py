@@ -22,6 +22,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+HOST_KEY_POLICIES = ("strict", "accept-new")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventory.yaml"
 
@@ -34,6 +35,8 @@ class SshSpec:
     user: str = "root"
     port: int = 22
     key: str | None = None  # None: the SSH agent and ~/.ssh/config decide
+    known_hosts: str = "~/.ssh/known_hosts"  # the host keys the host's key is checked against
+    host_key: str = "strict"  # strict: unknown keys are refused; accept-new: recorded on first contact
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
 def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
     """What a real lab adds per host; every value that reaches a remote command is checked here."""
     ssh = item.section("ssh")
-    ssh.reject_unknown({"host", "user", "port", "key"})
+    ssh.reject_unknown({"host", "user", "port", "key", "known_hosts", "host_key"})
     host = ssh.get("host", str)
     if not _HOSTNAME.match(host):
         raise ssh.error("host", f"{host!r} is not a host name or address")
@@ -176,6 +179,14 @@ def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
     if key is not None and not Path(key).expanduser().is_file():
         raise ssh.error(
             "key", f"key file {key} does not exist", "give the private key's path or leave it out"
+        )
+    known_hosts = ssh.get("known_hosts", str, "~/.ssh/known_hosts")
+    host_key = ssh.get("host_key", str, "strict")
+    if host_key not in HOST_KEY_POLICIES:
+        raise ssh.error(
+            "host_key",
+            f"unknown policy {host_key!r}",
+            "use strict, or accept-new to record new keys on first contact",
         )
     python = item.get("python", str, "python3")
     if not re.match(r"^[A-Za-z0-9_./-]+$", python):
@@ -196,7 +207,14 @@ def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
             raise item.error("interface", f"{interface!r} is not an interface name")
     return replace(
         spec,
-        ssh=SshSpec(host, user, port, str(Path(key).expanduser()) if key else None),
+        ssh=SshSpec(
+            host,
+            user,
+            port,
+            str(Path(key).expanduser()) if key else None,
+            str(Path(known_hosts).expanduser()),
+            host_key,
+        ),
         interface=interface,
         ports=ports,
         python=python,

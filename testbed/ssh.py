@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import paramiko
 from fabric import Connection
@@ -26,7 +26,38 @@ from testbed.hosts import Host
 from testbed.inventory import HostSpec
 
 
-def connection_error(host: str, where: str, exc: BaseException) -> UserError:
+def trust_host_keys(client: paramiko.SSHClient, known_hosts: str, policy: str) -> None:
+    """Check the host's key against `known_hosts`, as OpenSSH does (fabric would accept any key).
+
+    strict: a host whose key is not in the file is refused; accept-new: its key is recorded there on
+    first contact (StrictHostKeyChecking=accept-new). A key that differs from the recorded one is
+    refused either way (paramiko raises BadHostKeyException).
+    """
+    path = Path(known_hosts)
+    if policy == "accept-new":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)
+    if path.is_file():
+        client.load_host_keys(str(path))  # also where AutoAddPolicy records new keys
+    client.set_missing_host_key_policy(
+        paramiko.AutoAddPolicy() if policy == "accept-new" else paramiko.RejectPolicy()
+    )
+
+
+def connection_error(host: str, where: str, exc: BaseException, known_hosts: str = "") -> UserError:
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return UserError(
+            f"{host} ({where}): its host key changed (it is not the key recorded in {known_hosts}); "
+            "refusing to connect, as this is what a man-in-the-middle looks like",
+            f"if the host was reinstalled, check its new key and remove the old one: ssh-keygen -R "
+            f"{exc.hostname} -f {known_hosts}",
+        )
+    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
+        return UserError(
+            f"{host} ({where}): its host key is not in {known_hosts or 'the known hosts'}; refusing an unknown host",
+            "check the host's key and add it (ssh-keyscan, or connect once with ssh), or set "
+            "ssh.host_key: accept-new in the inventory to record keys on first contact",
+        )
     if isinstance(exc, paramiko.AuthenticationException):
         return UserError(
             f"{host} ({where}): SSH authentication failed: {exc}",
@@ -73,10 +104,11 @@ class SshHost(Host):
             if s.key:
                 kwargs.update(key_filename=s.key, look_for_keys=False, allow_agent=False)
             conn = Connection(s.host, user=s.user, port=s.port, connect_timeout=10, connect_kwargs=kwargs)
+            trust_host_keys(conn.client, s.known_hosts, s.host_key)
             try:
                 conn.open()
             except Exception as exc:  # paramiko and socket errors of every kind
-                raise connection_error(self.name, self.where, exc) from exc
+                raise connection_error(self.name, self.where, exc, s.known_hosts) from exc
             self._conn = conn
         return self._conn
 

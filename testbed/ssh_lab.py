@@ -185,7 +185,7 @@ class SshLab(Lab):
             try:
                 removed += self._down_host(role, host)
             except UserError as exc:
-                problems.append(exc.message)
+                problems.append(str(exc))  # with its own fix: each host may need a different one
             finally:
                 host.close()
         if problems:

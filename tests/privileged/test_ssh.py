@@ -42,8 +42,10 @@ def inventory_text(
     appliance_ports=("eth1", "eth2"),
     server_python: str | None = None,
     client_key: Path | None = None,
+    host_key: str = "accept-new",
 ) -> str:
     python = sys.executable
+    trust = f"known_hosts: {tmp / 'known_hosts'}, host_key: {host_key}"
     return textwrap.dedent(f"""\
         backend: ssh
         prefix: {PREFIX}
@@ -53,18 +55,18 @@ def inventory_text(
             address: 10.96.0.1/24
             interface: eth1
             python: {python}
-            ssh: {{host: {client_host}, user: root, key: {client_key or key}}}
+            ssh: {{host: {client_host}, user: root, key: {client_key or key}, {trust}}}
           - role: appliance
             name: appliance
             ports: [{appliance_ports[0]}, {appliance_ports[1]}]
             python: {python}
-            ssh: {{host: 10.97.2.2, user: root, key: {key}}}
+            ssh: {{host: 10.97.2.2, user: root, key: {key}, {trust}}}
           - role: server
             name: server
             address: 10.96.0.2/24
             interface: eth1
             python: {server_python or python}
-            ssh: {{host: 10.97.3.2, user: root, key: {key}}}
+            ssh: {{host: 10.97.3.2, user: root, key: {key}, {trust}}}
         link:
           rate: 100mbit
         client_cpu:
@@ -337,4 +339,41 @@ def test_unreachable_host_and_wrong_key(lab_hosts):
     proc = run_cli(inv, "up", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "client (root@10.97.1.99:22)" in proc.stderr
+    assert host_leftovers() == []
+
+
+def test_host_keys_are_checked_like_openssh(lab_hosts):
+    """strict: an unknown host is refused; accept-new records its key on first contact; a key that
+    changed is refused whatever the policy."""
+    tmp, key = lab_hosts
+    known = tmp / "known_hosts"
+    known.unlink(missing_ok=True)
+    inv = tmp / "keys.yaml"
+    inv.write_text(inventory_text(tmp, key, host_key="strict"))
+    # `down` of a lab that is not up reaches every host and changes nothing
+    proc = run_cli(inv, "down", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for host in ("client (root@10.97.1.2:22)", "appliance (root@10.97.2.2:22)", "server (root@10.97.3.2:22)"):
+        assert f"{host}: its host key is not in {known}" in proc.stderr
+    assert "accept-new" in proc.stderr
+
+    inv.write_text(inventory_text(tmp, key, host_key="accept-new"))
+    run_cli(inv, "down")
+    recorded = known.read_text().splitlines()
+    assert {line.split()[0] for line in recorded} == {"10.97.1.2", "10.97.2.2", "10.97.3.2"}
+
+    inv.write_text(inventory_text(tmp, key, host_key="strict"))
+    run_cli(inv, "down")  # now known: passes
+
+    impostor = tmp / "impostor"
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(impostor))
+    fake = impostor.with_suffix(".pub").read_text().split()[:2]
+    known.write_text("\n".join(
+        f"{line.split()[0]} {' '.join(fake)}" if line.startswith("10.97.1.2 ") else line for line in recorded
+    ) + "\n")  # fmt: skip
+    for policy in ("strict", "accept-new"):
+        inv.write_text(inventory_text(tmp, key, host_key=policy))
+        proc = run_cli(inv, "down", check=False)
+        assert proc.returncode == 2 and "client (root@10.97.1.2:22): its host key changed" in proc.stderr
+        assert "ssh-keygen -R 10.97.1.2" in proc.stderr
     assert host_leftovers() == []
