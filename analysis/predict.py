@@ -39,6 +39,12 @@ COLUMNS = [
     "predicted_local_s",
     "offload",
     "penalty_s",
+    # the other predictions' 95% intervals, and whether the decision is sure at that level
+    "predicted_local_lo",
+    "predicted_local_hi",
+    "penalty_lo",
+    "penalty_hi",
+    "offload_sure",
 ]
 VALIDATION_COLUMNS = ["held_out", "value", "cells", "decision_accuracy", "mape_remote_pct", "lost_s"]
 FILES = {

@@ -234,8 +234,14 @@ def predict_cells(model: Model, cells: pd.DataFrame) -> pd.DataFrame:
         with np.errstate(invalid="ignore", divide="ignore"):
             dof = var**2 / sum(v**2 / d for _, v, d in stages.values())  # Welch-Satterthwaite
         half = t_quantile(dof) * np.sqrt(var)
-        local, _, _ = model.local_time(g["op"].to_numpy(), g["size"].to_numpy())
+        local, local_var, local_dof = model.local_time(g["op"].to_numpy(), g["size"].to_numpy())
         local = np.clip(local, 0, None)
+        local_half = t_quantile(local_dof) * np.sqrt(local_var)
+        # the penalty's interval: remote and local are independent fits, their variances add
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pen_dof = (var + local_var) ** 2 / (var**2 / dof + local_var**2 / local_dof)
+        pen_half = t_quantile(pen_dof) * np.sqrt(var + local_var)
+        penalty = mean - local
         out.append(
             g.assign(
                 predicted_remote_s=mean,
@@ -243,7 +249,13 @@ def predict_cells(model: Model, cells: pd.DataFrame) -> pd.DataFrame:
                 predicted_remote_hi=mean + half,
                 predicted_local_s=local,
                 offload=(mean < local).astype(int),
-                penalty_s=mean - local,
+                penalty_s=penalty,
+                predicted_local_lo=local - local_half,
+                predicted_local_hi=local + local_half,
+                penalty_lo=penalty - pen_half,
+                penalty_hi=penalty + pen_half,
+                # the decision is sure at 95% when the penalty's interval does not include zero
+                offload_sure=(np.abs(penalty) > pen_half).astype(int),
             )
         )
     return pd.concat(out).loc[cells.index]

@@ -97,6 +97,15 @@ def test_prediction_csv(run):
         assert lo < mid < hi
         assert int(r["offload"]) == (mid < float(r["predicted_local_s"]))
         assert float(r["penalty_s"]) == pytest.approx(mid - float(r["predicted_local_s"]), abs=1e-3)
+        local_lo, local, local_hi = (
+            float(r[k]) for k in ("predicted_local_lo", "predicted_local_s", "predicted_local_hi")
+        )
+        assert local_lo < local < local_hi
+        pen_lo, pen, pen_hi = (float(r[k]) for k in ("penalty_lo", "penalty_s", "penalty_hi"))
+        assert pen_lo < pen < pen_hi and pen_hi - pen_lo >= hi - lo  # two uncertainties, not one
+        assert int(r["offload_sure"]) == (not pen_lo <= 0 <= pen_hi)
+    sure = [int(r["offload_sure"]) for r in table]
+    assert 0 < sum(sure) < len(sure)  # near the border the decision is uncertain, far from it not
     assert (run / "analysis" / "prediction-border-mul.png").is_file()
 
 
