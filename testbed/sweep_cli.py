@@ -48,7 +48,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.bookkeeping import start_run
     from testbed.emulation import client_cpu as emulation_cpu
     from testbed.emulation import resolve_device
-    from testbed.experiment import FLAGS, from_dict, load_experiment, override
+    from testbed.experiment import FLAGS, from_dict, load_experiment, override, planned_trials
     from testbed.results import Manifest, new_run_id
     from testbed.sweep import run_sweep
 
@@ -80,8 +80,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
     print(
         f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
-        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s); client "
-        f"{client}; results in {run_dir}"
+        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s) = "
+        f"{planned_trials(exp)} trials (local baseline included); client {client}; results in {run_dir}"
     )
     try:
         summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up, device=device)

@@ -71,3 +71,13 @@ def test_a_row_cut_short_by_a_crash_is_dropped(tmp_path):
     repair(path)
     assert completed_trials(path) == {0}
     assert path.read_text().endswith("\n")
+
+
+def test_the_trial_count_is_computed_without_building_the_plan():
+    from dataclasses import replace
+
+    from testbed.experiment import planned_trials
+
+    exp = Experiment("t", ("mul", "inv"), (100, 200, 300), (10.0, 20.0), ("json", "raw", "ujson"), 4)
+    for e in (exp, replace(exp, local=False)):
+        assert planned_trials(e) == len(plan_trials(e))
