@@ -11,6 +11,7 @@ Without grid options the cells are the run's own grid plus a finer one spanning 
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import json
 import re
@@ -82,6 +83,9 @@ def predict(
     remove_border_plots(out_dir)
     if plots:
         write_border_plots(model, cells, out_dir)
+    from analysis import analyze  # the report, with its prediction section, from every output at once
+
+    analyze(run.run_dir, plots=plots, out=io.StringIO())
     return out_dir
 
 
