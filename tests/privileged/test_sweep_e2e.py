@@ -58,9 +58,11 @@ def assert_every_trial_once(run_dir: Path) -> list[dict]:
 
 def test_kill_9_mid_sweep_then_resume_gives_every_trial_once(inventory, tmp_path):
     results = tmp_path / "results"
+    reps = 12  # long enough to still be running after the lock checks below
     proc = start_sweep(
-        inventory, *GRID, "--rates", "50,100", "--no-validate", "--results", str(results), "--name", "crash"
-    )
+        inventory, *GRID, "--reps", str(reps), "--rates", "50,100", "--no-validate", "--results", str(results),
+        "--name", "crash",
+    )  # fmt: skip
     run_dir = wait_for_rows(proc, results, 7)
     # the testbed is in use: a second sweep, a reshape and a teardown are refused, naming the holder
     second = run_cli(
@@ -77,7 +79,7 @@ def test_kill_9_mid_sweep_then_resume_gives_every_trial_once(inventory, tmp_path
     proc.send_signal(signal.SIGKILL)  # a crash: no handler runs, the testbed stays up
     proc.wait(timeout=30)
     before = rows(run_dir)
-    assert 7 <= len(before) < 3 * 2 * 2 * 2 + 2 * 3
+    assert 7 <= len(before) < reps * 2 * 2 * 2 + 2 * reps, "killed mid-sweep"
 
     out = run_cli(inventory, "sweep", "--resume", str(run_dir), "--no-analyze").stdout
     assert "sweep complete" in out
@@ -85,7 +87,7 @@ def test_kill_9_mid_sweep_then_resume_gives_every_trial_once(inventory, tmp_path
     assert got[: len(before)] == before, "resuming only appends"
     assert all(r["ok"] == "true" for r in got), [r["error"] for r in got if r["ok"] != "true"]
     local = [r for r in got if r["method"] == "local"]
-    assert len(local) == 2 * 3 and all(r["rate_mbps"] == "" and float(r["t_total"]) > 0 for r in local)
+    assert len(local) == 2 * reps and all(r["rate_mbps"] == "" and float(r["t_total"]) > 0 for r in local)
     remote = [r for r in got if r["method"] != "local"]
     assert {float(r["rate_mbps"]) for r in remote} == {50.0, 100.0}
     for r in remote:
