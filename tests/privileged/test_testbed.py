@@ -32,7 +32,7 @@ def test_up_shape_validate_down(inventory, tmp_path):
         assert "rate 20Mbit ceil 20Mbit" in tc_class("tbt-appliance", dev)
 
     out = tmp_path / "validate.json"
-    proc = run_cli(inventory, "validate", "--rates", "20", "--duration", "2", "--json", str(out))
+    proc = run_cli(inventory, "validate", "--rates", "20", "--duration", "3", "--json", str(out))
     assert "up (client->server)" in proc.stdout and "down (server->client)" in proc.stdout
     checks = json.loads(out.read_text())["checks"]
     assert [c["direction"] for c in checks] == ["up", "down"]
