@@ -27,7 +27,19 @@ PREFIX = "tbs"
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=check)
+    done = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and done.returncode:
+        raise AssertionError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+    return done
+
+
+def remove_lab() -> None:
+    """Remove the lab's namespaces and cables, also those a killed earlier run left behind."""
+    for role in HOSTS:
+        for pid in sh("ip", "netns", "pids", ns(role), check=False).stdout.split():
+            sh("kill", "-9", pid, check=False)
+        sh("ip", "netns", "delete", ns(role), check=False)
+        sh("ip", "link", "delete", f"sshm-{role[0]}", check=False)
 
 
 def ns(role: str) -> str:
@@ -126,6 +138,7 @@ def lab_hosts(tmp_path):
     made_privsep = not Path("/run/sshd").exists()
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     daemons = []
+    remove_lab()
     try:
         for role, n in HOSTS.items():
             sh("ip", "netns", "add", ns(role))
@@ -247,9 +260,7 @@ def lab_hosts(tmp_path):
         for d in daemons:
             d.terminate()
             d.wait(timeout=10)
-        for role in HOSTS:
-            sh("ip", "netns", "delete", ns(role), check=False)
-            sh("ip", "link", "delete", f"sshm-{role[0]}", check=False)
+        remove_lab()
         if made_privsep:
             shutil.rmtree("/run/sshd", ignore_errors=True)
 
