@@ -215,8 +215,12 @@ class Shaper:
                 for cls in ipr.get_classes(found[0]):
                     if cls.get_attr("TCA_KIND") != "htb" or cls["handle"] != 0x10010:
                         continue
-                    parms = cls.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
-                    info["htb"] = {"rate": parms["rate"] * 8, "ceil": parms["ceil"] * 8}
+                    opts = cls.get_attr("TCA_OPTIONS")
+                    parms = opts.get_attr("TCA_HTB_PARMS")
+                    # above 32 bits of bytes/s the kernel keeps the rate in a 64-bit attribute of its own
+                    rate = opts.get_attr("TCA_HTB_RATE64") or parms["rate"]
+                    ceil = opts.get_attr("TCA_HTB_CEIL64") or parms["ceil"]
+                    info["htb"] = {"rate": rate * 8, "ceil": ceil * 8}
                 for q in ipr.get_qdiscs(found[0]):
                     if q.get_attr("TCA_KIND") == "netem":
                         info["netem"] = True

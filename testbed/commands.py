@@ -111,14 +111,34 @@ def cmd_shape(args: argparse.Namespace) -> int:
     require_root()
     lab.require_up()
     lab.shape(link)
+    held = held_rates(
+        lab.read_shaping(), {"up": (lab.up_if, link.up_rate), "down": (lab.down_if, link.down_rate)}
+    )
     extra = ""
     if link.delay_ms or link.loss_pct:
         extra = f", delay {link.delay_ms or 0:g} ms, loss {link.loss_pct or 0:g}%"
     print(
-        f"shaped: up (client->server) {format_rate(link.up_rate)}, down (server->client) "
-        f"{format_rate(link.down_rate)}{extra}"
+        f"shaped (as the kernel holds it): up (client->server) {format_rate(held['up'])}, "
+        f"down (server->client) {format_rate(held['down'])}{extra}"
     )
     return 0
+
+
+def held_rates(shaping: dict[str, dict], asked: dict[str, tuple[str, int]]) -> dict[str, int]:
+    """The rates the kernel holds per direction, refused unless they are what was asked (to HTB's byte/s)."""
+    held = {}
+    for direction, (port, want) in asked.items():
+        htb = (shaping.get(port) or {}).get("htb")
+        got = htb["rate"] if htb else None
+        if got is None or abs(got - want) > 8:
+            holds = format_rate(got) if got is not None else "no HTB class"
+            raise UserError(
+                f"after shaping, the kernel holds {holds} on {port} ({direction}) where "
+                f"{format_rate(want)} was asked",
+                "choose a rate HTB can represent on this kernel; testbed status shows what is in force",
+            )
+        held[direction] = got
+    return held
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.privileged.test_sweep_e2e import start_sweep, wait_for_rows
 
 pytestmark = pytest.mark.privileged
 
@@ -319,6 +321,18 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
         rows = (run_dir / "trials.csv").read_text().splitlines()[1:]
         assert len(rows) == 2 + 2 * 2  # local baseline + (raw, json) x 2 reps
         assert all(",true," in row for row in rows), rows
+
+        # SIGTERM mid-sweep over SSH: the clean line with the resume command, and nothing after it
+        proc = start_sweep(
+            inv, "--ops", "mul", "--sizes", "40", "--rates", "20", "--methods", "raw,json", "--reps", "50",
+            "--warmup", "0", "--no-validate", "--results", str(tmp / "term"), "--no-analyze", "--keep-up",
+        )  # fmt: skip
+        wait_for_rows(proc, tmp / "term", 3)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, out
+        assert "--resume" in out.strip().splitlines()[-1], out
+        assert "Traceback" not in out and "Exception ignored" not in out, out
     finally:
         run_cli(inv, "down", check=False)
     assert host_leftovers() == []
