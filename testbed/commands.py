@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
-from contracts.profiles import CpuProfile
+from contracts.profiles import MIN_CPU_QUOTA, CpuProfile
 from contracts.units import format_rate
 from testbed.cli_args import (
     RESULTS,
@@ -75,6 +75,13 @@ def register(sub) -> None:
         "--codecs", default="json,ujson,raw", help="with --device: codecs (default json,ujson,raw)"
     )
     p.add_argument("--json", action="store_true", help="with --device: print one JSON object")
+    p.add_argument(
+        "--slow-host",
+        type=float,
+        metavar="FRACTION",
+        help="with --device and --mode scaled: hold the calibration under an extra CPU quota of this "
+        "fraction of a core, to show the device's times do not depend on the host's speed",
+    )
     p.set_defaults(handler=cmd_calibrate, busy=always)
 
 
@@ -231,12 +238,18 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     from testbed.devices import load_device
 
     device = load_device(args.device)
+    slow_host = args.slow_host
+    if slow_host is not None and not MIN_CPU_QUOTA <= slow_host <= 1:
+        raise UserError(
+            f"--slow-host {slow_host:g} is not a fraction of one core between {MIN_CPU_QUOTA} and 1",
+            "e.g. --slow-host 0.5 for a host half as fast",
+        )
     ops = [o for o in args.ops.split(",") if o.strip()]
     codecs = [c for c in args.codecs.split(",") if c.strip()]
     require_root()
     lab = open_lab(load(args).with_client_cpu(emulation.client_cpu(device, args.mode)))
     lab.require_up()
-    result = emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs))
+    result = emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs), slow_host)
     if args.json:
         kernels = [r for r in result["rows"] if r["work"] == "kernel"]
         codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
@@ -245,6 +258,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
             {
                 "device": device.name,
                 "mode": args.mode,
+                **({"slow_host": result["slow_host"]} if "slow_host" in result else {}),
                 "rows": [{k: r[k] for k in keys} for r in kernels],
                 "codecs": [
                     {"codec": r["work"].split()[0], "stage": r["work"].split()[1], **{k: r[k] for k in keys}}

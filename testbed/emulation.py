@@ -53,7 +53,7 @@ def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> dict:
     return emulate(lab, device, exp.mode, Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed))
 
 
-def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid) -> dict:
+def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: float | None = None) -> dict:
     """Calibrate the client host for the device; when throttling, also set and check the quota.
 
     Throttle: the quota is the device's speed over this host's for the matrix kernels (the median
@@ -62,8 +62,22 @@ def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid) -> dict:
     `GRANULARITY_PERIODS` periods can run at full speed within one quota, so it is flagged whatever
     the check measured, as is every kind of work (marshalling, typically) whose own slowdown differs
     from the kernels' by more than the tolerance.
+
+    `slow_host` (scaled only) holds the whole calibration under an extra quota of that fraction of a
+    core, as a slower host would run it: the device's times must not move, which is the point of
+    scaling CPU time rather than wall time. The client's quota in force before is put back after.
     """
     check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
+    if slow_host is not None:
+        if mode != "scaled":
+            raise UserError("a slower host is emulated for the scaled mode only", "use --mode scaled")
+        before = lab.cpu_in_force().get("fraction") or 1.0
+        limit = lab.set_client_quota(slow_host)
+        try:
+            calibration = _client_emulation(lab, device, grid, limited=True)
+        finally:
+            lab.set_client_quota(before)
+        return {**calibration, "slow_host": limit.get("fraction", slow_host)}
     calibration = _client_emulation(lab, device, grid, limited=False)
     if mode == "scaled":
         return calibration
@@ -121,6 +135,12 @@ def format_calibration(calibration: dict) -> str:
         f"device {calibration['device']} ({calibration['mode']}): target vs achieved on this host",
         f"{'work':<20} {'op':<4} {'size':>5} {'target s':>10} {'achieved s':>11} {'error':>8}",
     ]
+    if "slow_host" in calibration:
+        lines.insert(
+            1,
+            f"calibration held under an extra quota of {calibration['slow_host']:g} of one core "
+            "(a slower host): the targets must be met as without it",
+        )
     if "quota" in calibration:
         lines.insert(
             1,

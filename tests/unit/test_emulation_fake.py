@@ -128,3 +128,20 @@ def test_the_manifest_keeps_every_calibration_and_the_quota(tmp_path, scripted):
     assert saved["profile"]["name"] == DEVICE and saved["mode"] == "throttle"
     assert [c["at"] for c in saved["calibrations"]] == ["now", "later"]
     assert saved["calibrations"][0]["quota"] == 0.05 and len(saved["calibrations"][0]["host"]) == 2
+
+
+def test_a_slower_host_holds_the_whole_scaled_calibration_under_a_quota_and_puts_it_back(scripted):
+    lab, device, seen = scripted
+    lab.hosts["client"].cgroup = lab.cgroup
+    applied = []
+    lab.hosts["client"].reply("cpu.apply", lambda name, quota: applied.append(quota))
+    lab.hosts["client"].reply("cpu.read", lambda name: {"fraction": applied[-1] if applied else None})
+    result = emulation.emulate(lab, device, "scaled", Grid.of(["mul"], [500, 1200], ["raw"]), slow_host=0.3)
+    ((argv, request),) = seen
+    assert argv[:3] == ["python", "-m", "client.cpulimit"]  # the calibration ran inside the extra quota
+    assert "check" not in request
+    assert applied == [0.3, 1.0]  # no quota before: a whole core after
+    assert result["slow_host"] == 0.3
+    assert "extra quota of 0.3" in emulation.format_calibration(result)
+    with pytest.raises(UserError, match="scaled mode only"):
+        emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500], ["raw"]), slow_host=0.3)
