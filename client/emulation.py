@@ -43,7 +43,12 @@ MIN_SAMPLE_S = 0.02  # a sample repeats work shorter than this, so the clock's n
 
 
 def interleaved(
-    jobs: list[Work], reps: int, clock=time.process_time, seed: int = 1, batch: bool = True
+    jobs: list[Work],
+    reps: int,
+    clock=time.process_time,
+    seed: int = 1,
+    batch: bool = True,
+    before: Callable[[], object] | None = None,
 ) -> list[float]:
     """Seconds of one run of each work: the median of `reps` samples, taken in rounds.
 
@@ -52,6 +57,7 @@ def interleaved(
     (back-to-back repetitions of one work reuse its memory and come out faster than any trial).
     With `batch`, work shorter than `MIN_SAMPLE_S` is repeated within its sample and divided;
     without, every sample is one run (what a throttled trial sees, quota periods and all).
+    `before` runs ahead of every sample, outside it (the throttle's period alignment).
     """
     runs = []
     for job in jobs:
@@ -64,6 +70,8 @@ def interleaved(
     for _ in range(reps):
         rng.shuffle(order)
         for i in order:
+            if before:
+                before()
             start = clock()
             for _ in range(runs[i]):
                 jobs[i]()
@@ -154,8 +162,15 @@ def check_wall(device: DeviceProfile, grid: Grid, reps: int = 5, tolerance_pct: 
     """`throttle` mode's check, run inside the device's CPU limit: the wall time of each kind of work
     against its target, one run per sample, sampled in rounds as a sweep interleaves its trials."""
     items = _items(grid)
+    from client.throttle import Aligner
+
     walls = interleaved(
-        [item[4] for item in items], reps, clock=time.perf_counter, seed=grid.seed, batch=False
+        [item[4] for item in items],
+        reps,
+        clock=time.perf_counter,
+        seed=grid.seed,
+        batch=False,
+        before=Aligner(),  # each sample starts where a trial's stage would: at a known point of a period
     )
     rows = [
         _row(kind, codec, op, size, target_s(device, kind, op, size, codec, data), wall, tolerance_pct)

@@ -55,14 +55,17 @@ def test_ovs_plan_uses_its_own_rundir_and_the_userspace_datapath(tmp_path):
 @pytest.mark.parametrize(
     ("fraction", "quota", "period"),
     [
-        (0.5, 50_000, 100_000),
-        (0.05, 5_000, 100_000),
+        (1.0, 1_000, 1_000),
+        (0.5, 1_000, 2_000),
+        (0.05, 1_000, 20_000),
+        (0.04, 1_000, 25_000),
+        (0.03, 1_000, 33_334),
         (0.01, 1_000, 100_000),
         (0.005, 1_000, 200_000),
         (0.001, 1_000, 1_000_000),
     ],
 )
-def test_small_fractions_get_a_longer_period_not_a_quota_under_1ms(fraction, quota, period):
+def test_the_period_is_the_shortest_with_a_1ms_quota(fraction, quota, period):
     assert quota_period(fraction) == (quota, period)
 
 
@@ -77,8 +80,8 @@ def test_cgroup_v1_plan_writes_period_before_quota(tmp_path):
     limit = CpuLimit("tb-client", 0.05, root=tmp_path)
     assert limit.version == 1
     assert [str(w) for w in limit.plan()] == [
-        f"echo 100000 > {tmp_path}/cpu/tb-client/cpu.cfs_period_us",
-        f"echo 5000 > {tmp_path}/cpu/tb-client/cpu.cfs_quota_us",
+        f"echo 20000 > {tmp_path}/cpu/tb-client/cpu.cfs_period_us",
+        f"echo 1000 > {tmp_path}/cpu/tb-client/cpu.cfs_quota_us",
     ]
 
 
