@@ -8,8 +8,8 @@ is bounded by the one configured limit, `--max-body-mb` (M), not only the body:
 - the operands once decoded (what `raw-zlib` inflates to, what JSON numbers become): at most M;
 - the response body, from the codec's worst case per element (`Codec.max_response_bytes`): at most M,
   which also bounds the result, smaller than its encoding in every codec;
-- what decoding builds on the way (`Codec.decode_overhead`: JSON's Python objects, up to 20x the
-  text for a column of numbers): at most 4M, checked from the body before it is parsed;
+- what decoding builds on the way (`Codec.decode_overhead`: JSON's Python objects, 4x the text of
+  a row of floats, 40x for a column of zeros): at most 5M, checked from the body before parsing;
 - the work (multiply-adds, integer ones weighted, see `contracts.ops.Cost`): at most that of
   multiplying two square float64 matrices that together fill M in `raw` ((M/16)^1.5; 4096x4096 at
   the default 256 MiB, a few seconds).
@@ -33,7 +33,7 @@ from contracts.wire import Codec
 
 MIB = 1 << 20
 FIX = "python -m server --max-body-mb"
-DECODE_OVERHEAD_FACTOR = 4
+DECODE_OVERHEAD_FACTOR = 5
 
 
 class LimitError(ValueError):
@@ -59,7 +59,7 @@ class Limits:
 
     @property
     def max_decode_overhead(self) -> int:
-        """Room for a codec's intermediates: a JSON body of M with 19-character floats needs 2.6M."""
+        """Room for a codec's intermediates: a JSON body of M with 19-character floats needs 4.2M."""
         return DECODE_OVERHEAD_FACTOR * self.max_body
 
     @property
