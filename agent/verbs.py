@@ -18,6 +18,7 @@ from agent import services
 from appliance.ovsdb import read_bridge
 from appliance.shaper import Shaper, plan_shaping
 from appliance.switch import SCHEMA, Switch
+from client import grpc_offload
 from client.cpulimit import CpuLimit, detect_version
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
@@ -91,6 +92,11 @@ def service_status(dir: str, name: str) -> int | None:
     return services.pid_of(Path(dir), name)
 
 
+def grpc_ready(target: str, wait: float = 2.0) -> bool:
+    """Whether this host completes an HTTP/2 handshake with the gRPC server at `target` (HOST:PORT)."""
+    return grpc_offload.ready(target, wait)
+
+
 # ------------------------------------------------------------------ bridge (appliance)
 def _switch(
     bridge: str, rundir: str, ports: list[str] = (), datapath: str = "netdev", own: bool = True
@@ -133,6 +139,7 @@ VERBS: dict[str, Callable] = {
     "service.start": service_start,
     "service.stop": service_stop,
     "service.status": service_status,
+    "grpc.ready": grpc_ready,
     "bridge.up": bridge_up,
     "bridge.down": bridge_down,
     "bridge.status": bridge_status,

@@ -17,6 +17,9 @@ from google.protobuf.message import DecodeError
 from contracts import offload_pb2 as pb
 from contracts.wire import MAX_OPERANDS, Body, Codec, CodecError, Headers, prepare, resolve_dtype
 
+SERVICE = pb.DESCRIPTOR.services_by_name["Offload"].full_name  # offload.v1.Offload
+EXECUTE = f"/{SERVICE}/Execute"  # the gRPC method's path, as the generated stub calls it
+
 
 def matrix_message(a: np.ndarray) -> pb.Matrix:
     rows, cols = a.shape

@@ -14,9 +14,10 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from contracts import __version__
 from contracts.codecs import CODECS, UnknownCodec, get_codec
-from contracts.ops import OPS, OpError, UnknownOp, execute, get_op
+from contracts.ops import OPS, OpError, UnknownOp, get_op
 from contracts.trials import DTYPES
 from contracts.wire import CodecError
+from server.stages import run_stages
 from server.timing import StageClock
 
 DRAIN_CHUNK = 1 << 16
@@ -84,12 +85,7 @@ def create_app(max_body_mb: float = 256.0) -> Flask:
             get_op(op)
             codec = get_codec(request.headers.get("X-Codec", "").strip().lower() or None)
             body = read_body(request, max_body)
-            with clock.stage("decode"):
-                operands = codec.decode_request(body, request.headers)
-            with clock.stage("compute"):
-                result = execute(op, operands)
-            with clock.stage("encode"):
-                out, headers = codec.encode_response(result)
+            _, out, headers = run_stages(codec, body, request.headers, clock, op)
         except UnknownOp as exc:
             drain(request)
             return error_response(404, exc.error, exc.detail)
