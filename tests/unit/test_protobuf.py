@@ -10,8 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from client.emulation import works
 from contracts import offload_pb2 as pb
 from contracts.codecs import CODECS, CodecError, get_codec
+from contracts.errors import UserError
+from contracts.trials import method_codec
+from testbed.devices import load_device
+from testbed.experiment import override
 
 REPO = Path(__file__).resolve().parents[2]
 CODEC = get_codec("protobuf")
@@ -120,3 +125,31 @@ def test_the_stub_imports_the_messages_as_a_package():
     text = (REPO / GENERATED[1]).read_text()
     assert "from contracts import offload_pb2" in text
     assert pb.DESCRIPTOR.services_by_name["Offload"].full_name == "offload.v1.Offload"
+
+
+# ------------------------------------------------------------------ grpc: a method marshalled as protobuf
+def test_protobuf_and_grpc_are_methods_of_an_experiment():
+    flags = {"ops": "mul", "sizes": "64", "rates": "20", "methods": "json,raw,protobuf,grpc", "reps": 2}
+    assert override(None, flags).methods == ("json", "raw", "protobuf", "grpc")
+    with pytest.raises(UserError, match="grpcc"):
+        override(None, {**flags, "methods": "grpcc"})
+
+
+def test_a_device_times_grpc_with_its_protobuf_figures(tmp_path):
+    device = load_device("paper-p4")
+    assert device.marshal_s("grpc", "encode", 8e6) == device.marshal_s("protobuf", "encode", 8e6) > 0
+    without = tmp_path / "dev.yaml"
+    without.write_text("kernels: {mul: 1.0}\nmarshalling:\n  json: {encode: 1, decode: 1}\n")
+    assert load_device(without).missing(["mul"], ["json", "grpc", "protobuf", "local"]) == [
+        "marshalling.protobuf"
+    ]
+
+
+def test_calibration_times_grpc_as_the_protobuf_codec():
+    kinds = {(kind, codec) for kind, codec, _, _ in works("mul", 8, "float64", 1, ["grpc"])}
+    assert kinds == {("kernel", None), ("encode", "grpc"), ("decode", "grpc")}
+    assert {m: method_codec(m) for m in ("grpc", "protobuf", "json")} == {
+        "grpc": "protobuf",
+        "protobuf": "protobuf",
+        "json": "json",
+    }
