@@ -18,7 +18,6 @@ from agent import services
 from appliance.ovsdb import read_bridge
 from appliance.shaper import Shaper, plan_shaping
 from appliance.switch import SCHEMA, Switch
-from client import grpc_offload
 from client.cpulimit import CpuLimit, detect_version
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
@@ -93,8 +92,14 @@ def service_status(dir: str, name: str) -> int | None:
 
 
 def grpc_ready(target: str, wait: float = 2.0) -> bool:
-    """Whether this host completes an HTTP/2 handshake with the gRPC server at `target` (HOST:PORT)."""
-    return grpc_offload.ready(target, wait)
+    """Whether this host completes an HTTP/2 handshake with the gRPC server at `target` (HOST:PORT).
+
+    Imported here: gRPC, NumPy and requests would add half a second to every other verb (a rate
+    change between cells is one), and a host without grpcio must still answer `probe`.
+    """
+    from client.grpc_offload import ready
+
+    return ready(target, wait)
 
 
 # ------------------------------------------------------------------ bridge (appliance)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from agent import __main__ as agent_main
+from agent import probe as agent_probe
 from agent.verbs import VERBS
 from appliance.switch import Switch
 from client import cpulimit
@@ -114,6 +115,11 @@ def test_probe_reports_programs_and_modules():
     assert probe["programs"]["sh"] and probe["programs"]["no-such-program-x"] is None
     assert probe["interfaces"] == {"lo": True}
     assert probe["python_modules"]["numpy"] is True
+    assert probe["python_modules"]["grpc"] is probe["python_modules"]["google.protobuf"] is True
+
+
+def test_probe_reports_a_missing_parent_package_as_missing():
+    assert agent_probe._installed("no_such_package_x.protobuf") is False
 
 
 def test_every_verb_the_orchestrator_calls_exists():
