@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from benchmarks.loopback import free_port
+from client.__main__ import main as client_main
 from client.grpc_offload import GrpcOffloadClient, ready
 from client.offload import OffloadError, check_result, local, make_operands
 from contracts import offload_pb2 as pb
@@ -238,3 +239,17 @@ def test_sigterm_to_the_http_master_alone_stops_the_grpc_child_too(tmp_path):
         assert not group_alive(server.proc.pid), server.log_text()
     finally:
         stop(server.proc)
+
+
+def test_the_client_cli_offloads_over_grpc(served, capsys):
+    _, target = served
+    argv = ["offload", "--codec", "grpc", "--grpc-target", target, "--op", "inv", "--size", "30", "--check"]
+    assert client_main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["codec"], out["url"], out["check"]) == ("grpc", target, "ok") and out["t_server_compute"] > 0
+    free = f"127.0.0.1:{free_port()}"
+    assert (
+        client_main(["offload", "--codec", "grpc", "--grpc-target", free, "--op", "log", "--size", "2"]) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: gRPC call to") and "fix:" in err[0]
