@@ -27,7 +27,7 @@ from client.grpc_offload import GrpcOffloadClient, ready
 from client.offload import OffloadError, check_result, local, make_operands
 from contracts import offload_pb2 as pb
 from contracts.errors import UserError
-from contracts.processes import group_alive
+from contracts.processes import alive, group_alive
 from contracts.protobuf_codec import EXECUTE
 from contracts.trials import parse_server_timing
 from tests.integration.conftest import start_server, stop
@@ -226,19 +226,31 @@ def test_the_project_client_reports_refusals_and_a_missing_server(served):
             client.wait_ready(0.5)
 
 
-def test_sigterm_to_the_http_master_alone_stops_the_grpc_child_too(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_the_grpc_child_ends_with_the_http_master(tmp_path, sig):
+    """SIGTERM: the master stops its child; SIGKILL: the child sees its parent gone and stops.
+
+    (After a SIGKILL, gunicorn's own worker lingers until its next check of its parent; the
+    agent's `down` stops the whole process group anyway.)"""
     port = free_port()
     server = start_server(tmp_path, "--grpc-port", str(port))
     try:
         assert ready(f"127.0.0.1:{port}", 30.0)
-        os.kill(server.proc.pid, signal.SIGTERM)  # not the group: the master must stop its child itself
+        (child,) = [
+            pid
+            for pid in server.worker_pids()
+            if b"server.grpc_service" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        os.kill(server.proc.pid, sig)  # the master alone, not its process group
         server.proc.wait(timeout=30)
         deadline = time.monotonic() + 10
-        while group_alive(server.proc.pid) and time.monotonic() < deadline:
+        while alive(child) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not group_alive(server.proc.pid), server.log_text()
+        assert not alive(child), server.log_text()
+        assert not ready(f"127.0.0.1:{port}", 0.5)
     finally:
         stop(server.proc)
+        assert not group_alive(server.proc.pid)
 
 
 def test_the_client_cli_offloads_over_grpc(served, capsys):
