@@ -86,6 +86,12 @@ class ProtobufCodec(Codec):
         reply = pb.OpReply(result=matrix_message(np.ascontiguousarray(result)))
         return reply.SerializeToString(), {"Content-Type": self.content_type}
 
+    def max_response_bytes(self, shape: tuple[int, int], dtype: np.dtype) -> int:
+        """An upper bound of the OpReply for a result (the server's limits check it before computing):
+        8 bytes per float64, at most 10 per zigzag varint, plus the fields' tags and lengths."""
+        per = 8 if np.dtype(dtype).kind == "f" else 10
+        return shape[0] * shape[1] * per + 64
+
     def decode_response(self, body: bytes, headers: Mapping[str, str]) -> np.ndarray:
         msg = _parse(pb.OpReply, body, "response")
         if not msg.HasField("result"):

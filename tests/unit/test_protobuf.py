@@ -153,3 +153,11 @@ def test_calibration_times_grpc_as_the_protobuf_codec():
         "protobuf": "protobuf",
         "json": "json",
     }
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "int64"])
+def test_max_response_bytes_bounds_the_real_reply(dtype):
+    info = np.finfo(dtype) if dtype == "float64" else np.iinfo(dtype)
+    worst = np.full((7, 5), info.min, dtype=dtype)  # the longest varints
+    out, _ = CODEC.encode_response(worst)
+    assert len(out) <= CODEC.max_response_bytes((7, 5), np.dtype(dtype))
