@@ -10,7 +10,7 @@ heavy (numpy only in the codec and operation modules), so `contracts.errors` cos
 - `profiles`: the link and client-CPU profiles, with their range checks.
 - `trials`: the trial schema: stage names, CSV columns, the local marker, `Server-Timing`.
 - `ops`, `wire`, `codecs`: the whitelisted operations and the marshalling methods (client and server
-  must agree on them byte for byte).
+  must agree on them byte for byte); `limits`: what one request may cost the server, from its shapes.
 - `command`: running external programs as argv lists; `processes`: stopping process groups.
 """
 

@@ -18,6 +18,14 @@ import numpy as np
 from contracts.trials import DTYPES
 
 MAX_RESULT_ELEMENTS = 1 << 28  # 2 GiB of float64: a small (n x 1) @ (1 x n) must not ask for terabytes
+# NumPy multiplies integer matrices without BLAS: 0.33 G int64 multiply-adds/s against 13 G for float64
+# on the development VM (int32: 0.58 G). Integer work counts this many times, so that the work limit
+# (`contracts.limits`) bounds time whatever the dtype.
+INT_MUL_WEIGHT = 32
+# LU factorization plus inversion: about 2 n^3 multiply-adds (measured 5.4 G n^3/s against mul's 13 G).
+INV_WEIGHT = 2
+
+Shape = tuple[int, int]
 
 
 class OpError(ValueError):
@@ -34,12 +42,40 @@ class UnknownOp(OpError):
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What running an op on operands of given shapes will take, known before any operand exists."""
+
+    result_shape: Shape
+    result_dtype: np.dtype
+    work: float  # float64 multiply-adds or their equivalent in time (see INT_MUL_WEIGHT)
+
+
+def _elementwise_cost(shapes: Sequence[Shape], dtype: np.dtype) -> Cost:
+    rows, cols = shapes[0]
+    return Cost((rows, cols), np.dtype(np.float64), float(rows * cols))
+
+
+def _mul_cost(shapes: Sequence[Shape], dtype: np.dtype) -> Cost:
+    (m, k), (_, n) = shapes  # a shape mismatch is refused by the check, before compute
+    weight = INT_MUL_WEIGHT if dtype.kind in "iu" else 1
+    return Cost((m, n), dtype, float(m) * k * n * weight)
+
+
+def _inv_cost(shapes: Sequence[Shape], dtype: np.dtype) -> Cost:
+    rows, cols = shapes[0]
+    return Cost((rows, cols), np.dtype(np.float64), float(rows) * rows * cols * INV_WEIGHT)
+
+
+@dataclass(frozen=True)
 class Op:
     name: str
     arity: int
     check: Callable[[Sequence[np.ndarray]], None]  # raises OpError; runs before `fn`
     fn: Callable[..., np.ndarray]
     doc: str
+    # from the operands' shapes and dtype alone: the server refuses what is over its limits before
+    # it decodes or allocates anything (`contracts.limits`)
+    cost: Callable[[Sequence[Shape], np.dtype], Cost] = _elementwise_cost
 
 
 def _shape(a: np.ndarray) -> str:
@@ -80,8 +116,8 @@ def _inv(a: np.ndarray) -> np.ndarray:
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        Op("mul", 2, _check_mul, np.matmul, "A @ B; integer dtypes stay integer"),
-        Op("inv", 1, _check_inv, _inv, "inverse of a square, non-singular A; float64 result"),
+        Op("mul", 2, _check_mul, np.matmul, "A @ B; integer dtypes stay integer", _mul_cost),
+        Op("inv", 1, _check_inv, _inv, "inverse of a square, non-singular A; float64 result", _inv_cost),
         Op(
             "log",
             1,

@@ -16,6 +16,7 @@ from contracts.trials import DTYPES
 
 MAX_OPERANDS = 16  # more than any op takes; keeps a hostile X-Shape from costing anything
 MAX_DIM_DIGITS = 9  # a dimension of a billion is already far beyond any limit
+RESPONSE_OVERHEAD = 256  # bytes of a response body besides the matrix data (msgpack keys, JSON braces)
 
 
 class CodecError(ValueError):
@@ -209,6 +210,21 @@ class Codec:
 
     def decode_response(self, body: bytes, headers: Mapping[str, str]) -> np.ndarray:
         raise NotImplementedError
+
+    def declared_operands(self, headers: Mapping[str, str]) -> tuple[np.dtype, list[tuple[int, int]]] | None:
+        """The operands' dtype and shapes if the headers say them (then the server checks its limits
+        before reading the body); None for codecs that carry them in the body."""
+        return None
+
+    def decode_overhead(self, body: bytes) -> int:
+        """An upper bound of what `decode_request` allocates besides the body and the operands, found
+        without decoding. Default: one copy of the body (msgpack's bin fields are copied out)."""
+        return len(body)
+
+    def max_response_bytes(self, shape: tuple[int, int], dtype: np.dtype) -> int:
+        """An upper bound of the body `encode_response` writes for a result of `shape` and `dtype`,
+        known before the result exists. Binary codecs: the data's bytes plus a small header."""
+        return shape[0] * shape[1] * np.dtype(dtype).itemsize + RESPONSE_OVERHEAD
 
     def __repr__(self) -> str:
         return f"<codec {self.name}>"

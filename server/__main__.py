@@ -23,13 +23,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bind", default=d.bind, help=f"address to listen on (default {d.bind})")
     p.add_argument("--port", type=int, default=d.port, help=f"TCP port (default {d.port})")
     p.add_argument(
-        "--workers", type=int, default=d.workers, help=f"gunicorn sync workers (default {d.workers})"
+        "--workers", type=int, default=d.workers, help=f"gunicorn worker processes (default {d.workers})"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=d.threads,
+        help="threads per worker: each client sending a request holds one; requests compute one at a "
+        f"time (default {d.threads})",
     )
     p.add_argument(
         "--timeout",
         type=float,
         default=d.timeout,
-        help=f"seconds a worker may spend on one request, body upload included (default {d.timeout:g})",
+        help=f"seconds a request body may take to arrive; later gets 408 (default {d.timeout:g})",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=d.read_timeout,
+        help="seconds a client may stay silent: before its first byte, between bytes, for all of its "
+        f"headers, or while not reading our response (default {d.read_timeout:g})",
     )
     p.add_argument(
         "--max-body-mb",
@@ -53,15 +67,17 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--port {args.port}: must be 1-65535")
     if args.grpc_port is not None and not (0 < args.grpc_port < 65536 and args.grpc_port != args.port):
         parser.error(f"--grpc-port {args.grpc_port}: must be 1-65535 and not --port")
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
-    if args.timeout <= 0 or args.max_body_mb <= 0:
-        parser.error("--timeout and --max-body-mb must be positive")
+    if args.workers < 1 or args.threads < 2:
+        parser.error("--workers must be at least 1 and --threads at least 2 (one is left for the others)")
+    if min(args.timeout, args.read_timeout, args.max_body_mb) <= 0:
+        parser.error("--timeout, --read-timeout and --max-body-mb must be positive")
     return ServerConfig(
         bind=args.bind,
         port=args.port,
         workers=args.workers,
+        threads=args.threads,
         timeout=args.timeout,
+        read_timeout=args.read_timeout,
         max_body_mb=args.max_body_mb,
         log_level=args.log_level,
         access_log=not args.no_access_log,

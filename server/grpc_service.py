@@ -26,6 +26,7 @@ from concurrent import futures
 import grpc
 
 from contracts.codecs import get_codec
+from contracts.limits import LimitError, Limits
 from contracts.ops import OpError, UnknownOp
 from contracts.protobuf_codec import EXECUTE, SERVICE
 from contracts.wire import CodecError
@@ -34,25 +35,25 @@ from server.timing import StageClock
 
 log = logging.getLogger("offload-grpc")
 CODEC = get_codec("protobuf")
-LIMIT_ERRORS = {"result too large", "too many operands"}  # refusals that are limits, not malformed input
+LIMIT_ERRORS = {"too many operands"}  # refusals that are limits, not malformed input (and LimitError)
 
 
 def status_of(exc: Exception) -> grpc.StatusCode:
     """The gRPC status for a refused request (HTTP's 404 / 400 of the same exception)."""
     if isinstance(exc, UnknownOp):
         return grpc.StatusCode.UNIMPLEMENTED
-    if getattr(exc, "error", None) in LIMIT_ERRORS:
+    if isinstance(exc, LimitError) or getattr(exc, "error", None) in LIMIT_ERRORS:
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     return grpc.StatusCode.INVALID_ARGUMENT
 
 
-def execute(body: bytes, context: grpc.ServicerContext) -> bytes:
+def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes:
     """One Execute call: serialized OpRequest in, serialized OpReply out."""
     clock = StageClock()
     try:
-        _, out, _ = run_stages(CODEC, body, {}, clock)
+        _, out, _ = run_stages(CODEC, body, {}, clock, limits)
         return out
-    except (CodecError, OpError) as exc:
+    except (CodecError, OpError, LimitError) as exc:
         code, message = status_of(exc), str(exc)
     except Exception as exc:  # a bug: logged with its traceback, answered, and the server goes on
         log.exception("Execute failed")
@@ -65,12 +66,15 @@ def execute(body: bytes, context: grpc.ServicerContext) -> bytes:
 
 def build(bind: str, port: int, max_body_mb: float) -> tuple[grpc.Server, int]:
     """A started server on bind:port (port 0: any free one, returned)."""
-    max_body = int(max_body_mb * (1 << 20))
+    limits = Limits.from_mb(max_body_mb)
+    max_body = limits.max_body
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=1),
         options=[("grpc.max_receive_message_length", max_body), ("grpc.max_send_message_length", -1)],
     )
-    handler = grpc.unary_unary_rpc_method_handler(execute)  # bytes in, bytes out: decode is a stage
+    handler = grpc.unary_unary_rpc_method_handler(  # bytes in, bytes out: decode is a stage
+        lambda body, context: execute(body, context, limits)
+    )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE, {EXECUTE.rsplit("/", 1)[1]: handler}),)
     )

@@ -1,7 +1,9 @@
-"""Serving the application with gunicorn (sync workers), started from Python rather than its CLI.
+"""Serving the application with gunicorn (one worker of bounded threads), started from Python rather
+than its CLI.
 
 `ServerConfig.gunicorn_options()` is the whole plan, so `python -m server --dry-run` can print it and
-tests can check it without starting anything.
+tests can check it without starting anything. The worker (`server.worker`) bounds how long a client
+may take to send; the application (`contracts.limits`) bounds what one request may cost.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ class ServerConfig:
     bind: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
+    # per worker: slow clients each hold one while they send; requests compute one at a time
+    threads: int = 8
     timeout: float = 900.0  # a 1200x1200 JSON matrix over 10 Mbit/s takes tens of seconds to arrive
+    read_timeout: float = 20.0  # a client silent this long while sending (or not reading) is dropped
     max_body_mb: float = 256.0
     log_level: str = "info"
     access_log: bool = True
@@ -29,7 +34,10 @@ class ServerConfig:
         return {
             "bind": [f"{host}:{self.port}"],
             "workers": self.workers,
-            "worker_class": "sync",  # one request at a time per worker: trials never share a CPU
+            "worker_class": "server.worker.BoundedThreadWorker",
+            "threads": self.threads,
+            # an idle connection (nothing sent yet) waits on the worker's poller this long
+            "keepalive": math.ceil(self.read_timeout),
             "timeout": math.ceil(self.timeout),
             "loglevel": self.log_level,
             "errorlog": "-",
@@ -55,7 +63,7 @@ class OffloadServer(BaseApplication):
                 self.cfg.set(key, value)
 
     def load(self):
-        return create_app(self.config.max_body_mb)
+        return create_app(self.config.max_body_mb, self.config.read_timeout, self.config.timeout)
 
 
 def serve(config: ServerConfig) -> None:

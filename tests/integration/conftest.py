@@ -43,7 +43,7 @@ def _served(tmp_path_factory, *args: str, failing_op: bool = False):
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    """The default server (gunicorn, one sync worker, 256 MiB body limit)."""
+    """The default server (gunicorn, one worker of 8 threads, 256 MiB body limit)."""
     yield from _served(tmp_path_factory)
 
 
@@ -57,3 +57,15 @@ def small_server(tmp_path_factory):
 def failing_server(tmp_path_factory):
     """A server with one extra operation, `boom`, that raises inside the worker."""
     yield from _served(tmp_path_factory, failing_op=True)
+
+
+@pytest.fixture(scope="module")
+def strict_server(tmp_path_factory):
+    """A server that drops a client silent for 1 s and wants a whole body within 3 s, for 408."""
+    yield from _served(tmp_path_factory, "--read-timeout", "1", "--timeout", "3")
+
+
+@pytest.fixture(scope="module")
+def memory_server(tmp_path_factory):
+    """A fresh server with a 16 MiB limit, for its worker's memory high-water mark."""
+    yield from _served(tmp_path_factory, "--max-body-mb", "16", "--no-access-log")
