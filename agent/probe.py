@@ -21,8 +21,17 @@ PYTHON_MODULES = (
     "ujson",
     "orjson",
     "msgpack",
+    "google.protobuf",
+    "grpc",
     "ovs",
 )
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing (google.protobuf)
+        return False
 
 
 def probe(programs: list[str], interfaces: list[str], cgroup: bool) -> dict:
@@ -30,7 +39,7 @@ def probe(programs: list[str], interfaces: list[str], cgroup: bool) -> dict:
         "root": os.geteuid() == 0,
         "programs": {p: shutil.which(p) for p in programs},
         "interfaces": {i: Path(f"/sys/class/net/{i}").exists() for i in interfaces},
-        "python_modules": {m: importlib.util.find_spec(m) is not None for m in PYTHON_MODULES},
+        "python_modules": {m: _installed(m) for m in PYTHON_MODULES},
         "ovs_kernel_module": Path("/sys/module/openvswitch").exists(),
         "ovs_schema": Path("/usr/share/openvswitch/vswitch.ovsschema").exists(),
         "system_ovs": Path("/var/run/openvswitch/db.sock").exists(),

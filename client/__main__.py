@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from client.grpc_offload import GrpcOffloadClient
 from client.offload import (
     OffloadClient,
     OffloadError,
@@ -29,6 +30,7 @@ from contracts.ops import OPS
 from contracts.trials import DTYPES
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_GRPC = "127.0.0.1:50051"
 
 
 def _operand_args(p: argparse.ArgumentParser) -> None:
@@ -46,7 +48,13 @@ def _operands(args: argparse.Namespace) -> list[np.ndarray]:
 def add_offload(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("offload", help="offload one operation and print its stage times")
     p.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL (default {DEFAULT_URL})")
-    p.add_argument("--codec", default=DEFAULT_CODEC, help=f"marshalling method: {', '.join(CODECS)}")
+    p.add_argument("--codec", default=DEFAULT_CODEC, help=f"marshalling method: {', '.join(CODECS)}, or grpc")
+    p.add_argument(
+        "--grpc-target",
+        default=DEFAULT_GRPC,
+        metavar="HOST:PORT",
+        help=f"the server's gRPC port, for --codec grpc (default {DEFAULT_GRPC})",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the server")
     p.add_argument("--check", action="store_true", help="also run locally and compare the results")
     _operand_args(p)
@@ -144,8 +152,13 @@ def stage_table(stages: StageTimes) -> str:
 
 def cmd_offload(args: argparse.Namespace) -> int:
     operands = _operands(args)
-    with OffloadClient(args.url, timeout=args.timeout) as client:
-        result, stages = client.offload(args.op, operands, args.codec)
+    if args.codec == "grpc":
+        with GrpcOffloadClient(args.grpc_target, timeout=args.timeout) as grpc_client:
+            result, stages = grpc_client.offload(args.op, operands)
+        args.url = args.grpc_target
+    else:
+        with OffloadClient(args.url, timeout=args.timeout) as client:
+            result, stages = client.offload(args.op, operands, args.codec)
     check = None
     if args.check:
         check_result(result, local(args.op, operands)[0])  # raises ResultMismatch

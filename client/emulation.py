@@ -27,6 +27,7 @@ import numpy as np
 from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid, work
 from contracts.ops import execute
+from contracts.trials import method_codec
 
 Work = Callable[[], object]
 
@@ -96,8 +97,8 @@ def works(
     operands = trial_operands(op, size, dtype, seed)
     out: list[tuple[str, str | None, Work, int]] = [("kernel", None, lambda: execute(op, operands), 0)]
     result = execute(op, operands)
-    for name in codecs:
-        codec = get_codec(name)
+    for name in codecs:  # a method: a codec, or a transport timed as its codec (grpc: protobuf)
+        codec = get_codec(method_codec(name))
         body, headers = codec.encode_response(result)
         body = bytes(body) if not isinstance(body, bytes) else body
         out.append(

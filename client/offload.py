@@ -119,25 +119,36 @@ class OffloadClient:
         t2 = time.perf_counter()
         if resp.status_code != 200:
             raise _error_from(resp.status_code, content)
-        server = parse_server_timing(resp.headers.get("Server-Timing"))
         c3, t3 = time.process_time(), time.perf_counter()
         result = c.decode_response(content, resp.headers)
         t4, c4 = time.perf_counter(), time.process_time()
-        s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
-        return result, StageTimes(
-            t_client_encode=t1 - t0,
-            t_request=t2 - t1,
-            t_server_decode=s_decode,
-            t_server_compute=s_compute,
-            t_server_encode=s_encode,
-            t_client_decode=t4 - t3,
-            t_comm=(t2 - t1) - (s_decode + s_compute + s_encode),
-            t_total=(t1 - t0) + (t2 - t1) + (t4 - t3),
-            bytes_up=len(body),
-            bytes_down=len(content),
-            cpu_client_encode=c1 - c0,
-            cpu_client_decode=c4 - c3,
-        )
+        times = stage_times((t0, t1, t2, t3, t4), (c0, c1, c3, c4), resp.headers.get("Server-Timing"))
+        return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
+
+
+def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: str | None) -> dict:
+    """A trial's stage times from its clock readings, for every transport alike.
+
+    wall: before encode, after encode (request sent), response received, before decode, after decode;
+    cpu: process time before and after encode, before and after decode. Communication is the request
+    time minus the server's stages (the paper's Fig. 3): it cannot be measured directly.
+    """
+    t0, t1, t2, t3, t4 = wall
+    c0, c1, c3, c4 = cpu
+    server = parse_server_timing(server_timing)
+    s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
+    return {
+        "t_client_encode": t1 - t0,
+        "t_request": t2 - t1,
+        "t_server_decode": s_decode,
+        "t_server_compute": s_compute,
+        "t_server_encode": s_encode,
+        "t_client_decode": t4 - t3,
+        "t_comm": (t2 - t1) - (s_decode + s_compute + s_encode),
+        "t_total": (t1 - t0) + (t2 - t1) + (t4 - t3),
+        "cpu_client_encode": c1 - c0,
+        "cpu_client_decode": c4 - c3,
+    }
 
 
 def _codec(name: str) -> Codec:

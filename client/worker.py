@@ -16,13 +16,23 @@ from datetime import UTC, datetime
 import numpy as np
 
 from client.emulation import Scaler, trial_operands
-from client.offload import OffloadClient, OffloadError, local_times
+from client.grpc_offload import GrpcOffloadClient
+from client.offload import OffloadClient, OffloadError, StageTimes, local_times
+from contracts.errors import UserError
 from contracts.trials import LOCAL
 
 
 class TrialWorker:
-    def __init__(self, url: str, seed: int, timeout: float, scaler: Scaler | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        seed: int,
+        timeout: float,
+        scaler: Scaler | None = None,
+        grpc_target: str | None = None,
+    ) -> None:
         self.client = OffloadClient(url, timeout=timeout)
+        self.grpc = GrpcOffloadClient(grpc_target, timeout=timeout) if grpc_target else None
         self.seed = seed
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
@@ -32,6 +42,14 @@ class TrialWorker:
         if key not in self._operands:
             self._operands[key] = trial_operands(op, size, dtype, self.seed)
         return self._operands[key]
+
+    def remote(self, op: str, operands: list[np.ndarray], method: str) -> tuple[np.ndarray, StageTimes]:
+        """Offload over gRPC for method `grpc`, else over HTTP with the method's codec."""
+        if method != "grpc":
+            return self.client.offload(op, operands, method)
+        if self.grpc is None:
+            raise UserError("no gRPC server to offload to", "give the worker --grpc-target HOST:PORT")
+        return self.grpc.offload(op, operands)
 
     def run(self, spec: dict) -> dict:
         out = {"trial": spec.get("trial")}
@@ -45,7 +63,7 @@ class TrialWorker:
                 if self.scaler:
                     self.scaler.local(out, op, size)
             else:
-                _, stages = self.client.offload(op, operands, spec["method"])
+                _, stages = self.remote(op, operands, spec["method"])
                 out.update(ok=True, **stages.as_dict())
                 if self.scaler:
                     self.scaler.remote(out, op, size, spec["method"])
@@ -59,6 +77,7 @@ class TrialWorker:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m client.worker", description=__doc__)
     parser.add_argument("--url", required=True)
+    parser.add_argument("--grpc-target", help="HOST:PORT of the server's gRPC transport (method grpc)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
@@ -66,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     scaler = Scaler(json.loads(args.scale)) if args.scale else None
-    worker = TrialWorker(args.url, args.seed, args.timeout, scaler)
+    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip():

@@ -10,6 +10,9 @@ non-finite data. A JSON `true`/`false` mixed among numbers is read as 1/0 (NumPy
 matrix of anything else that is not a number is refused. The stdlib codec writes compact JSON (no
 spaces), like uJSON and orjson, so the three differ in speed, not in bytes.
 
+`protobuf` (`contracts.protobuf_codec`) carries `contracts/offload.proto`'s messages, the body the
+gRPC transport sends too.
+
 Adding a codec: subclass `Codec` (for JSON on the wire, `JsonCodec` with other dumps/loads) and add an
 instance to `CODECS`. The name is what `X-Codec` and the sweep's `methods` say.
 """
@@ -25,6 +28,7 @@ import numpy as np
 import orjson
 import ujson
 
+from contracts.protobuf_codec import ProtobufCodec
 from contracts.wire import (
     MAX_OPERANDS,
     RESPONSE_OVERHEAD,
@@ -327,6 +331,7 @@ CODECS: dict[str, Codec] = {
         RawCodec(),
         RawZlibCodec(),
         MsgpackCodec(),
+        ProtobufCodec(),
     )
 }
 

@@ -19,7 +19,7 @@ import bisect
 import math
 from dataclasses import asdict, dataclass, field
 
-from contracts.trials import LOCAL
+from contracts.trials import LOCAL, method_codec
 
 MODES = ("scaled", "throttle")
 DIRECTIONS = ("encode", "decode")
@@ -81,12 +81,13 @@ class DeviceProfile:
 
     def marshal_s(self, codec: str, direction: str, data_bytes: int) -> float:
         """Seconds the device takes to encode or decode `data_bytes` of matrix data with `codec`."""
-        return data_bytes / (self.marshalling[codec][direction] * 1e6)
+        return data_bytes / (self.marshalling[method_codec(codec)][direction] * 1e6)
 
     def missing(self, ops: list[str], codecs: list[str]) -> list[str]:
         """What an experiment needs that the profile does not say, as `key.name` paths."""
         out = [f"kernels.{op}" for op in ops if op not in self.kernels]
-        return out + [f"marshalling.{c}" for c in codecs if c not in self.marshalling and c != LOCAL]
+        missing = {method_codec(c) for c in codecs if method_codec(c) not in self.marshalling and c != LOCAL}
+        return out + [f"marshalling.{c}" for c in sorted(missing)]
 
     # ---------------------------------------------------------------- JSON for the hosts and manifests
     def as_dict(self) -> dict:

@@ -11,6 +11,15 @@ import re
 
 LOCAL = "local"  # the method of a local-baseline trial (no offloading, no rate)
 DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec checks against this
+# Methods that are a transport of their own rather than a codec over HTTP, and the codec each one
+# marshals with (a sweep's methods are the codecs' names and these).
+TRANSPORTS = {"grpc": "protobuf"}
+
+
+def method_codec(method: str) -> str:
+    """The codec a method marshals with: itself, or its transport's (`grpc` -> `protobuf`)."""
+    return TRANSPORTS.get(method, method)
+
 
 # The stages of a remote trial, in the order they happen (the paper's Fig. 3); seconds.
 STAGES = (

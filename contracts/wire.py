@@ -201,6 +201,10 @@ class Codec:
     def decode_request(self, body: bytes, headers: Mapping[str, str]) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def decode_op_request(self, body: bytes, headers: Mapping[str, str]) -> tuple[str, list[np.ndarray]]:
+        """The operation the body names ("" when only the URL does: every codec but protobuf) and the operands."""
+        return "", self.decode_request(body, headers)
+
     def encode_response(self, result: np.ndarray) -> tuple[bytes, Headers]:
         raise NotImplementedError
 

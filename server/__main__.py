@@ -1,11 +1,15 @@
-"""`python -m server --bind ADDR --port N`: the offload server (Flask under gunicorn)."""
+"""`python -m server --bind ADDR --port N [--grpc-port M]`: the offload server (Flask under gunicorn,
+and the gRPC transport in a child process when --grpc-port is given)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 
+from contracts.processes import stop_all
 from server.wsgi import ServerConfig, serve
 
 
@@ -51,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=d.log_level, choices=["debug", "info", "warning", "error", "critical"]
     )
     p.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
+    p.add_argument(
+        "--grpc-port", type=int, help="also serve offload.v1.Offload/Execute (gRPC) on this TCP port"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the gunicorn settings and exit")
     return p
 
@@ -58,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerConfig:
     if not 0 < args.port < 65536:
         parser.error(f"--port {args.port}: must be 1-65535")
+    if args.grpc_port is not None and not (0 < args.grpc_port < 65536 and args.grpc_port != args.port):
+        parser.error(f"--grpc-port {args.grpc_port}: must be 1-65535 and not --port")
     if args.workers < 1 or args.threads < 2:
         parser.error("--workers must be at least 1 and --threads at least 2 (one is left for the others)")
     if min(args.timeout, args.read_timeout, args.max_body_mb) <= 0:
@@ -75,14 +84,31 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     )
 
 
+def spawn_grpc(config: ServerConfig, port: int) -> subprocess.Popen:
+    """`server.grpc_service` as a child process: gRPC's threads must not live in gunicorn's forking
+    master, so this process never imports grpc."""
+    argv = [sys.executable, "-m", "server.grpc_service", "--bind", config.bind, "--port", str(port)]
+    return subprocess.Popen([*argv, "--max-body-mb", str(config.max_body_mb), "--parent", str(os.getpid())])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     config = config_from_args(args, parser)
     if args.dry_run:
-        print(json.dumps({"server": config.as_dict(), "gunicorn": config.gunicorn_options()}, indent=2))
+        plan = {
+            "server": config.as_dict(),
+            "gunicorn": config.gunicorn_options(),
+            "grpc_port": args.grpc_port,
+        }
+        print(json.dumps(plan, indent=2))
         return 0
-    serve(config)
+    grpc = spawn_grpc(config, args.grpc_port) if args.grpc_port else None
+    try:
+        serve(config)
+    finally:  # gunicorn exits through SystemExit on SIGTERM/SIGINT
+        if grpc is not None:
+            stop_all(lambda: [grpc.pid] if grpc.poll() is None else [])
     return 0
 
 

@@ -26,6 +26,7 @@ from contracts.limits import LimitError, Limits, check_body, check_request
 from contracts.ops import OPS, OpError, UnknownOp, execute, get_op
 from contracts.trials import DTYPES
 from contracts.wire import Codec, CodecError
+from server.stages import decode_operands
 from server.timing import StageClock
 
 READ_CHUNK = 1 << 20
@@ -129,7 +130,7 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
             with one_at_a_time:
                 with clock.stage("decode"):
                     check_body(codec, body, limits)
-                    operands = codec.decode_request(body, request.headers)
+                    operands = decode_operands(codec, body, request.headers, op)
                     del body  # JSON text is no longer needed once parsed (raw operands are views of it)
                 if operands:
                     check_request(op, operands[0].dtype, [a.shape for a in operands], codec, limits)

@@ -209,7 +209,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(
             "  services: "
             + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
-            + f"; offload server {status['server_url']}"
+            + f"; offload server {status['server_url']}, gRPC {status['grpc_target']}"
         )
     return 0
 

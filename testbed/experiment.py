@@ -55,9 +55,11 @@ def known_ops() -> tuple[str, ...]:
 
 
 def known_methods() -> tuple[str, ...]:
+    """The codecs over HTTP, then the transports of their own (grpc)."""
     from contracts.codecs import CODECS
+    from contracts.trials import TRANSPORTS
 
-    return tuple(CODECS)
+    return (*CODECS, *TRANSPORTS)
 
 
 def parse_sizes(value, where: str = "sizes") -> tuple[int, ...]:

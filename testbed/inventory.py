@@ -61,6 +61,7 @@ class Inventory:
     client_device: str | None  # a device profile (name or path) for experiments that name none
     server_port: int = 8080
     iperf3_port: int = 5201
+    grpc_port: int = 50051  # the server's gRPC transport (method grpc), next to server_port's HTTP
 
     def host(self, role: str) -> HostSpec:
         return self.hosts[role]
@@ -91,7 +92,7 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
         )
     hosts = _hosts(doc, backend)
     services = doc.section("services", default_empty=True)
-    services.reject_unknown({"server_port", "iperf3_port"})
+    services.reject_unknown({"server_port", "iperf3_port", "grpc_port"})
     return Inventory(
         path=path,
         backend=backend,
@@ -102,7 +103,15 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
         client_device=doc.get("client_device", str, None),
         server_port=_port(services, "server_port", 8080),
         iperf3_port=_port(services, "iperf3_port", 5201),
+        grpc_port=_grpc_port(services),
     )
+
+
+def _grpc_port(section: Section) -> int:
+    port = _port(section, "grpc_port", 50051)
+    if port == section.get("server_port", int, 8080):
+        raise section.error("grpc_port", f"{port} is also server_port", "give gRPC a port of its own")
+    return port
 
 
 def _port(section: Section, key: str, default: int) -> int:

@@ -120,6 +120,11 @@ class Lab(ABC):
     def server_url(self) -> str:
         return f"http://{self.inv.host('server').address.ip}:{self.inv.server_port}"
 
+    @property
+    def grpc_target(self) -> str:
+        """HOST:PORT of the server's gRPC transport (data-plane addresses are IPv4)."""
+        return f"{self.inv.host('server').address.ip}:{self.inv.grpc_port}"
+
     def probe(self, role: str, interfaces: list[str] = ()) -> list[str]:
         """The problems the host of `role` reports about itself (see `probe_problems`)."""
         needs_cgroup = role == "client" and bool(self.inv.client_cpu.cpu_quota)
@@ -158,7 +163,8 @@ class Lab(ABC):
     def start_offload_server(self) -> None:
         server = self.host("server")
         addr = str(self.inv.host("server").address.ip)
-        server.start("offload", server.python("server", "--bind", addr, "--port", str(self.inv.server_port)))
+        ports = ("--port", str(self.inv.server_port), "--grpc-port", str(self.inv.grpc_port))
+        server.start("offload", server.python("server", "--bind", addr, *ports))
         self.wait_for_server()
 
     def wait_for_server(self, timeout: float = 60.0) -> dict:
@@ -176,7 +182,18 @@ class Lab(ABC):
                 f"{(result.stderr or result.stdout).strip()[-300:]}",
                 f"see the server's log on {self.host('server').name}",
             )
+        if not self.grpc_answers(timeout):
+            raise UserError(
+                f"the offload server's gRPC transport at {self.grpc_target} did not answer from the client",
+                f"is services.grpc_port free on {self.host('server').name}? see the server's log there",
+            )
         return json.loads(result.stdout or "{}")
+
+    def grpc_answers(self, timeout: float = 2.0) -> bool:
+        """Whether the client host completes an HTTP/2 handshake with the server's gRPC port."""
+        return self.host("client").agent(
+            "grpc.ready", target=self.grpc_target, wait=timeout, timeout=timeout + 30
+        )
 
     def server_alive(self) -> bool:
         return self.host("server").service_pid("offload") is not None
@@ -274,7 +291,9 @@ class Lab(ABC):
         status["services"] = {
             svc: bool(self.host("server").service_pid(svc)) for svc in ("iperf3", "offload")
         }
+        status["services"]["grpc"] = status["services"]["offload"] and self.grpc_answers()
         status["server_url"] = self.server_url
+        status["grpc_target"] = self.grpc_target
         return status
 
 

@@ -40,6 +40,8 @@ class WorkerLink:
                 "client.worker",
                 "--url",
                 lab.server_url,
+                "--grpc-target",
+                lab.grpc_target,
                 "--seed",
                 str(exp.seed),
                 "--timeout",

@@ -143,7 +143,7 @@ class FakeHost(Host):
         self.cgroup = cgroup
         self.env = dict(env or {})
         self.calls: list[tuple] = []  # ("agent", verb, args) and ("run", argv), in order
-        self.replies: dict[str, AgentReply] = {}
+        self.replies: dict[str, AgentReply] = {"grpc.ready": True}  # the server's gRPC port answers
         self.commands: list[tuple[tuple[str, ...], CommandReply]] = []
         self.files: dict[str, bytes] = {}
         self.workers: list[FakeWorker] = []  # every process `popen` started, in order

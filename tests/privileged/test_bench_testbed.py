@@ -51,5 +51,5 @@ def test_bench_leaves_a_running_testbed_up_with_its_shaping(bench_inventory, tmp
     assert status["up"] is True
     assert status["shaping"]["up (client->server)"]["htb"]["rate"] == 30_000_000
     assert status["shaping"]["down (server->client)"]["htb"]["rate"] == 20_000_000
-    assert status["services"] == {"iperf3": True, "offload": False}, "the server it started is stopped"
+    assert status["services"] == {"iperf3": True, "offload": False, "grpc": False}, "its server is stopped"
     assert status["client_cpu"]["in_force"]["fraction"] == pytest.approx(0.5), "the CPU limit stays"

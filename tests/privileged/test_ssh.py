@@ -281,7 +281,7 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
         assert status["bridge"]["datapath_type"] == ("system" if kernel_ovs else "netdev")
         assert sorted(status["bridge"]["ports"]) == ["eth1", "eth2"]
         assert status["client_cpu"]["in_force"]["fraction"] == pytest.approx(0.5)
-        assert status["services"] == {"iperf3": True, "offload": True}
+        assert status["services"] == {"iperf3": True, "offload": True, "grpc": True}
 
         run_cli(inv, "shape", "--rate", "20mbit")
         for dev in ("eth1", "eth2"):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import subprocess
 import sys
 
 import pytest
 
 from agent import __main__ as agent_main
+from agent import probe as agent_probe
 from agent.verbs import VERBS
 from appliance.switch import Switch
 from client import cpulimit
@@ -91,6 +93,16 @@ def test_service_lifecycle(tmp_path):
     assert ask("service.stop", args)[1]["result"] is False
 
 
+def test_grpc_ready_is_false_where_nothing_listens():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = s.getsockname()[1]
+        assert ask("grpc.ready", {"target": f"127.0.0.1:{port}", "wait": 0.5}) == (
+            0,
+            {"ok": True, "result": False},
+        )
+
+
 def test_cpu_read_of_a_missing_cgroup_is_empty():
     assert ask("cpu.read", {"name": "tbt-unit-no-such-cgroup"}) == (0, {"ok": True, "result": {}})
 
@@ -103,13 +115,18 @@ def test_probe_reports_programs_and_modules():
     assert probe["programs"]["sh"] and probe["programs"]["no-such-program-x"] is None
     assert probe["interfaces"] == {"lo": True}
     assert probe["python_modules"]["numpy"] is True
+    assert probe["python_modules"]["grpc"] is probe["python_modules"]["google.protobuf"] is True
+
+
+def test_probe_reports_a_missing_parent_package_as_missing():
+    assert agent_probe._installed("no_such_package_x.protobuf") is False
 
 
 def test_every_verb_the_orchestrator_calls_exists():
     called = {
         "probe", "shape.plan", "shape.apply", "shape.read", "shape.clear", "cpu.apply", "cpu.read",
         "cpu.remove", "service.start", "service.stop", "service.status", "bridge.up", "bridge.down",
-        "bridge.status", "counters",
+        "bridge.status", "counters", "grpc.ready",
     }  # fmt: skip
     assert called == set(VERBS)
 

@@ -61,7 +61,7 @@ def test_netns_up_asks_each_host_agent_in_order(netns):
     assert netns.up() is True
     client, appliance, server = (netns.hosts[r] for r in ("client", "appliance", "server"))
     assert appliance.verbs() == ["probe", "bridge.up", "shape.apply"]
-    assert client.verbs() == ["probe", "cpu.apply"]
+    assert client.verbs() == ["probe", "cpu.apply", "grpc.ready"]
     assert server.verbs() == ["probe", "service.start", "service.start"]
     (bridge,) = appliance.args("bridge.up")
     assert bridge == {
@@ -75,7 +75,9 @@ def test_netns_up_asks_each_host_agent_in_order(netns):
     (shape,) = appliance.args("shape.apply")
     assert (shape["up_if"], shape["down_if"], shape["link"]["up_rate"]) == ("tbf-a1", "tbf-a0", 100_000_000)
     iperf, offload = server.args("service.start")
-    assert iperf["argv"][0] == "iperf3" and offload["argv"][-4:] == ["--bind", "10.78.0.2", "--port", "18080"]
+    assert iperf["argv"][0] == "iperf3"
+    assert offload["argv"][-6:] == ["--bind", "10.78.0.2", "--port", "18080", "--grpc-port", "50051"]
+    assert client.args("grpc.ready") == [{"target": "10.78.0.2:50051", "wait": 60.0}]  # from the client
     assert client.ran("ethtool") == [["ethtool", "-K", "tbf-c0", "tx", "off"]]
     assert len(appliance.ran("ethtool")) == 2
     assert netns.is_up() and netns.up() is False  # idempotent: nothing asked the second time
@@ -93,6 +95,25 @@ def test_netns_preflight_lists_every_problem_and_changes_nothing(netns):
         assert words in message
     assert netns.wiring["applied"] == []
     assert "bridge.up" not in netns.hosts["appliance"].verbs()
+
+
+def test_a_grpc_port_that_does_not_answer_fails_up_in_one_line_and_takes_it_down(netns):
+    netns.hosts["client"].reply("grpc.ready", False)
+    with pytest.raises(UserError, match=r"gRPC transport at 10\.78\.0\.2:50051 did not answer") as exc:
+        netns.up()
+    assert "grpc_port" in exc.value.fix
+    assert not netns.is_up() and not netns.state_dir.exists()
+
+
+def test_status_reports_whether_grpc_answers(netns):
+    netns.up()
+    netns.hosts["server"].reply("service.status", 42)
+    netns.hosts["appliance"].reply("shape.read", {})
+    status = netns.status()
+    assert status["services"] == {"iperf3": True, "offload": True, "grpc": True}
+    assert status["grpc_target"] == "10.78.0.2:50051"
+    netns.hosts["client"].reply("grpc.ready", False)
+    assert netns.status()["services"]["grpc"] is False
 
 
 def test_netns_failed_up_is_taken_down(netns):
@@ -152,7 +173,7 @@ def test_ssh_up_records_what_it_did_and_down_undoes_exactly_that(ssh):
     client, appliance, server = (ssh.hosts[r] for r in ("client", "appliance", "server"))
     assert ssh.up() is True and ssh.is_up()
     assert appliance.verbs() == ["probe", "bridge.up", "shape.apply"]
-    assert client.verbs() == ["probe", "cpu.apply"]
+    assert client.verbs() == ["probe", "cpu.apply", "grpc.ready"]
     (bridge,) = appliance.args("bridge.up")
     assert (bridge["own"], bridge["datapath"], bridge["ports"]) == (True, "netdev", ["eth1", "eth2"])
     assert client.ran("ip", "addr", "add") == [["ip", "addr", "add", "10.77.0.1/24", "dev", "eth1"]]

@@ -138,7 +138,17 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
     # one worker, sent each phase's warm-up (the smallest size, per method) and then its trials
     (worker,) = lab.hosts["client"].workers
     assert worker.args[:5] == ["python", "-m", "client.cpulimit", "--name", lab.cgroup]  # under the limit
-    assert worker.args[-7:] == ["client.worker", "--url", lab.server_url, "--seed", "3", "--timeout", "5.0"]
+    assert worker.args[-9:] == [
+        "client.worker",
+        "--url",
+        lab.server_url,
+        "--grpc-target",
+        lab.grpc_target,
+        "--seed",
+        "3",
+        "--timeout",
+        "5.0",
+    ]
     expected = []
     for _, phase in phases(EXP, plan_trials(EXP)):
         methods = dict.fromkeys(t.method for t in phase)
@@ -296,7 +306,14 @@ def test_a_failed_remote_trial_with_the_server_gone_restarts_the_server(lab, run
     assert (summary["failed"], summary["status"]) == (1, "complete")
     names = [a["name"] for a in server.args("service.start")]
     assert names == ["server-iperf3", "server-offload", "server-offload"]
-    assert server.args("service.start")[-1]["argv"][-4:] == ["--bind", "10.78.0.2", "--port", "18080"]
+    assert server.args("service.start")[-1]["argv"][-6:] == [
+        "--bind",
+        "10.78.0.2",
+        "--port",
+        "18080",
+        "--grpc-port",
+        "50051",
+    ]
     # the restarted server is waited for from the client, during the sweep (after its worker started)
     health = [i for i, c in enumerate(client.calls) if c[0] == "run" and tuple(c[1][:4]) == HEALTH]
     started = next(i for i, c in enumerate(client.calls) if c[0] == "popen")

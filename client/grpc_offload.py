@@ -1,0 +1,91 @@
+"""Offloading over gRPC (`offload.v1.Offload/Execute`), timed in the same stages as over HTTP.
+
+Client encode and decode are building and reading the protobuf messages (`contracts.protobuf_codec`,
+the very code of the HTTP `protobuf` codec); the call is sent as those bytes, so gRPC adds only its
+HTTP/2 framing to the request time. Communication is the call time minus the server's stages, which
+come back in the trailing metadata `server-timing`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import numpy as np
+
+from client.offload import OffloadError, StageTimes, stage_times
+from contracts.codecs import CodecError, get_codec
+from contracts.errors import UserError
+from contracts.protobuf_codec import EXECUTE
+
+CODEC = get_codec("protobuf")
+# gRPC's default 4 MiB receive limit would refuse an 800x800 result; the server sets the real limit
+UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+TRANSPORT_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def ready(target: str, timeout: float) -> bool:
+    """Whether a gRPC server completes the HTTP/2 handshake at `target` within `timeout` seconds."""
+    with GrpcOffloadClient(target) as client:
+        try:
+            client.wait_ready(timeout)
+        except UserError:
+            return False
+    return True
+
+
+class GrpcOffloadClient:
+    """One channel (one HTTP/2 connection, kept open between trials) to the server's gRPC port."""
+
+    def __init__(self, target: str, timeout: float = 900.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.channel = grpc.insecure_channel(target, options=UNLIMITED)
+        self._execute = self.channel.unary_unary(EXECUTE)  # bytes in, bytes out: marshalling is ours
+
+    def __enter__(self) -> GrpcOffloadClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the channel has connected (the HTTP/2 handshake with the server succeeded)."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise UserError(
+                f"no gRPC server answered at {self.target} within {timeout:g} s",
+                "is the server running with --grpc-port (services: grpc_port in the inventory)?",
+            ) from None
+
+    def offload(self, op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, StageTimes]:
+        c0, t0 = time.process_time(), time.perf_counter()
+        try:
+            body = CODEC.encode_op_request(op, operands)
+        except CodecError as exc:
+            raise UserError(f"protobuf cannot encode these operands: {exc}") from exc
+        t1, c1 = time.perf_counter(), time.process_time()
+        try:
+            content, call = self._execute.with_call(body, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from exc
+        t2 = time.perf_counter()
+        c3, t3 = time.process_time(), time.perf_counter()
+        result = CODEC.decode_response(content, {})
+        t4, c4 = time.perf_counter(), time.process_time()
+        server_timing = dict(call.trailing_metadata() or ()).get("server-timing")
+        times = stage_times((t0, t1, t2, t3, t4), (c0, c1, c3, c4), server_timing)
+        return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
+
+    def _error(self, exc: grpc.RpcError) -> Exception:
+        code = exc.code()
+        if code in TRANSPORT_CODES:
+            return UserError(
+                f"gRPC call to {self.target} failed: {code.name}: {exc.details()}",
+                "is the server running with --grpc-port? check the address, --timeout and its log",
+            )
+        return OffloadError(code.value[0], code.name, exc.details() or "")

@@ -1,0 +1,119 @@
+"""The gRPC transport: `offload.v1.Offload/Execute` (contracts/offload.proto) on its own port.
+
+The handler takes the request's serialized bytes, not a parsed message: parsing is the server's
+decode stage and must be timed like every codec's, so the generic handler is registered with no
+deserializer and `server.stages.run_stages` decodes with the `protobuf` codec, exactly as the HTTP
+path does for `X-Codec: protobuf`. Stage times go back in the trailing metadata `server-timing`, in
+the `Server-Timing` header's format, on success and on failure. Bad input gets INVALID_ARGUMENT, an
+unknown operation UNIMPLEMENTED, a limit RESOURCE_EXHAUSTED (the body limit is the HTTP server's,
+enforced by gRPC's own receive limit), and the server keeps serving. One request at a time, like the
+HTTP server's sync worker: trials never share a CPU.
+
+`python -m server --grpc-port M` runs this module as a child process next to gunicorn (gRPC's threads
+do not survive gunicorn's fork); the child stops when its parent goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+
+from contracts.codecs import get_codec
+from contracts.limits import LimitError, Limits
+from contracts.ops import OpError, UnknownOp
+from contracts.protobuf_codec import EXECUTE, SERVICE
+from contracts.wire import CodecError
+from server.stages import run_stages
+from server.timing import StageClock
+
+log = logging.getLogger("offload-grpc")
+CODEC = get_codec("protobuf")
+LIMIT_ERRORS = {"too many operands"}  # refusals that are limits, not malformed input (and LimitError)
+
+
+def status_of(exc: Exception) -> grpc.StatusCode:
+    """The gRPC status for a refused request (HTTP's 404 / 400 of the same exception)."""
+    if isinstance(exc, UnknownOp):
+        return grpc.StatusCode.UNIMPLEMENTED
+    if isinstance(exc, LimitError) or getattr(exc, "error", None) in LIMIT_ERRORS:
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes:
+    """One Execute call: serialized OpRequest in, serialized OpReply out."""
+    clock = StageClock()
+    try:
+        _, out, _ = run_stages(CODEC, body, {}, clock, limits)
+        return out
+    except (CodecError, OpError, LimitError) as exc:
+        code, message = status_of(exc), str(exc)
+    except Exception as exc:  # a bug: logged with its traceback, answered, and the server goes on
+        log.exception("Execute failed")
+        code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+    finally:
+        if clock.ms:
+            context.set_trailing_metadata((("server-timing", clock.header()),))
+    context.abort(code, message)
+
+
+def build(bind: str, port: int, max_body_mb: float) -> tuple[grpc.Server, int]:
+    """A started server on bind:port (port 0: any free one, returned)."""
+    limits = Limits.from_mb(max_body_mb)
+    max_body = limits.max_body
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=1),
+        options=[("grpc.max_receive_message_length", max_body), ("grpc.max_send_message_length", -1)],
+    )
+    handler = grpc.unary_unary_rpc_method_handler(  # bytes in, bytes out: decode is a stage
+        lambda body, context: execute(body, context, limits)
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE, {EXECUTE.rsplit("/", 1)[1]: handler}),)
+    )
+    host = f"[{bind}]" if ":" in bind else bind
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if not bound:
+        raise OSError(f"cannot listen on {host}:{port} for gRPC")
+    server.start()
+    return server, bound
+
+
+def serve(bind: str, port: int, max_body_mb: float, parent: int | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, or until `parent` (the HTTP server's master) is gone."""
+    server, bound = build(bind, port, max_body_mb)
+    log.info("gRPC %s on %s:%d", SERVICE, bind, bound)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    while not done.wait(1.0):
+        if parent is not None and os.getppid() != parent:
+            break
+    server.stop(grace=2.0).wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m server.grpc_service", description=__doc__.split("\n")[0])
+    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--max-body-mb", type=float, default=256.0)
+    p.add_argument("--parent", type=int, help="stop when this process is no longer the parent")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [grpc] %(levelname)s %(message)s")
+    try:
+        serve(args.bind, args.port, args.max_body_mb, args.parent)
+    except OSError as exc:
+        print(f"error: {exc} (fix: choose a free --grpc-port)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The gRPC transport through the embedded testbed: `up` starts it, `status` checks it, and a sweep
+with `--methods json,raw,protobuf,grpc` runs through the shaped link and is analysed like any other."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import leftovers, run_cli
+
+pytestmark = pytest.mark.privileged
+
+METHODS = ["json", "raw", "protobuf", "grpc"]
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_sweep_with_protobuf_and_grpc_through_the_testbed(inventory, tmp_path):
+    run_cli(inventory, "up")
+    status = json.loads(run_cli(inventory, "status", "--json").stdout)
+    assert status["services"] == {"iperf3": True, "offload": True, "grpc": True}
+    assert status["grpc_target"] == "10.78.0.2:50051"
+    assert "gRPC 10.78.0.2:50051" in run_cli(inventory, "status").stdout
+
+    results = tmp_path / "results"
+    out = run_cli(
+        inventory, "sweep", "--ops", "mul,log", "--sizes", "64,128", "--rates", "20,100", "--methods",
+        ",".join(METHODS), "--reps", "3", "--warmup", "1", "--no-validate", "--results", str(results),
+        "--name", "grpc",
+    ).stdout  # fmt: skip
+    assert "analysis:" in out
+    (run_dir,) = results.iterdir()
+    trials = read_csv(run_dir / "trials.csv")
+    assert all(t["ok"] == "true" for t in trials), [t["error"] for t in trials if t["ok"] != "true"]
+    remote = [t for t in trials if t["method"] != "local"]
+    assert sorted({t["method"] for t in remote}) == sorted(METHODS)
+    assert len(remote) == 2 * 2 * 2 * len(METHODS) * 3
+    for t in remote:
+        stages = {k: float(t[k]) for k in t if k.startswith("t_")}
+        assert all(v > 0 for v in stages.values()), t  # every stage measured, server ones from its timing
+        assert stages["t_comm"] == pytest.approx(
+            stages["t_request"]
+            - stages["t_server_decode"]
+            - stages["t_server_compute"]
+            - stages["t_server_encode"]
+        )
+    # gRPC carries the protobuf codec's bytes: the same message, plus the op's name in the request
+    for op in ("mul", "log"):
+        for size in ("64", "128"):
+            by = {
+                m: next(t for t in remote if (t["op"], t["size"], t["method"]) == (op, size, m))
+                for m in METHODS
+            }
+            assert int(by["grpc"]["bytes_up"]) == int(by["protobuf"]["bytes_up"]) + 2 + len(op)
+            assert by["grpc"]["bytes_down"] == by["protobuf"]["bytes_down"]
+    # grpc reaches the server over the shaped link: at 20 Mbit/s its communication is slower than at 100
+    comm = {
+        rate: sum(float(t["t_comm"]) for t in remote if t["method"] == "grpc" and t["rate_mbps"] == rate)
+        for rate in ("20.0", "100.0")
+    }
+    assert comm["20.0"] > comm["100.0"], comm
+
+    cells = read_csv(run_dir / "analysis" / "cells.csv")
+    assert len(cells) == 2 * 2 * 2 * len(METHODS) and all(int(c["n"]) == 3 for c in cells)
+    assert all(float(c["json_ratio"]) > 0 and c["offload"] != "" for c in cells)
+    vectors = read_csv(run_dir / "analysis" / "decision_vectors.csv")
+    assert {v["method"] for v in vectors} == set(METHODS)
+    assert all(v["missing_rates"] == "0" for v in vectors)
+    report = (run_dir / "analysis" / "report.html").read_text()
+    assert "grpc" in report and "protobuf" in report
+
+    run_cli(inventory, "down")
+    assert leftovers("tbt") == []
