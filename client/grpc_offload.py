@@ -9,11 +9,12 @@ come back in the trailing metadata `server-timing`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import grpc
 import numpy as np
 
-from client.offload import OffloadError, StageTimes, stage_times
+from client.offload import OffloadError, StageTimes, no_align, stage_times
 from contracts.codecs import CodecError, get_codec
 from contracts.errors import UserError
 from contracts.protobuf_codec import EXECUTE
@@ -37,9 +38,10 @@ def ready(target: str, timeout: float) -> bool:
 class GrpcOffloadClient:
     """One channel (one HTTP/2 connection, kept open between trials) to the server's gRPC port."""
 
-    def __init__(self, target: str, timeout: float = 900.0) -> None:
+    def __init__(self, target: str, timeout: float = 900.0, align: Callable[[], object] = no_align) -> None:
         self.target = target
         self.timeout = timeout
+        self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
         self.channel = grpc.insecure_channel(target, options=UNLIMITED)
         self._execute = self.channel.unary_unary(EXECUTE)  # bytes in, bytes out: marshalling is ours
 
@@ -63,6 +65,7 @@ class GrpcOffloadClient:
             ) from None
 
     def offload(self, op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, StageTimes]:
+        self.align()
         c0, t0 = time.process_time(), time.perf_counter()
         try:
             body = CODEC.encode_op_request(op, operands)
@@ -74,6 +77,7 @@ class GrpcOffloadClient:
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         t2 = time.perf_counter()
+        self.align()
         c3, t3 = time.process_time(), time.perf_counter()
         result = CODEC.decode_response(content, {})
         t4, c4 = time.perf_counter(), time.process_time()

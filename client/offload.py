@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -58,6 +59,10 @@ class ResultMismatch(Exception):
     """The remote result differs from the local one beyond the tolerance."""
 
 
+def no_align() -> None:
+    """Timed stages start at once (no CPU quota to align to)."""
+
+
 class OffloadClient:
     """Talks to one offload server over one persistent session (keep-alive where the server allows).
 
@@ -65,10 +70,11 @@ class OffloadClient:
     new TCP connection; its handshake is part of the request time, as it was for the paper's CGI.
     """
 
-    def __init__(self, base_url: str, timeout: float = 900.0) -> None:
+    def __init__(self, base_url: str, timeout: float = 900.0, align: Callable[[], object] = no_align) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
+        self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
 
     def __enter__(self) -> OffloadClient:
         return self
@@ -99,6 +105,7 @@ class OffloadClient:
     def offload(self, op: str, operands: list[np.ndarray], codec: str) -> tuple[np.ndarray, StageTimes]:
         """Run `op` on the server; the operands' dtype is the request's dtype."""
         c = _codec(codec)
+        self.align()
         c0, t0 = time.process_time(), time.perf_counter()
         try:
             body, headers = c.encode_request(operands)
@@ -119,6 +126,7 @@ class OffloadClient:
         t2 = time.perf_counter()
         if resp.status_code != 200:
             raise _error_from(resp.status_code, content)
+        self.align()
         c3, t3 = time.process_time(), time.perf_counter()
         result = c.decode_response(content, resp.headers)
         t4, c4 = time.perf_counter(), time.process_time()
@@ -172,9 +180,12 @@ def local(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float]:
     return result, wall
 
 
-def local_times(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float, float]:
+def local_times(
+    op: str, operands: list[np.ndarray], align: Callable[[], object] = no_align
+) -> tuple[np.ndarray, float, float]:
     """`local`, with the CPU seconds this process spent as well as the wall-clock seconds."""
     try:
+        align()
         cpu, start = time.process_time(), time.perf_counter()
         result = execute(op, operands)
         return result, time.perf_counter() - start, time.process_time() - cpu

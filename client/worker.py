@@ -18,6 +18,7 @@ import numpy as np
 from client.emulation import Scaler, trial_operands
 from client.grpc_offload import GrpcOffloadClient
 from client.offload import OffloadClient, OffloadError, StageTimes, local_times
+from client.throttle import Aligner
 from contracts.errors import UserError
 from contracts.trials import LOCAL
 
@@ -31,8 +32,10 @@ class TrialWorker:
         scaler: Scaler | None = None,
         grpc_target: str | None = None,
     ) -> None:
-        self.client = OffloadClient(url, timeout=timeout)
-        self.grpc = GrpcOffloadClient(grpc_target, timeout=timeout) if grpc_target else None
+        # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period
+        self.align = Aligner()
+        self.client = OffloadClient(url, timeout=timeout, align=self.align)
+        self.grpc = GrpcOffloadClient(grpc_target, timeout=timeout, align=self.align) if grpc_target else None
         self.seed = seed
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
@@ -58,7 +61,7 @@ class TrialWorker:
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             op, size = spec["op"], int(spec["size"])
             if spec["method"] == LOCAL:
-                _, wall, cpu = local_times(op, operands)
+                _, wall, cpu = local_times(op, operands, self.align)
                 out.update(ok=True, t_total=wall, cpu_total=cpu)
                 if self.scaler:
                     self.scaler.local(out, op, size)
