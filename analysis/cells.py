@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.stats import ci95, welch
+from analysis.stats import ci95, significant, welch
 from contracts.trials import LOCAL, STAGES
 
 KEYS = ["op", "size", "rate_mbps", "method"]
@@ -57,7 +57,7 @@ def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFra
     diff, half, dof = welch(
         cells["mean"], cells["std"], cells["n"], cells["local_mean"], cells["local_std"], cells["local_n"]
     )
-    cells["significant"] = pd.array(np.where(np.isnan(half), pd.NA, np.abs(diff) > half), dtype="boolean")
+    cells["significant"] = pd.array(np.where(np.isnan(half), pd.NA, significant(diff, half)), dtype="boolean")
     cells["penalty"] = cells["mean"] - cells["local_mean"]
     cells["diff_ci95"] = half
     cells["welch_dof"] = dof
