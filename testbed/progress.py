@@ -20,6 +20,7 @@ class Progress:
     done: int = 0
     started: float = 0.0
     ran: int = 0
+    saved: int = 0  # trials an adaptive sweep will not run: its closed cells' remaining repetitions
 
     def __post_init__(self) -> None:
         self.started = time.monotonic()
@@ -47,6 +48,15 @@ class Progress:
         elif final or now - self._last > 10:
             print(line, file=sys.stderr, flush=True)
             self._last = now
+
+    def close_cells(self, still_open) -> None:
+        """Every cell not in `still_open` is finished (adaptive: the stopping rule closed it)."""
+        still_open = set(still_open)
+        for cell, left in self.cells_left.items():
+            if left and cell not in still_open:
+                self.saved += left
+                self.total_trials -= left
+                self.cells_left[cell] = 0
 
     def note(self, text: str) -> None:
         """A line of its own above the progress line (a warning the user must see)."""
