@@ -28,6 +28,7 @@ from testbed.bookkeeping import (
     start_session,
     trial_row,
 )
+from testbed.estimate import Model
 from testbed.experiment import Experiment
 from testbed.lab import Lab
 from testbed.plan import Trial, phases, plan_trials
@@ -53,10 +54,12 @@ def run_sweep(
     manifest: Manifest,
     keep_up: bool = False,
     device: DeviceProfile | None = None,
+    model: Model | None = None,
 ) -> dict:
     """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed.
 
-    With a `device`, the client host is calibrated for it first (`testbed.emulation`)."""
+    With a `device`, the client host is calibrated for it first (`testbed.emulation`); with a `model`
+    (`testbed.estimate`), the progress line's ETA comes from it."""
     run_id = manifest.data["run_id"]
     csv_path = run_dir / "trials.csv"
     trials = plan_trials(exp)
@@ -69,6 +72,13 @@ def run_sweep(
     for t in trials:
         cells[t.cell] = cells.get(t.cell, 0) + (t.trial not in done)
     progress = Progress(len(trials), len(cells), cells, done=len(done))
+    if model is not None:
+        progress.seconds = {cell: model.cell_s(cell) for cell in cells}
+    if rounds:
+        ran = {cell: 0 for cell in cells}
+        for t in trials:
+            ran[t.cell] += t.trial in done
+        progress.min_left = {cell: max(0, exp.min_reps - n) for cell, n in ran.items()}
     if rounds:
         progress.close_cells(rounds.open_cells())
     writer = TrialWriter(csv_path)

@@ -51,6 +51,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.bookkeeping import start_run
     from testbed.emulation import client_cpu as emulation_cpu
     from testbed.emulation import resolve_device
+    from testbed.estimate import format_duration, model_for
     from testbed.experiment import FLAGS, from_dict, load_experiment, override, trial_range
     from testbed.results import Manifest, new_run_id
     from testbed.sweep import run_sweep
@@ -81,13 +82,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, lab)
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
+    model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota)
+    low, high = model.duration_s()
     print(
         f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
         f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.describe_reps()} = "
         f"{_count(trial_range(exp))} trials (local baseline included); client {client}; results in {run_dir}"
     )
+    span = format_duration(high) if low == high else f"{format_duration(low)}..{format_duration(high)}"
+    whole = " for the whole grid" if args.resume else ""
+    print(
+        f"estimated duration{whole}: {span} (from the device profile, each method's bytes on the wire, the rates)"
+    )
+    if not args.resume:
+        manifest.update(estimate_s=[low, high])
     try:
-        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up, device=device)
+        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up, device=device, model=model)
     except KeyboardInterrupt:
         print(
             f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "
