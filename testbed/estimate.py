@@ -7,11 +7,15 @@ One trial of a cell costs, in the model:
   both bodies through the link at its TCP goodput (`contracts.units.expected_goodput`), and the
   server's decode, compute and encode at this machine's speed (the embedded server is this machine);
 - plus a fixed per-trial overhead (the worker's round trip, HTTP, the connection).
+That is what a trial measures (`Model.trial_s`). How long it takes (`Model.wall_s`, what the duration
+and the ETA add up) differs in `scaled` mode: the client works at this machine's speed there and the
+device's time is computed from CPU time, so its stages cost this machine's time (timed on samples).
 Bytes on the wire are each codec's body size per byte of matrix data, measured once by encoding a
 small sample with the codec itself. Without a device profile the client is this machine slowed by
 its CPU quota. The sweep's set-up adds iperf3 validation per rate and the warm-up trials.
 
-The progress line's ETA is the same model scaled by what the trials so far took against what the
+The device's calibration at the start of a session is not in the estimate. The progress line's ETA is
+the same model scaled by what the trials so far took against what the
 model said they would (`Progress`), so it corrects itself as trials complete.
 """
 
@@ -70,7 +74,7 @@ def measure_host(methods, dtype: str = "float64", seed: int = 1) -> HostSpeeds:
 
 @dataclass(frozen=True)
 class Model:
-    """Seconds per trial of each cell."""
+    """Seconds per trial of each cell: what it measures (`trial_s`) and how long it takes (`wall_s`)."""
 
     exp: Experiment
     host: HostSpeeds
@@ -81,19 +85,25 @@ class Model:
     def _itemsize(self) -> int:
         return np.dtype(self.exp.dtype).itemsize
 
-    def client_compute_s(self, op: str, size: int) -> float:
-        if self.device is not None:
+    def _host_client(self) -> bool:
+        """Whether the client's stages run at this machine's speed (scaled: the device's time is
+        computed from CPU time, not waited for; no device: the host under its quota)."""
+        return self.device is None or self.exp.mode == "scaled"
+
+    def client_compute_s(self, op: str, size: int, device: bool = True) -> float:
+        if device and self.device is not None:
             return self.device.compute_s(op, size)
         return work(op, size) / (self.host.gflops * 1e9) / (self.cpu_quota or 1.0)
 
-    def client_marshal_s(self, codec: str, direction: str, data: int) -> float:
-        if self.device is not None and codec in self.device.marshalling:
+    def client_marshal_s(self, codec: str, direction: str, data: int, device: bool = True) -> float:
+        if device and self.device is not None and codec in self.device.marshalling:
             return self.device.marshal_s(codec, direction, data)
         return data / (self.host.codecs[codec][direction] * MB) / (self.cpu_quota or 1.0)
 
-    def trial_s(self, op: str, size: int, rate_mbps: float | None, method: str) -> float:
+    def trial_s(self, op: str, size: int, rate_mbps: float | None, method: str, device: bool = True) -> float:
+        """The trial's completion time as measured (the device's, when there is one)."""
         if method == LOCAL:
-            return self.client_compute_s(op, size) + TRIAL_OVERHEAD_S
+            return self.client_compute_s(op, size, device) + TRIAL_OVERHEAD_S
         up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
         goodput = expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8  # bytes/s
         ratio = self.host.wire_ratio[method]
@@ -102,11 +112,16 @@ class Model:
         server += up / (self.host.codecs[method]["decode"] * MB) + down / (
             self.host.codecs[method]["encode"] * MB
         )
-        client = self.client_marshal_s(method, "encode", up) + self.client_marshal_s(method, "decode", down)
+        client = self.client_marshal_s(method, "encode", up, device)
+        client += self.client_marshal_s(method, "decode", down, device)
         return client + wire + server + TRIAL_OVERHEAD_S
 
+    def wall_s(self, op: str, size: int, rate_mbps: float | None, method: str) -> float:
+        """How long the trial occupies the testbed: in scaled mode the client works at this host's speed."""
+        return self.trial_s(op, size, rate_mbps, method, device=not self._host_client())
+
     def cell_s(self, cell: tuple) -> float:
-        return self.trial_s(*cell)
+        return self.wall_s(*cell)
 
     def setup_s(self) -> float:
         """Per rate, iperf3 both ways (the first attempt), and the warm-up trials of every phase."""
@@ -115,7 +130,7 @@ class Model:
         total = len(exp.rates_mbps) * validation
         for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
             methods = [LOCAL] if rate is None else exp.methods
-            total += exp.warmup * sum(self.trial_s(op, smallest, rate, m) for op in exp.ops for m in methods)
+            total += exp.warmup * sum(self.wall_s(op, smallest, rate, m) for op in exp.ops for m in methods)
         return total
 
     def sweep_s(self, reps: int) -> float:

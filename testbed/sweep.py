@@ -75,11 +75,7 @@ def run_sweep(
     if model is not None:
         progress.seconds = {cell: model.cell_s(cell) for cell in cells}
     if rounds:
-        ran = {cell: 0 for cell in cells}
-        for t in trials:
-            ran[t.cell] += t.trial in done
-        progress.min_left = {cell: max(0, exp.min_reps - n) for cell, n in ran.items()}
-    if rounds:
+        progress.min_left = {cell: max(0, exp.min_reps - rounds.done(cell)) for cell in cells}
         progress.close_cells(rounds.open_cells())
     writer = TrialWriter(csv_path)
     session = start_session(manifest, skipped_done=len(done))

@@ -56,11 +56,23 @@ def test_without_a_device_the_client_is_this_host_under_its_quota():
 
 def test_the_sweep_is_every_cell_times_its_reps_plus_set_up_and_a_range_when_adaptive():
     model = Model(EXP, HOST, DEVICE)
-    per_rep = model.trial_s("mul", 500, None, LOCAL) + model.trial_s("mul", 500, 10.0, "raw")
+    per_rep = model.wall_s("mul", 500, None, LOCAL) + model.wall_s("mul", 500, 10.0, "raw")
     assert model.duration_s() == pytest.approx((2 * per_rep, 4 * per_rep))
     fixed = Model(replace(EXP, min_reps=None, warmup=1, validation=Validation(duration=2)), HOST, DEVICE)
-    setup = (2 * 2 + 1) + model.trial_s("mul", 500, None, LOCAL) + model.trial_s("mul", 500, 10.0, "raw")
+    setup = (2 * 2 + 1) + per_rep
     assert fixed.duration_s() == pytest.approx((4 * per_rep + setup,) * 2)
+
+
+def test_a_scaled_client_takes_this_hosts_time_and_a_throttled_one_the_devices():
+    scaled, throttled = Model(EXP, HOST, DEVICE), Model(replace(EXP, mode="throttle"), HOST, DEVICE)
+    assert scaled.wall_s("mul", 500, None, LOCAL) == pytest.approx(2 * 500**3 / 10e9 + TRIAL_OVERHEAD_S)
+    assert throttled.wall_s("mul", 500, None, LOCAL) == throttled.trial_s("mul", 500, None, LOCAL)
+    data = 500 * 500 * 8
+    device_client = 2 * data / 100e6 + data / 200e6
+    host_client = 3 * data / 1000e6
+    remote = scaled.trial_s("mul", 500, 10.0, "raw")
+    assert scaled.wall_s("mul", 500, 10.0, "raw") == pytest.approx(remote - device_client + host_client)
+    assert throttled.wall_s("mul", 500, 10.0, "raw") == pytest.approx(remote)
 
 
 def test_the_host_measurement_gives_each_codecs_bytes_on_the_wire():
