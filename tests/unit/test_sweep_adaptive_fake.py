@@ -8,6 +8,7 @@ RAW 0.2 s (clearly offloads) and JSON 3 s (clearly stays local), except JSON at 
 
 from __future__ import annotations
 
+import io
 import signal
 from collections import Counter
 from dataclasses import replace
@@ -82,11 +83,18 @@ def test_clear_cells_stop_at_min_and_the_borderline_cell_and_its_baseline_run_to
     assert data["status"] == "complete"
 
     # the analysis says why each cell stopped, and how many trials it ran
-    cells = analyze(run_dir, plots=False)
+    printed = io.StringIO()
+    cells = analyze(run_dir, plots=False, out=printed)
+    assert (
+        "adaptive repetitions 3..8: remote cells ran 29 trials of 64 at most; stopped: significant 7, max_reps 1"
+        in (printed.getvalue())
+    )
     table = pd.read_csv(cells / "cells.csv")
     reasons = {(r.op, r.size, r.rate_mbps, r.method): (r.stop_reason, r.n_trials) for r in table.itertuples()}
     assert reasons.pop(BORDERLINE) == ("max_reps", 8)
     assert set(reasons.values()) == {("significant", 3)}
+    html = (cells / "report.html").read_text()
+    assert "<th>stop_reason</th>" in html and "<td>max_reps</td>" in html and "<th>n_trials</th>" in html
 
 
 def test_the_order_within_rounds_is_shuffled_from_the_seed(lab, tmp_path):  # noqa: F811
