@@ -32,7 +32,6 @@ class Rounds:
         self.cells: dict[tuple, list[Trial]] = {}
         for t in sorted(trials, key=lambda t: t.rep):
             self.cells.setdefault(t.cell, []).append(t)
-        self.round = 0
 
     def record(self, t: Trial, record: dict) -> None:
         ok = record.get("ok") and record.get("t_total") is not None
@@ -70,7 +69,6 @@ class Rounds:
     def blocks(self) -> Iterator[tuple[float | None, list[Trial]]]:
         """(rate, trials) groups, round after round; each round is computed once the last one ran."""
         while trials := self.next_round():
-            self.round = trials[0].rep + 1
             rng = random.Random(f"{self.exp.seed}-round-{trials[0].rep}")
             rates = sorted({t.rate_mbps for t in trials}, key=lambda r: -1.0 if r is None else r)
             rng.shuffle(rates)
