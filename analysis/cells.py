@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.stats import ci95, welch
+from analysis.stats import ci95, significant, welch
+from analysis.stopping import Rule, stop_reason
 from contracts.trials import LOCAL, STAGES
 
 KEYS = ["op", "size", "rate_mbps", "method"]
@@ -40,6 +41,8 @@ def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFra
     cells["n"] = total["count"].fillna(0).astype(int)
     cells["failed"] = remote[~remote["ok"]].groupby(KEYS).size().reindex(index).fillna(0).astype(int)
     cells["missing"] = cells["n"] == 0
+    cells["n_trials"] = cells["n"] + cells["failed"]
+    cells["stop_reason"] = _stop_reasons(trials, index, manifest)
     cells["mean"] = total["mean"]
     cells["std"] = total["std"]
     cells["ci95"] = ci95(total["std"], cells["n"])
@@ -57,7 +60,7 @@ def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFra
     diff, half, dof = welch(
         cells["mean"], cells["std"], cells["n"], cells["local_mean"], cells["local_std"], cells["local_n"]
     )
-    cells["significant"] = pd.array(np.where(np.isnan(half), pd.NA, np.abs(diff) > half), dtype="boolean")
+    cells["significant"] = pd.array(np.where(np.isnan(half), pd.NA, significant(diff, half)), dtype="boolean")
     cells["penalty"] = cells["mean"] - cells["local_mean"]
     cells["diff_ci95"] = half
     cells["welch_dof"] = dof
@@ -74,6 +77,29 @@ def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFra
     local_flag = flags[flags["method"] == LOCAL].groupby(["op", "size"]).size().reindex(pairs).fillna(0) > 0
     cells["emulation_flagged"] = remote_flag.to_numpy() | local_flag.to_numpy()
     return cells.reset_index()
+
+
+def _stop_reasons(trials: pd.DataFrame, index: pd.MultiIndex, manifest: dict | None) -> list[str]:
+    """Why each cell stopped (`analysis.stopping`, as the sweep decided it); empty while it is open, or
+    when the manifest does not say how many repetitions the run had."""
+    try:
+        rule = Rule.of((manifest or {})["experiment"])
+    except (KeyError, TypeError, ValueError):
+        return [""] * len(index)
+    times = trials["t_total"].where(trials["ok"].astype(bool))
+    order = trials["rep"].fillna(trials["line"]) if "rep" in trials else trials["line"]  # older runs: rows
+    series: dict[tuple, list[tuple[float, float | None]]] = {}
+    for op, size, rate, method, rep, value in zip(
+        trials["op"], trials["size"], trials["rate_mbps"], trials["method"], order, times, strict=True
+    ):
+        key = (op, size) if method == LOCAL else (op, size, rate, method)
+        series.setdefault(key, []).append((rep, None if pd.isna(value) else float(value)))
+    out = []
+    for op, size, rate, method in index:
+        remote = [v for _, v in sorted(series.get((op, size, rate, method), []), key=lambda x: x[0])]
+        local = [v for _, v in sorted(series.get((op, size), []), key=lambda x: x[0])][: len(remote)]
+        out.append(stop_reason(remote, local, rule) or "")
+    return out
 
 
 def _reference_means(cells: pd.DataFrame) -> np.ndarray:

@@ -21,7 +21,7 @@ from contracts.errors import UserError
 from contracts.processes import alive
 from contracts.trials import LOCAL, STAGES
 
-OPTIONAL_NUMBERS = ("trial", "bytes_up", "bytes_down")
+OPTIONAL_NUMBERS = ("trial", "rep", "bytes_up", "bytes_down")
 OPTIONAL = ("error", "dtype", "run_id", "emulation_flagged", *OPTIONAL_NUMBERS)
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}

@@ -47,3 +47,9 @@ def welch(mean_a, std_a, n_a, mean_b, std_b, n_b) -> tuple[np.ndarray, np.ndarra
         half = np.where(se == 0, 0.0, t_quantile(dof) * se)
     diff = mean_a - mean_b
     return diff, np.where(known, half, np.nan), np.where(known & (se > 0), dof, np.nan)
+
+
+def significant(diff, half) -> np.ndarray:
+    """Whether a Welch difference is significant at 95%: its CI excludes zero; False where unknown (NaN)."""
+    with np.errstate(invalid="ignore"):
+        return np.abs(np.asarray(diff, dtype=float)) > np.asarray(half, dtype=float)

@@ -26,6 +26,7 @@ def summary_text(
         f"decision vectors over rates {rates} Mbit/s (1 = offloading pays, - = missing); "
         "cumulative penalty = sum over rates of remote - local (s)",
     ]
+    lines += _adaptive(cells, manifest)
     no_base = cells[(cells["local_n"] == 0)][["op", "size"]].drop_duplicates()
     for op, size in no_base.itertuples(index=False):
         lines.append(f"warning: {op} {size} has no successful local trial, so no decisions")
@@ -42,6 +43,19 @@ def summary_text(
         penalty = ", ".join(f"{m} {_penalty(p.loc[m])}" for m in v["method"])
         lines.append(f"{op} {size}: {'  '.join(parts)} | cumulative penalty [{penalty}]")
     return "\n".join(lines)
+
+
+def _adaptive(cells: pd.DataFrame, manifest: dict | None) -> list[str]:
+    """For an adaptive run: how many repetitions its cells took and why they stopped."""
+    exp = (manifest or {}).get("experiment") or {}
+    if not isinstance(exp, dict) or exp.get("min_reps") is None:
+        return []
+    reasons = cells["stop_reason"].replace("", "open").value_counts()
+    told = ", ".join(f"{reason} {n}" for reason, n in reasons.items())
+    return [
+        f"adaptive repetitions {exp['min_reps']}..{exp.get('reps')}: remote cells ran "
+        f"{int(cells['n_trials'].sum())} trials of {len(cells) * int(exp.get('reps', 0))} at most; stopped: {told}"
+    ]
 
 
 def _penalty(row: pd.Series) -> str:

@@ -18,6 +18,8 @@ CELL_COLUMNS = [
     "method",
     "n",
     "failed",
+    "n_trials",
+    "stop_reason",
     "missing",
     "mean",
     "ci95",

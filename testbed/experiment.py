@@ -33,7 +33,7 @@ class Experiment:
     sizes: tuple[int, ...]
     rates_mbps: tuple[float, ...]
     methods: tuple[str, ...]
-    reps: int
+    reps: int  # the fixed count, or the most an adaptive cell runs
     warmup: int = 1
     dtype: str = "float64"
     seed: int = 1
@@ -43,9 +43,21 @@ class Experiment:
     validation: Validation = field(default_factory=Validation)
     local: bool = True  # measure the local baseline
     trial_timeout: float = 600.0
+    min_reps: int | None = None  # adaptive: a cell may stop after this many (None: always `reps`)
+    precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.min_reps is not None
+
+    def describe_reps(self) -> str:
+        if not self.adaptive:
+            return f"{self.reps} rep(s)"
+        within = f", precision {self.precision:g}" if self.precision is not None else ""
+        return f"{self.min_reps}..{self.reps} rep(s) (adaptive{within})"
 
 
 def known_ops() -> tuple[str, ...]:
@@ -95,6 +107,26 @@ def parse_rates(value, where: str = "rates") -> tuple[float, ...]:
     return tuple(sorted({parse_rate(p, where) / 1e6 for p in parts}))
 
 
+_REPS = re.compile(r"^\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?$")
+
+
+def parse_reps(value, where: str = "reps") -> tuple[int | None, int]:
+    """(min, max) repetitions: a number N is a fixed count (None, N); 'N..M' is adaptive (N, M).
+
+    Ranges are checked by `check`, for files and flags alike."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None, value
+    m = _REPS.match(str(value)) if isinstance(value, str) else None
+    if not m:
+        raise UserError(
+            f"{where}: {value!r} is not a number of repetitions",
+            "give a number (fixed) or MIN..MAX (adaptive), e.g. 40 or 5..40",
+        )
+    if m.group(2) is None:
+        return None, int(m.group(1))
+    return int(m.group(1)), int(m.group(2))
+
+
 def _names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
     parts = value if isinstance(value, list) else [p.strip() for p in str(value).split(",") if p.strip()]
     if not parts:
@@ -112,6 +144,7 @@ FLAGS = (
     "rates",
     "methods",
     "reps",
+    "precision",
     "warmup",
     "dtype",
     "seed",
@@ -125,7 +158,7 @@ FLAGS = (
 def load_experiment(path: Path) -> Experiment:
     doc = load_yaml(path, "experiment")
     # a file says what the flags say (the client by its file keys), and more
-    allowed = set(FLAGS) - {"cpu_quota", "device"}
+    allowed = set(FLAGS) - {"cpu_quota", "device", "precision"}  # a file's precision is under reps
     allowed |= {"client_cpu", "client_device", "validation", "local", "trial_timeout", "description"}
     doc.reject_unknown(allowed)
 
@@ -141,7 +174,7 @@ def load_experiment(path: Path) -> Experiment:
         sizes=wrap("sizes", parse_sizes),
         rates_mbps=wrap("rates", parse_rates),
         methods=wrap("methods", _names, "methods", known_methods(), "method"),
-        reps=doc.get("reps", int),
+        **_reps(doc),
         warmup=doc.get("warmup", int, 1),
         dtype=_dtype(doc),
         seed=doc.get("seed", int, 1),
@@ -166,6 +199,7 @@ class InvalidValue(UserError):
         self.key, self.problem = key, problem
 
 
+MIN_ADAPTIVE = 2  # Welch's test needs two samples on each side
 LIMITS = {"reps": (1, 10_000), "warmup": (0, 100), "seed": (0, 2**32 - 1), "trial_timeout": (1, 86_400)}
 MAX_TRIALS = 1_000_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
@@ -177,12 +211,21 @@ def planned_trials(exp: Experiment) -> int:
     return cells * exp.reps * ((1 if exp.local else 0) + len(exp.rates_mbps) * len(exp.methods))
 
 
+def trial_range(exp: Experiment) -> tuple[int, int]:
+    """The fewest and the most trials the grid can take (equal for fixed repetitions)."""
+    if not exp.adaptive:
+        n = planned_trials(exp)
+        return n, n
+    return planned_trials(replace(exp, reps=exp.min_reps)), planned_trials(exp)
+
+
 def check(exp: Experiment) -> Experiment:
     """The one check of a resolved experiment, whether its values came from a file or from flags."""
     for key, (lo, hi) in LIMITS.items():
         value = getattr(exp, key)
         if not lo <= value <= hi:
             raise InvalidValue(key, f"{value:g} is out of range", f"give {key} between {lo} and {hi:g}")
+    _check_adaptive(exp)
     if not _NAME.match(exp.name):
         raise InvalidValue(
             "name",
@@ -197,6 +240,53 @@ def check(exp: Experiment) -> Experiment:
             "use fewer sizes, rates or reps",
         )
     return exp
+
+
+def _check_adaptive(exp: Experiment) -> None:
+    if exp.adaptive:
+        if not MIN_ADAPTIVE <= exp.min_reps <= exp.reps:
+            raise InvalidValue(
+                "reps",
+                f"minimum {exp.min_reps:g} is out of range",
+                f"give MIN..MAX with {MIN_ADAPTIVE} <= MIN <= MAX (Welch's test needs two samples a side)",
+            )
+        if not exp.local:
+            raise InvalidValue(
+                "reps",
+                "adaptive repetitions compare each cell with the local baseline, which is off (local: false)",
+                "set local: true, or give a fixed number of repetitions",
+            )
+    if exp.precision is not None:
+        if not exp.adaptive:
+            raise InvalidValue(
+                "precision",
+                "applies only to adaptive repetitions",
+                "give reps as MIN..MAX, or drop precision",
+            )
+        if not 0 < exp.precision < 1:
+            raise InvalidValue(
+                "precision",
+                f"{exp.precision:g} is out of range",
+                "give the CI half-width as a fraction of the mean, between 0 and 1 (e.g. 0.05)",
+            )
+
+
+def _reps(doc: Section) -> dict:
+    """reps: N (fixed), 'N..M', or {min: N, max: M, precision: F}; ranges are `check`'s."""
+    if isinstance(doc.raw("reps"), dict):
+        sec = doc.section("reps")
+        sec.reject_unknown({"min", "max", "precision"})
+        precision = sec.get("precision", float, None)
+        return {
+            "min_reps": sec.get("min", int),
+            "reps": sec.get("max", int),
+            "precision": None if precision is None else float(precision),
+        }
+    try:
+        low, high = parse_reps(doc.raw("reps"))
+    except UserError as exc:
+        raise doc.error("reps", exc.message.split(": ", 1)[-1], exc.fix) from None
+    return {"min_reps": low, "reps": high}
 
 
 def _device(doc: Section) -> str | None:
@@ -262,7 +352,13 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["rates_mbps"] = parse_rates(flags["rates"], "--rates")
     if flags.get("methods") is not None:
         changes["methods"] = _names(flags["methods"], "--methods", known_methods(), "method")
-    for key in ("reps", "warmup", "seed"):
+    if flags.get("reps") is not None:
+        changes["min_reps"], changes["reps"] = parse_reps(flags["reps"], "--reps")
+        if changes["min_reps"] is None:
+            changes["precision"] = None  # a fixed count replaces the file's adaptive settings
+    if flags.get("precision") is not None:
+        changes["precision"] = flags["precision"]
+    for key in ("warmup", "seed"):
         if flags.get(key) is not None:
             changes[key] = flags[key]  # ranges: `check`, below, as for a file
     if flags.get("dtype") is not None:

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from testbed.estimate import format_duration
 from testbed.plan import Trial
 
 
@@ -20,22 +21,32 @@ class Progress:
     done: int = 0
     started: float = 0.0
     ran: int = 0
+    saved: int = 0  # trials an adaptive sweep will not run: its closed cells' remaining repetitions
+    seconds: dict | None = None  # cell -> the model's seconds per trial (`testbed.estimate`); None: averages
+    min_left: dict | None = None  # adaptive: cell -> trials it runs at the least (its remaining to min)
 
     def __post_init__(self) -> None:
         self.started = time.monotonic()
         self.tty = sys.stderr.isatty()
         self._last = 0.0
+        self.modelled = 0.0  # the model's seconds for the trials run so far
 
     def show(self, label: str, trial: Trial | None = None, final: bool = False) -> None:
         if trial is not None:
             self.done += 1
             self.ran += 1
             self.cells_left[trial.cell] -= 1
+            if self.seconds is not None:
+                self.modelled += self.seconds[trial.cell]
+            if self.min_left is not None and self.min_left.get(trial.cell, 0) > 0:
+                self.min_left[trial.cell] -= 1
         cells_done = sum(1 for v in self.cells_left.values() if v == 0)
+        low, high = self.eta()
         eta = ""
-        if self.ran:
-            per = (time.monotonic() - self.started) / self.ran
-            eta = f" ETA {_duration(per * (self.total_trials - self.done))}"
+        if high is not None:
+            eta = f" ETA {format_duration(high)}"
+            if low is not None and format_duration(low) != format_duration(high):
+                eta = f" ETA {format_duration(low)}..{format_duration(high)}"
         line = (
             f"[cells {cells_done}/{self.total_cells}] trials {self.done}/{self.total_trials} "
             f"{_bar(self.done, self.total_trials)} {label}{eta}"
@@ -47,6 +58,31 @@ class Progress:
         elif final or now - self._last > 10:
             print(line, file=sys.stderr, flush=True)
             self._last = now
+
+    def eta(self) -> tuple[float | None, float | None]:
+        """Seconds left at the least and at the most (None: unknown). With a model: the model's time for
+        the trials left, times what the trials so far took over what the model said they would."""
+        elapsed = time.monotonic() - self.started
+        if self.seconds is None:
+            if not self.ran:
+                return None, None
+            per = elapsed / self.ran
+            return None, per * (self.total_trials - self.done)
+        factor = elapsed / self.modelled if self.ran and self.modelled > 0 else 1.0
+        high = factor * sum(left * self.seconds[c] for c, left in self.cells_left.items())
+        if self.min_left is None:
+            return None, high
+        low = sum(min(left, self.min_left.get(c, 0)) * self.seconds[c] for c, left in self.cells_left.items())
+        return factor * low, high
+
+    def close_cells(self, still_open) -> None:
+        """Every cell not in `still_open` is finished (adaptive: the stopping rule closed it)."""
+        still_open = set(still_open)
+        for cell, left in self.cells_left.items():
+            if left and cell not in still_open:
+                self.saved += left
+                self.total_trials -= left
+                self.cells_left[cell] = 0
 
     def note(self, text: str) -> None:
         """A line of its own above the progress line (a warning the user must see)."""
@@ -61,12 +97,3 @@ class Progress:
 def _bar(done: int, total: int, width: int = 20) -> str:
     filled = int(width * done / total) if total else width
     return "[" + "#" * filled + "." * (width - filled) + "]"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-        if seconds >= 3600
-        else f"{seconds // 60}m{seconds % 60:02d}s"
-    )

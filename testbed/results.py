@@ -75,16 +75,27 @@ def repair(path: Path) -> None:
 
 
 def completed_trials(path: Path) -> set[int]:
+    return set(trial_outcomes(path))
+
+
+def trial_outcomes(path: Path) -> dict[int, float | None]:
+    """Each trial with a row: its t_total, or None if it failed (what an adaptive sweep decides on)."""
     if not path.exists():
-        return set()
+        return {}
     repair(path)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
-            return set()
+            return {}
         if "trial" not in reader.fieldnames:
             raise UserError(f"{path} has no 'trial' column", "resume only runs written by testbed sweep")
-        return {int(row["trial"]) for row in reader if row.get("trial", "").strip()}
+        return {
+            int(row["trial"]): float(row["t_total"])
+            if row.get("ok") == "true" and row.get("t_total")
+            else None
+            for row in reader
+            if row.get("trial", "").strip()
+        }
 
 
 def new_run_id(name: str) -> str:

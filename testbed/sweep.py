@@ -28,11 +28,13 @@ from testbed.bookkeeping import (
     start_session,
     trial_row,
 )
+from testbed.estimate import Model
 from testbed.experiment import Experiment
 from testbed.lab import Lab
 from testbed.plan import Trial, phases, plan_trials
 from testbed.progress import Progress
-from testbed.results import Manifest, TrialWriter, completed_trials
+from testbed.results import Manifest, TrialWriter, trial_outcomes
+from testbed.rounds import Rounds
 from testbed.signals import sigterm_as_interrupt
 from testbed.validate import validate_rate
 from testbed.worker_link import WorkerDied, WorkerLink
@@ -52,20 +54,29 @@ def run_sweep(
     manifest: Manifest,
     keep_up: bool = False,
     device: DeviceProfile | None = None,
+    model: Model | None = None,
 ) -> dict:
     """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed.
 
-    With a `device`, the client host is calibrated for it first (`testbed.emulation`)."""
+    With a `device`, the client host is calibrated for it first (`testbed.emulation`); with a `model`
+    (`testbed.estimate`), the progress line's ETA comes from it."""
     run_id = manifest.data["run_id"]
     csv_path = run_dir / "trials.csv"
     trials = plan_trials(exp)
-    done = completed_trials(csv_path)
-    todo = phases(exp, trials, done)
+    outcomes = trial_outcomes(csv_path)
+    done = set(outcomes)
+    rounds = Rounds(exp, trials, outcomes) if exp.adaptive else None
+    todo = rounds.blocks() if rounds else phases(exp, trials, done)
     setup_log(log, run_dir / "sweep.log")
     cells: dict = {}
     for t in trials:
         cells[t.cell] = cells.get(t.cell, 0) + (t.trial not in done)
     progress = Progress(len(trials), len(cells), cells, done=len(done))
+    if model is not None:
+        progress.seconds = {cell: model.cell_s(cell) for cell in cells}
+    if rounds:
+        progress.min_left = {cell: max(0, exp.min_reps - rounds.done(cell)) for cell in cells}
+        progress.close_cells(rounds.open_cells())
     writer = TrialWriter(csv_path)
     session = start_session(manifest, skipped_done=len(done))
     brought_up = was_up = False
@@ -94,19 +105,30 @@ def run_sweep(
                         "those trials are marked emulation_flagged"
                     )
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))
+            problems: dict = {}  # rate -> why it is skipped (None: validated), once per session
+            warmed: set = set()
             for rate, phase in todo:
-                if rate is not None:
+                if rate is not None and rate not in problems:
                     progress.show(f"validating {rate:g} Mbit/s")
-                    problem = shape_and_validate(lab, exp, rate, manifest)
-                    if problem:
-                        for t in phase:
-                            writer.write(trial_row(run_id, t, {"ok": False, "error": problem}))
-                            failed += 1
-                            progress.show(cell_label(t), t)
-                        continue
+                    problems[rate] = shape_and_validate(lab, exp, rate, manifest)
+                elif rate is not None and not problems[rate]:
+                    lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
+                if problems.get(rate):
+                    for t in phase:
+                        record = {"ok": False, "error": problems[rate]}
+                        writer.write(trial_row(run_id, t, record))
+                        failed += 1
+                        progress.show(cell_label(t), t)
+                        if rounds:
+                            rounds.record(t, record)
+                    if rounds:
+                        progress.close_cells(rounds.open_cells())
+                    continue
                 if worker is None:
                     worker = WorkerLink(lab, exp, run_dir / "worker.log", scale)
-                worker = warm_up(lab, exp, worker, run_dir, phase)
+                if rate not in warmed:
+                    worker = warm_up(lab, exp, worker, run_dir, phase)
+                    warmed.add(rate)
                 counters = counters_before(manifest, lab, rate) if rate is not None else None
                 for t in phase:
                     progress.show(cell_label(t))
@@ -116,8 +138,12 @@ def run_sweep(
                     writer.write(trial_row(run_id, t, record))
                     failed += not record.get("ok")
                     progress.show(cell_label(t), t)
+                    if rounds:
+                        rounds.record(t, record)
                 if counters is not None:
                     counters_after(manifest, counters, lab, [t.trial for t in phase])
+                if rounds:
+                    progress.close_cells(rounds.open_cells())
                 writer.sync()
             status = "complete"
     finally:
@@ -132,7 +158,7 @@ def run_sweep(
             lab.shape(lab.inv.link)  # leave a testbed that stays up as the inventory describes it
     return {
         "run_dir": str(run_dir),
-        "trials": len(trials),
+        "trials": len(trials) if rounds is None else len(trials) - progress.saved,
         "ran": progress.ran,
         "failed": failed,
         "status": status,

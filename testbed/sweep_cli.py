@@ -18,7 +18,10 @@ def register(sub) -> None:
     p.add_argument("--sizes", help="e.g. 400,800 or 400-1200:100")
     p.add_argument("--rates", help="Mbit/s, e.g. 10,20,40")
     p.add_argument("--methods", help="marshalling methods, e.g. json,ujson,raw")
-    p.add_argument("--reps", type=int)
+    p.add_argument("--reps", help="repetitions per cell: N (fixed) or MIN..MAX (adaptive), e.g. 5..40")
+    p.add_argument(
+        "--precision", type=float, help="adaptive: a cell also needs its mean's 95%% CI within this fraction"
+    )
     p.add_argument("--warmup", type=int)
     p.add_argument("--dtype")
     p.add_argument("--seed", type=int)
@@ -48,7 +51,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.bookkeeping import start_run
     from testbed.emulation import client_cpu as emulation_cpu
     from testbed.emulation import resolve_device
-    from testbed.experiment import FLAGS, from_dict, load_experiment, override, planned_trials
+    from testbed.estimate import format_duration, model_for
+    from testbed.experiment import FLAGS, from_dict, load_experiment, override, trial_range
     from testbed.results import Manifest, new_run_id
     from testbed.sweep import run_sweep
 
@@ -78,13 +82,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, lab)
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
+    model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota)
+    low, high = model.duration_s()
     print(
         f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
-        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.reps} rep(s) = "
-        f"{planned_trials(exp)} trials (local baseline included); client {client}; results in {run_dir}"
+        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.describe_reps()} = "
+        f"{_count(trial_range(exp))} trials (local baseline included); client {client}; results in {run_dir}"
     )
+    span = format_duration(high) if low == high else f"{format_duration(low)}..{format_duration(high)}"
+    whole = " for the whole grid" if args.resume else ""
+    print(
+        f"estimated duration{whole}: {span} (from the device profile, each method's bytes on the wire, the rates)"
+    )
+    if not args.resume:
+        manifest.update(estimate_s=[low, high])
     try:
-        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up, device=device)
+        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up, device=device, model=model)
     except KeyboardInterrupt:
         print(
             f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "
@@ -101,6 +114,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         out = analyze(run_dir)
         print(f"analysis: {out} (open {out / 'report.html'})")
     return 0
+
+
+def _count(span: tuple[int, int]) -> str:
+    low, high = span
+    return f"{low}" if low == high else f"{low}..{high}"
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import UserError
-from testbed.experiment import Experiment, from_dict, load_experiment, override, parse_sizes
+from testbed.experiment import Experiment, from_dict, load_experiment, override, parse_sizes, trial_range
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,3 +154,76 @@ def test_a_non_utf8_file_is_one_line(tmp_path):
     with pytest.raises(UserError, match="is not UTF-8 text") as exc:
         load_experiment(path)
     assert exc.value.fix == "save the file as UTF-8"
+
+
+# ------------------------------------------------------------------ adaptive repetitions
+GRID = {"ops": "mul", "sizes": "100,200", "rates": "10,20", "methods": "raw,json"}
+
+
+@pytest.mark.parametrize(
+    ("reps", "expected"),
+    [("reps: 40", (None, 40, None)), ("reps: 5..40", (5, 40, None)),
+     ("reps: {min: 3, max: 12, precision: 0.05}", (3, 12, 0.05)), ("reps: {min: 4, max: 4}", (4, 4, None))],
+)  # fmt: skip
+def test_reps_in_a_file_are_a_number_a_range_or_a_mapping(tmp_path, reps, expected):
+    path = tmp_path / "e.yaml"
+    path.write_text(f"ops: [mul]\nsizes: [100]\nrates: [10]\nmethods: [raw]\n{reps}\n")
+    exp = load_experiment(path)
+    assert (exp.min_reps, exp.reps, exp.precision) == expected
+    assert exp.adaptive == (expected[0] is not None)
+    assert from_dict(exp.as_dict()) == exp  # what --resume reads back from the manifest
+
+
+def test_reps_flags_give_fixed_or_adaptive_and_the_trial_range():
+    fixed = override(None, {**GRID, "reps": "6"})
+    assert (fixed.min_reps, fixed.reps, fixed.adaptive) == (None, 6, False)
+    assert trial_range(fixed) == (2 * 6 * 5,) * 2  # 2 sizes x 6 reps x (local + 2 rates x 2 methods)
+    adaptive = override(None, {**GRID, "reps": "3..10", "precision": 0.1})
+    assert (adaptive.min_reps, adaptive.reps, adaptive.precision) == (3, 10, 0.1)
+    assert trial_range(adaptive) == (2 * 3 * 5, 2 * 10 * 5)
+    assert adaptive.describe_reps() == "3..10 rep(s) (adaptive, precision 0.1)"
+
+
+def test_a_fixed_reps_flag_replaces_an_adaptive_file(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        "ops: [mul]\nsizes: [100]\nrates: [10]\nmethods: [raw]\nreps: {min: 3, max: 9, precision: 0.1}\n"
+    )
+    exp = override(load_experiment(path), {"reps": "5"})
+    assert (exp.min_reps, exp.reps, exp.precision) == (None, 5, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        ({"reps": "1..10"}, "--reps: minimum 1 is out of range"),
+        ({"reps": "12..10"}, "--reps: minimum 12 is out of range"),
+        ({"reps": "3..20000"}, "--reps: 20000 is out of range"),
+        ({"reps": "3-10"}, "--reps: '3-10' is not a number of repetitions"),
+        ({"reps": "5", "precision": 0.05}, "--precision: applies only to adaptive repetitions"),
+        ({"reps": "3..9", "precision": 0}, "--precision: 0 is out of range"),
+        ({"reps": "3..9", "precision": 1.5}, "--precision: 1.5 is out of range"),
+    ],
+)
+def test_bad_adaptive_flags_are_one_line_with_the_fix(flags, words):
+    with pytest.raises(UserError, match=re.escape(words)) as exc:
+        override(None, {**GRID, **flags})
+    assert exc.value.fix
+
+
+@pytest.mark.parametrize(
+    ("reps", "words"),
+    [
+        ("reps: {min: 1, max: 10}", "key 'reps': minimum 1 is out of range"),
+        ("reps: {min: 3, max: 10, spread: 2}", "key 'reps.spread': unknown key"),
+        ("reps: {min: 3, max: 10, precision: 2}", "key 'precision': 2 is out of range"),
+        ("reps: 3..10\nlocal: false", "key 'reps': adaptive repetitions compare each cell with the local"),
+        ("reps: 3..10\nprecision: 0.1", "key 'precision': unknown key"),
+    ],
+)
+def test_bad_adaptive_files_name_the_file_and_key(tmp_path, reps, words):
+    path = tmp_path / "e.yaml"
+    path.write_text(f"ops: [mul]\nsizes: [100]\nrates: [10]\nmethods: [raw]\n{reps}\n")
+    with pytest.raises(UserError) as exc:
+        load_experiment(path)
+    assert str(path) in exc.value.message and words in exc.value.message, exc.value.message

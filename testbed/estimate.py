@@ -1,0 +1,159 @@
+"""How long a sweep will take, before it starts: a per-trial model from the device profile, the bytes
+each method puts on the wire and the rates.
+
+One trial of a cell costs, in the model:
+- local: the device's compute time for the op and size (`DeviceProfile.compute_s`);
+- remote: the device's encode of the operands and decode of the result (`DeviceProfile.marshal_s`),
+  both bodies through the link at its TCP goodput (`contracts.units.expected_goodput`), and the
+  server's decode, compute and encode at this machine's speed (the embedded server is this machine);
+- plus a fixed per-trial overhead (the worker's round trip, HTTP, the connection).
+That is what a trial measures (`Model.trial_s`). How long it takes (`Model.wall_s`, what the duration
+and the ETA add up) differs in `scaled` mode: the client works at this machine's speed there and the
+device's time is computed from CPU time, so its stages cost this machine's time (timed on samples).
+Bytes on the wire are each codec's body size per byte of matrix data, measured once by encoding a
+small sample with the codec itself. Without a device profile the client is this machine slowed by
+its CPU quota. The sweep's set-up adds iperf3 validation per rate and the warm-up trials.
+
+The device's calibration at the start of a session is not in the estimate. The progress line's ETA is
+the same model scaled by what the trials so far took against what the
+model said they would (`Progress`), so it corrects itself as trials complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from contracts.device import DeviceProfile, operand_bytes, result_bytes, work
+from contracts.trials import LOCAL
+from contracts.units import expected_goodput
+from testbed.experiment import Experiment
+
+MB = 1e6
+TRIAL_OVERHEAD_S = 0.02  # worker round trip, HTTP request and response, connection set-up
+HTTP_HEADERS = 400  # bytes of request or response headers around a body
+SAMPLE = 64  # matrix size of the sample the codecs and the kernels are timed on
+KERNEL_SAMPLE = 256
+
+
+@dataclass(frozen=True)
+class HostSpeeds:
+    """This machine's speed for the work the model does not take from the device profile."""
+
+    gflops: float  # matrix multiplication
+    codecs: dict[str, dict[str, float]]  # codec -> {"encode": MB/s, "decode": MB/s} of matrix data
+    wire_ratio: dict[str, float]  # codec -> body bytes per byte of matrix data
+
+
+def measure_host(methods, dtype: str = "float64", seed: int = 1) -> HostSpeeds:
+    """Time a multiplication and each codec on small samples (well under a second in all)."""
+    from benchmarks.codecs import marshal_times  # the same measurement `testbed bench` makes
+    from benchmarks.common import best_time
+    from contracts.codecs import CODECS
+    from contracts.ops import execute
+
+    rng = np.random.default_rng(seed)
+    big = rng.random((KERNEL_SAMPLE, KERNEL_SAMPLE))
+    gflops = 2 * KERNEL_SAMPLE**3 / best_time(lambda: big @ big, 3, 10, 0.2) / 1e9
+    if dtype == "float64":
+        operands = [rng.random((SAMPLE, SAMPLE)) for _ in range(2)]
+    else:
+        operands = [rng.integers(-10, 11, (SAMPLE, SAMPLE), dtype=dtype) for _ in range(2)]
+    result = execute("mul", operands)
+    data = 3 * operands[0].nbytes  # what the sample's request and response carry
+    codecs, ratio = {}, {}
+    for name in methods:
+        if name == LOCAL:
+            continue
+        t = marshal_times(CODECS[name], operands, result, (2, 5, 0.05))
+        codecs[name] = {"encode": data / t["encode_s"] / MB, "decode": data / t["decode_s"] / MB}
+        ratio[name] = (t["bytes_up"] + t["bytes_down"]) / data
+    return HostSpeeds(gflops, codecs, ratio)
+
+
+@dataclass(frozen=True)
+class Model:
+    """Seconds per trial of each cell: what it measures (`trial_s`) and how long it takes (`wall_s`)."""
+
+    exp: Experiment
+    host: HostSpeeds
+    device: DeviceProfile | None = None
+    cpu_quota: float | None = None  # without a device: the client's share of this machine
+    mtu: int = 1500
+
+    def _itemsize(self) -> int:
+        return np.dtype(self.exp.dtype).itemsize
+
+    def _host_client(self) -> bool:
+        """Whether the client's stages run at this machine's speed (scaled: the device's time is
+        computed from CPU time, not waited for; no device: the host under its quota)."""
+        return self.device is None or self.exp.mode == "scaled"
+
+    def client_compute_s(self, op: str, size: int, device: bool = True) -> float:
+        if device and self.device is not None:
+            return self.device.compute_s(op, size)
+        return work(op, size) / (self.host.gflops * 1e9) / (self.cpu_quota or 1.0)
+
+    def client_marshal_s(self, codec: str, direction: str, data: int, device: bool = True) -> float:
+        if device and self.device is not None and codec in self.device.marshalling:
+            return self.device.marshal_s(codec, direction, data)
+        return data / (self.host.codecs[codec][direction] * MB) / (self.cpu_quota or 1.0)
+
+    def trial_s(self, op: str, size: int, rate_mbps: float | None, method: str, device: bool = True) -> float:
+        """The trial's completion time as measured (the device's, when there is one)."""
+        if method == LOCAL:
+            return self.client_compute_s(op, size, device) + TRIAL_OVERHEAD_S
+        up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
+        goodput = expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8  # bytes/s
+        ratio = self.host.wire_ratio[method]
+        wire = (up * ratio + HTTP_HEADERS) / goodput + (down * ratio + HTTP_HEADERS) / goodput
+        server = work(op, size) / (self.host.gflops * 1e9)
+        server += up / (self.host.codecs[method]["decode"] * MB) + down / (
+            self.host.codecs[method]["encode"] * MB
+        )
+        client = self.client_marshal_s(method, "encode", up, device)
+        client += self.client_marshal_s(method, "decode", down, device)
+        return client + wire + server + TRIAL_OVERHEAD_S
+
+    def wall_s(self, op: str, size: int, rate_mbps: float | None, method: str) -> float:
+        """How long the trial occupies the testbed: in scaled mode the client works at this host's speed."""
+        return self.trial_s(op, size, rate_mbps, method, device=not self._host_client())
+
+    def cell_s(self, cell: tuple) -> float:
+        return self.wall_s(*cell)
+
+    def setup_s(self) -> float:
+        """Per rate, iperf3 both ways (the first attempt), and the warm-up trials of every phase."""
+        exp, smallest = self.exp, min(self.exp.sizes)
+        validation = 2 * exp.validation.duration + 1 if exp.validation.enabled else 0
+        total = len(exp.rates_mbps) * validation
+        for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
+            methods = [LOCAL] if rate is None else exp.methods
+            total += exp.warmup * sum(self.wall_s(op, smallest, rate, m) for op in exp.ops for m in methods)
+        return total
+
+    def sweep_s(self, reps: int) -> float:
+        """Seconds for the whole grid at `reps` repetitions per cell, set-up included."""
+        exp = self.exp
+        cells = [(op, size, None, LOCAL) for op in exp.ops for size in exp.sizes] if exp.local else []
+        cells += [
+            (o, s, r, m) for o in exp.ops for s in exp.sizes for r in exp.rates_mbps for m in exp.methods
+        ]
+        return reps * sum(self.cell_s(c) for c in cells) + self.setup_s()
+
+    def duration_s(self) -> tuple[float, float]:
+        """The fewest and the most seconds: every cell at `min_reps`, every cell at `reps` (equal if fixed)."""
+        low = self.exp.min_reps if self.exp.adaptive else self.exp.reps
+        return self.sweep_s(low), self.sweep_s(self.exp.reps)
+
+
+def model_for(exp: Experiment, device: DeviceProfile | None, cpu_quota: float | None) -> Model:
+    return Model(exp, measure_host(exp.methods, exp.dtype, exp.seed), device, cpu_quota)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"

@@ -1,0 +1,105 @@
+"""The duration model's arithmetic on figures chosen so that every term is easy to check by hand, and
+the progress line's ETA, which scales the model by what the trials so far took.
+
+This checks the arithmetic, not the model's accuracy: that is measured against a real run in
+tests/privileged/test_sweep_adaptive.py and recorded in the README.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from contracts.device import DeviceProfile, SpeedCurve
+from contracts.trials import LOCAL
+from contracts.units import expected_goodput
+from testbed.estimate import HTTP_HEADERS, TRIAL_OVERHEAD_S, HostSpeeds, Model, format_duration, measure_host
+from testbed.experiment import Experiment, Validation
+from testbed.progress import Progress
+
+DEVICE = DeviceProfile(
+    name="round",
+    kernels={"mul": SpeedCurve(((100, 1.0),))},  # 1 GFLOP/s
+    marshalling={"raw": {"encode": 100.0, "decode": 200.0}},  # MB/s of matrix data
+)
+HOST = HostSpeeds(gflops=10.0, codecs={"raw": {"encode": 1000.0, "decode": 1000.0}}, wire_ratio={"raw": 1.5})
+EXP = Experiment(
+    name="m", ops=("mul",), sizes=(500,), rates_mbps=(10.0,), methods=("raw",), reps=4, warmup=0,
+    validation=Validation(enabled=False), min_reps=2,
+)  # fmt: skip
+
+
+def test_a_local_trial_is_the_device_compute_time():
+    model = Model(EXP, HOST, DEVICE)
+    assert model.trial_s("mul", 500, None, LOCAL) == pytest.approx(
+        2 * 500**3 / 1e9 + TRIAL_OVERHEAD_S
+    )  # 0.25 s
+
+
+def test_a_remote_trial_adds_the_device_marshalling_the_wire_and_the_server():
+    model = Model(EXP, HOST, DEVICE)
+    data = 500 * 500 * 8  # 2 MB per matrix
+    client = 2 * data / 100e6 + data / 200e6  # two operands encoded at 100 MB/s, the product decoded at 200
+    goodput = expected_goodput(10_000_000) / 8
+    wire = (2 * data * 1.5 + HTTP_HEADERS) / goodput + (data * 1.5 + HTTP_HEADERS) / goodput
+    server = 2 * 500**3 / 10e9 + 2 * data / 1e9 + data / 1e9
+    expected = client + wire + server + TRIAL_OVERHEAD_S
+    assert model.trial_s("mul", 500, 10.0, "raw") == pytest.approx(expected)
+    assert 7.5 < wire < 7.7  # 9 MB at 9.56 Mbit/s of goodput
+
+
+def test_without_a_device_the_client_is_this_host_under_its_quota():
+    model = Model(EXP, HOST, None, cpu_quota=0.25)
+    assert model.trial_s("mul", 500, None, LOCAL) == pytest.approx(4 * 2 * 500**3 / 10e9 + TRIAL_OVERHEAD_S)
+
+
+def test_the_sweep_is_every_cell_times_its_reps_plus_set_up_and_a_range_when_adaptive():
+    model = Model(EXP, HOST, DEVICE)
+    per_rep = model.wall_s("mul", 500, None, LOCAL) + model.wall_s("mul", 500, 10.0, "raw")
+    assert model.duration_s() == pytest.approx((2 * per_rep, 4 * per_rep))
+    fixed = Model(replace(EXP, min_reps=None, warmup=1, validation=Validation(duration=2)), HOST, DEVICE)
+    setup = (2 * 2 + 1) + per_rep
+    assert fixed.duration_s() == pytest.approx((4 * per_rep + setup,) * 2)
+
+
+def test_a_scaled_client_takes_this_hosts_time_and_a_throttled_one_the_devices():
+    scaled, throttled = Model(EXP, HOST, DEVICE), Model(replace(EXP, mode="throttle"), HOST, DEVICE)
+    assert scaled.wall_s("mul", 500, None, LOCAL) == pytest.approx(2 * 500**3 / 10e9 + TRIAL_OVERHEAD_S)
+    assert throttled.wall_s("mul", 500, None, LOCAL) == throttled.trial_s("mul", 500, None, LOCAL)
+    data = 500 * 500 * 8
+    device_client = 2 * data / 100e6 + data / 200e6
+    host_client = 3 * data / 1000e6
+    remote = scaled.trial_s("mul", 500, 10.0, "raw")
+    assert scaled.wall_s("mul", 500, 10.0, "raw") == pytest.approx(remote - device_client + host_client)
+    assert throttled.wall_s("mul", 500, 10.0, "raw") == pytest.approx(remote)
+
+
+def test_the_host_measurement_gives_each_codecs_bytes_on_the_wire():
+    host = measure_host(("raw", "json", LOCAL))
+    assert host.wire_ratio["raw"] == pytest.approx(1.0)
+    assert host.wire_ratio["json"] > 2  # about 19 characters for an 8-byte float
+    assert host.gflops > 0 and set(host.codecs) == {"raw", "json"}
+
+
+def test_the_eta_is_the_model_scaled_by_what_the_trials_took(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("testbed.progress.time.monotonic", lambda: clock[0])
+    cells = {("a",): 4, ("b",): 4}
+    progress = Progress(
+        8, 2, dict(cells), seconds={("a",): 1.0, ("b",): 3.0}, min_left={("a",): 2, ("b",): 2}
+    )
+    assert progress.eta() == (pytest.approx(8.0), pytest.approx(16.0))  # the model alone, before any trial
+
+    class T:
+        cell = ("b",)
+
+    clock[0] += 6.0  # the first trial took twice what the model said
+    progress.show("x", T())
+    assert progress.eta() == (pytest.approx(2 * (2 + 3)), pytest.approx(2 * (4 + 9)))
+    progress.close_cells([("b",)])  # the stopping rule closed cell a
+    assert progress.eta() == (pytest.approx(2 * 3), pytest.approx(2 * 9)) and progress.saved == 4
+
+
+def test_durations_read_as_minutes_or_hours():
+    assert (format_duration(59.6), format_duration(3725)) == ("1m00s", "1h02m")

@@ -1,0 +1,66 @@
+"""The adaptive stopping rule on small cells whose answers are worked out by hand.
+
+Welch at 95% for [1, 2, 3] vs [4, 5, 6]: difference 3, standard error sqrt(1/3 + 1/3) = 0.8165, 4
+degrees of freedom, t = 2.776, half-width 2.267: significant. Against [3, 4, 5] the difference is 2,
+inside the half-width: not significant.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.stopping import FAILED, MAX_REPS, PRECISE, SIGNIFICANT, Rule, stop_reason
+
+RULE = Rule(min_reps=3, max_reps=6)
+
+
+def test_a_clear_cell_stops_as_significant_at_min():
+    # the issue's example: JSON mul 300 at 40 Mbit/s, 3.9 s remote against under 0.1 s local
+    assert stop_reason([3.9, 4.0, 4.1], [0.09, 0.10, 0.11], RULE) == SIGNIFICANT
+
+
+def test_nothing_stops_before_min():
+    assert stop_reason([3.9, 4.0], [0.09, 0.10], RULE) is None
+    assert stop_reason([None, None], [0.1, 0.1], RULE) is None
+
+
+@pytest.mark.parametrize(
+    ("local", "expected"), [([4.0, 5.0, 6.0], SIGNIFICANT), ([3.0, 4.0, 5.0], None)], ids=["diff 3", "diff 2"]
+)
+def test_the_welch_border_is_where_the_hand_computation_puts_it(local, expected):
+    assert stop_reason([1.0, 2.0, 3.0], local, RULE) == expected
+    assert stop_reason([1.0, 2.0, 3.0], local, Rule(3, 3)) == MAX_REPS  # at max it stops either way
+
+
+def test_a_borderline_cell_goes_on_to_max():
+    remote, local = [1.0, 1.2, 0.8, 1.1, 0.9], [1.05, 0.95, 1.1, 0.9, 1.0]
+    assert stop_reason(remote, local, RULE) is None
+    assert stop_reason([*remote, 1.0], [*local, 1.0], RULE) == MAX_REPS
+
+
+def test_precision_also_needs_the_mean_within_its_fraction():
+    # mean 10, sd 0.1, n 3: 95% half-width 4.303 * 0.1 / sqrt(3) = 0.248, 2.5% of the mean
+    remote, local = [10.0, 10.1, 9.9], [1.0, 1.1, 0.9]
+    assert stop_reason(remote, local, Rule(3, 6, precision=0.05)) == PRECISE
+    assert stop_reason(remote, local, Rule(3, 6, precision=0.02)) is None
+    assert stop_reason(remote, local, Rule(3, 6)) == SIGNIFICANT
+
+
+def test_failed_trials_are_not_samples_and_a_cell_without_samples_fails():
+    assert stop_reason([None, None, None], [0.1, 0.1, 0.1], RULE) == FAILED
+    assert stop_reason([3.9, 4.0, 4.1], [None, None, None], RULE) == FAILED  # no baseline to compare
+    assert stop_reason([3.9, None, 4.1], [0.09, 0.10, None], RULE) == SIGNIFICANT  # two a side suffice
+    # one success in three is not yet a failure (two failures < min); at max it is
+    assert stop_reason([3.9, None, None], [0.1, 0.1, 0.1], RULE) is None
+    assert stop_reason([3.9, None, None, None, None, None], [0.1] * 6, Rule(3, 6)) == FAILED
+
+
+def test_identical_samples_with_different_means_are_significant():
+    assert stop_reason([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], RULE) == SIGNIFICANT
+    assert stop_reason([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], RULE) is None
+
+
+def test_the_rule_of_a_run_comes_from_its_manifest():
+    assert Rule.of({"reps": 40, "min_reps": 5, "precision": 0.05}) == Rule(5, 40, 0.05)
+    assert Rule.of({"reps": 3}) == Rule(3, 3, None)  # a fixed run (or one older than adaptive reps)
+    assert Rule.of({"reps": 3, "min_reps": None, "precision": None}) == Rule(3, 3, None)
