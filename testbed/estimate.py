@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contracts.device import DeviceProfile, operand_bytes, result_bytes, work
-from contracts.trials import LOCAL
+from contracts.trials import LOCAL, method_codec
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
 
@@ -66,7 +66,7 @@ def measure_host(methods, dtype: str = "float64", seed: int = 1) -> HostSpeeds:
     for name in methods:
         if name == LOCAL:
             continue
-        t = marshal_times(CODECS[name], operands, result, (2, 5, 0.05))
+        t = marshal_times(CODECS[method_codec(name)], operands, result, (2, 5, 0.05))  # grpc: protobuf
         codecs[name] = {"encode": data / t["encode_s"] / MB, "decode": data / t["decode_s"] / MB}
         ratio[name] = (t["bytes_up"] + t["bytes_down"]) / data
     return HostSpeeds(gflops, codecs, ratio)
@@ -96,8 +96,8 @@ class Model:
         return work(op, size) / (self.host.gflops * 1e9) / (self.cpu_quota or 1.0)
 
     def client_marshal_s(self, codec: str, direction: str, data: int, device: bool = True) -> float:
-        if device and self.device is not None and codec in self.device.marshalling:
-            return self.device.marshal_s(codec, direction, data)
+        if device and self.device is not None and method_codec(codec) in self.device.marshalling:
+            return self.device.marshal_s(method_codec(codec), direction, data)
         return data / (self.host.codecs[codec][direction] * MB) / (self.cpu_quota or 1.0)
 
     def trial_s(self, op: str, size: int, rate_mbps: float | None, method: str, device: bool = True) -> float:

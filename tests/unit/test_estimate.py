@@ -103,3 +103,11 @@ def test_the_eta_is_the_model_scaled_by_what_the_trials_took(monkeypatch):
 
 def test_durations_read_as_minutes_or_hours():
     assert (format_duration(59.6), format_duration(3725)) == ("1m00s", "1h02m")
+
+
+def test_grpc_is_estimated_with_its_codec_protobuf():
+    host = measure_host(("protobuf", "grpc"))
+    assert host.wire_ratio["grpc"] == pytest.approx(host.wire_ratio["protobuf"])
+    device = replace(DEVICE, marshalling={"protobuf": {"encode": 50.0, "decode": 400.0}})
+    model = Model(replace(EXP, methods=("grpc",)), host, device)
+    assert model.client_marshal_s("grpc", "encode", 10**6) == pytest.approx(10**6 / 50e6)
