@@ -22,11 +22,11 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from contracts import __version__
 from contracts.codecs import CODECS, UnknownCodec, get_codec
-from contracts.limits import LimitError, Limits, check_body, check_request
-from contracts.ops import OPS, OpError, UnknownOp, execute, get_op
+from contracts.limits import LimitError, Limits, check_request
+from contracts.ops import OPS, OpError, UnknownOp, get_op
 from contracts.trials import DTYPES
 from contracts.wire import Codec, CodecError
-from server.stages import decode_operands
+from server.stages import run_stages
 from server.timing import StageClock
 
 READ_CHUNK = 1 << 20
@@ -126,20 +126,9 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
             get_op(op)
             codec = get_codec(request.headers.get("X-Codec", "").strip().lower() or None)
             declared_check(op, codec, request.headers, limits)
-            body = read_body(request, max_body)
+            body = [read_body(request, max_body)]  # handed over: run_stages frees it once decoded
             with one_at_a_time:
-                with clock.stage("decode"):
-                    check_body(codec, body, limits)
-                    operands = decode_operands(codec, body, request.headers, op)
-                    del body  # JSON text is no longer needed once parsed (raw operands are views of it)
-                if operands:
-                    check_request(op, operands[0].dtype, [a.shape for a in operands], codec, limits)
-                with clock.stage("compute"):
-                    result = execute(op, operands)
-                del operands
-                with clock.stage("encode"):
-                    out, headers = codec.encode_response(result)
-                del result
+                _, out, headers = run_stages(codec, body, request.headers, clock, limits, op)
         except UnknownOp as exc:
             drain(request)
             return error_response(404, exc.error, exc.detail)

@@ -51,7 +51,7 @@ def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes
     """One Execute call: serialized OpRequest in, serialized OpReply out."""
     clock = StageClock()
     try:
-        _, out, _ = run_stages(CODEC, body, {}, clock, limits)
+        _, out, _ = run_stages(CODEC, [body], {}, clock, limits)
         return out
     except (CodecError, OpError, LimitError) as exc:
         code, message = status_of(exc), str(exc)

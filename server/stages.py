@@ -1,10 +1,9 @@
 """One request's three timed stages, decode -> compute -> encode, as both transports run them.
 
-The HTTP path (`server.app`) runs them inline, under its one-request-at-a-time lock, dropping the
-body and the operands as soon as they are no longer needed; it calls `decode_operands` here for the
-one check that depends on the transport (a protobuf body that names its op). The gRPC path
-(`server.grpc_service`) runs the same steps through `run_stages`: the same limits (`contracts.limits`)
-before decoding and before computing, the same op table, the same codec code.
+Both the HTTP path (`server.app`, under its one-request-at-a-time lock) and the gRPC path
+(`server.grpc_service`) run them through `run_stages`: the same limits (`contracts.limits`) before
+decoding and before computing, the same op table, the same codec code, and the body and operands
+dropped as soon as they are no longer needed.
 """
 
 from __future__ import annotations
@@ -28,13 +27,28 @@ def decode_operands(codec: Codec, body: bytes, headers: Mapping[str, str], op: s
 
 
 def run_stages(
-    codec: Codec, body: bytes, headers: Mapping[str, str], clock: StageClock, limits: Limits
+    codec: Codec,
+    body: list[bytes],
+    headers: Mapping[str, str],
+    clock: StageClock,
+    limits: Limits,
+    op: str | None = None,
 ) -> tuple[str, bytes, Headers]:
-    """A request whose body names its op (gRPC): the op, the encoded result and its headers."""
+    """Decode, compute and encode one request: the op, the encoded result and its headers.
+
+    `op` is the URL's (HTTP); without it the body names the op (gRPC). `body` is handed over in a
+    list the function empties, so the body's memory is freed as soon as it is decoded (the caller
+    keeps no reference; raw operands are views of it and keep what they need).
+    """
     with clock.stage("decode"):
-        check_body(codec, body, limits)
-        named, operands = codec.decode_op_request(body, headers)
-    op = get_op(named).name
+        data = body.pop()
+        check_body(codec, data, limits)
+        if op is None:
+            named, operands = codec.decode_op_request(data, headers)
+            op = get_op(named).name
+        else:
+            operands = decode_operands(codec, data, headers, op)
+        del data  # JSON text is no longer needed once parsed
     if operands:
         check_request(op, operands[0].dtype, [a.shape for a in operands], codec, limits)
     with clock.stage("compute"):
