@@ -195,8 +195,16 @@ class Lab(ABC):
             "grpc.ready", target=self.grpc_target, wait=timeout, timeout=timeout + 30
         )
 
-    def server_alive(self) -> bool:
-        return self.host("server").service_pid("offload") is not None
+    def server_alive(self, grpc: bool = False) -> bool:
+        """The offload server runs (and, with `grpc`, its gRPC child answers: it can die alone)."""
+        if self.host("server").service_pid("offload") is None:
+            return False
+        return not grpc or self.grpc_answers()
+
+    def restart_offload_server(self) -> None:
+        """Stop what is left of the server (a master whose gRPC child died), then start it afresh."""
+        self.host("server").stop("offload")
+        self.start_offload_server()
 
     # ---------------------------------------------------------------- shaping (the appliance's agent)
     def _ports(self) -> dict:

@@ -88,8 +88,8 @@ def run_sweep(
             brought_up = lab.up()
             was_up = not brought_up
             lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
-            if not lab.server_alive():
-                lab.start_offload_server()
+            if not lab.server_alive(grpc="grpc" in exp.methods):
+                lab.restart_offload_server()
             scale, marks = None, set()
             if device is not None:
                 progress.show(f"calibrating the client host for device {device.name}")
@@ -223,7 +223,7 @@ def run_trial(
         worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.scale)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
-        if t.method != LOCAL and not lab.server_alive():
-            log.warning("the offload server died; restarting it")
-            lab.start_offload_server()
+        if t.method != LOCAL and not lab.server_alive(grpc=t.method == "grpc"):
+            log.warning("the offload server (or its gRPC transport) died; restarting it")
+            lab.restart_offload_server()
     return record, worker

@@ -321,6 +321,32 @@ def test_a_failed_remote_trial_with_the_server_gone_restarts_the_server(lab, run
     assert len(client.workers) == 1  # the worker itself was fine
 
 
+def test_a_failed_grpc_trial_with_the_grpc_child_gone_restarts_the_server(lab, tmp_path):
+    exp = replace(EXP, methods=("grpc",), rates_mbps=(40.0,))
+    run_dir = tmp_path / "run"
+    manifest = start_run(run_dir, "fake-grpc", exp, lab)
+    client, server = lab.hosts["client"], lab.hosts["server"]
+    victim = next(t.trial for t in plan_trials(exp) if t.method == "grpc")
+    grpc_up = {"answers": True}
+    server.reply("service.status", lambda dir, name: 4242)  # the master stays alive throughout
+    server.reply("service.stop", lambda dir, name: grpc_up.update(answers=True) or True)
+    client.reply("grpc.ready", lambda target, wait: grpc_up["answers"])
+
+    def child_dies(spec):
+        if spec["trial"] == victim:
+            grpc_up["answers"] = False  # only the gRPC child died: HTTP still answers
+            return {"trial": spec["trial"], "ok": False, "error": "UNAVAILABLE: connection refused"}
+        return answer(spec)
+
+    client.worker(child_dies)
+    summary = run_sweep(lab, exp, run_dir, manifest)
+
+    assert (summary["failed"], summary["status"]) == (1, "complete")
+    assert [a["name"] for a in server.args("service.stop")] == ["server-offload"]
+    assert [a["name"] for a in server.args("service.start")][-1] == "server-offload"
+    assert [i for i, r in rows(run_dir).items() if r["ok"] != "true"] == [victim]
+
+
 # ------------------------------------------------------------------ validation
 def test_a_rate_that_fails_validation_is_skipped_as_failed_rows_and_the_next_rate_runs(lab, run):
     run_dir, manifest = run
