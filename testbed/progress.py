@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from testbed.estimate import format_duration
 from testbed.plan import Trial
 
+PRIOR_S = 60.0  # seconds of trials after which the measured pace counts as much as the model
+
 
 @dataclass
 class Progress:
@@ -61,14 +63,17 @@ class Progress:
 
     def eta(self) -> tuple[float | None, float | None]:
         """Seconds left at the least and at the most (None: unknown). With a model: the model's time for
-        the trials left, times what the trials so far took over what the model said they would."""
+        the trials left, times what the trials so far took over what the model said they would (both
+        plus `PRIOR_S`, so the factor moves from 1 to the measured pace as trials accumulate)."""
         elapsed = time.monotonic() - self.started
         if self.seconds is None:
             if not self.ran:
                 return None, None
             per = elapsed / self.ran
             return None, per * (self.total_trials - self.done)
-        factor = elapsed / self.modelled if self.ran and self.modelled > 0 else 1.0
+        # what the trials took over what the model said, with the model's own word worth PRIOR_S: a
+        # rate's set-up (validation, warm-up) before its first few short trials does not make a spike
+        factor = (elapsed + PRIOR_S) / (self.modelled + PRIOR_S) if self.ran else 1.0
         high = factor * sum(left * self.seconds[c] for c, left in self.cells_left.items())
         if self.min_left is None:
             return None, high

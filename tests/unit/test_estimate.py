@@ -16,7 +16,7 @@ from contracts.trials import LOCAL
 from contracts.units import expected_goodput
 from testbed.estimate import HTTP_HEADERS, TRIAL_OVERHEAD_S, HostSpeeds, Model, format_duration, measure_host
 from testbed.experiment import Experiment, Validation
-from testbed.progress import Progress
+from testbed.progress import PRIOR_S, Progress
 
 DEVICE = DeviceProfile(
     name="round",
@@ -96,9 +96,30 @@ def test_the_eta_is_the_model_scaled_by_what_the_trials_took(monkeypatch):
 
     clock[0] += 6.0  # the first trial took twice what the model said
     progress.show("x", T())
-    assert progress.eta() == (pytest.approx(2 * (2 + 3)), pytest.approx(2 * (4 + 9)))
+    f = (6 + PRIOR_S) / (3 + PRIOR_S)
+    assert progress.eta() == (pytest.approx(f * (2 + 3)), pytest.approx(f * (4 + 9)))
     progress.close_cells([("b",)])  # the stopping rule closed cell a
-    assert progress.eta() == (pytest.approx(2 * 3), pytest.approx(2 * 9)) and progress.saved == 4
+    assert progress.eta() == (pytest.approx(f * 3), pytest.approx(f * 9)) and progress.saved == 4
+
+    long = Progress(1000, 1, {("b",): 1000}, seconds={("b",): 1.0})
+    clock[0] += 2 * 500.0  # 500 trials later, all at twice the model's time: the pace is what counts
+    for _ in range(500):
+        long.show("x", T())
+    assert long.eta()[1] == pytest.approx(2 * 500, rel=0.1)
+
+
+def test_a_rates_set_up_before_short_trials_makes_no_spike(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("testbed.progress.time.monotonic", lambda: clock[0])
+    progress = Progress(60, 10, {("c",): 60}, seconds={("c",): 0.1})
+
+    class T:
+        cell = ("c",)
+
+    clock[0] += 10.0 + 6 * 0.1  # validation and warm-up, then six trials as fast as the model said
+    for _ in range(6):
+        progress.show("x", T())
+    assert progress.eta()[1] < 1.2 * 54 * 0.1  # not 17x the model, as elapsed / modelled would say
 
 
 def test_durations_read_as_minutes_or_hours():
