@@ -85,7 +85,10 @@ class FakeWorker:
                     self._ended.wait()
                     break
                 except KeyboardInterrupt:
-                    os.kill(os.getpid(), self.interrupt)
+                    # to the main thread, as a terminal's Ctrl-C reaches the orchestrator: sent to the
+                    # process, the kernel may hand it to another thread (gRPC's, a pump), and the main
+                    # thread's wait is then not interrupted
+                    signal.pthread_kill(threading.main_thread().ident, self.interrupt)
                     continue
                 except Exception:
                     self._complain(traceback.format_exc())
