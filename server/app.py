@@ -21,11 +21,12 @@ from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from contracts import __version__
-from contracts.codecs import CODECS, UnknownCodec, get_codec
-from contracts.limits import LimitError, Limits, check_request
-from contracts.ops import OPS, OpError, UnknownOp, get_op
+from contracts.codecs import CODECS, get_codec
+from contracts.limits import Limits, check_request
+from contracts.ops import OPS, get_op
 from contracts.trials import DTYPES
 from contracts.wire import Codec, CodecError
+from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
 from server.timing import StageClock
 
@@ -129,12 +130,11 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
             body = [read_body(request, max_body)]  # handed over: run_stages frees it once decoded
             with one_at_a_time:
                 _, out, headers = run_stages(codec, body, request.headers, clock, limits, op)
-        except UnknownOp as exc:
-            drain(request)
-            return error_response(404, exc.error, exc.detail)
-        except UnknownCodec as exc:
-            drain(request)
-            return error_response(415, "unknown codec", str(exc))
+        except REFUSED as exc:  # the status, error and detail of each: server.refusals
+            if "decode" not in clock.ms:  # refused from the URL or headers, before the body was read
+                drain(request)
+            refusal = refusal_of(exc)
+            return error_response(refusal.http, *refusal.error_and_detail(exc), clock)
         except RequestEntityTooLarge:
             drain(request)
             return error_response(
@@ -142,10 +142,6 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
                 "body too large",
                 f"the server accepts at most {max_body} bytes (python -m server --max-body-mb)",
             )
-        except LimitError as exc:
-            if "decode" not in clock.ms:  # refused from the headers, before the body was read
-                drain(request)
-            return error_response(413, exc.error, exc.detail, clock)
         except TimeoutError as exc:
             return error_response(
                 408,
@@ -153,8 +149,6 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
                 f"the body did not arrive in time ({exc}); the server waits {read_timeout:g} s for each "
                 f"byte and {timeout:g} s for a whole body (python -m server --read-timeout, --timeout)",
             )
-        except (CodecError, OpError) as exc:
-            return error_response(400, exc.error, exc.detail, clock)
         except Exception as exc:  # a bug; the worker must keep serving, and the client still gets JSON
             app.logger.exception("POST /v1/ops/%s failed", op)
             return error_response(500, "internal error", f"{type(exc).__name__}: {exc}", clock)

@@ -4,10 +4,11 @@ The handler takes the request's serialized bytes, not a parsed message: parsing 
 decode stage and must be timed like every codec's, so the generic handler is registered with no
 deserializer and `server.stages.run_stages` decodes with the `protobuf` codec, exactly as the HTTP
 path does for `X-Codec: protobuf`. Stage times go back in the trailing metadata `server-timing`, in
-the `Server-Timing` header's format, on success and on failure. Bad input gets INVALID_ARGUMENT, an
-unknown operation UNIMPLEMENTED, a limit RESOURCE_EXHAUSTED (the body limit is the HTTP server's,
-enforced by gRPC's own receive limit), and the server keeps serving. One request at a time, like the
-HTTP server's sync worker: trials never share a CPU.
+the `Server-Timing` header's format, on success and on failure. A refused request gets the code that
+`server.refusals` pairs with HTTP's status for it: bad input INVALID_ARGUMENT, an unknown operation
+UNIMPLEMENTED, a limit RESOURCE_EXHAUSTED (the body limit is the HTTP server's, enforced by gRPC's
+own receive limit), and the server keeps serving. One request at a time, like the HTTP server's sync
+worker: trials never share a CPU.
 
 `python -m server --grpc-port M` runs this module as a child process next to gunicorn (gRPC's threads
 do not survive gunicorn's fork); the child stops when its parent goes away.
@@ -26,25 +27,14 @@ from concurrent import futures
 import grpc
 
 from contracts.codecs import get_codec
-from contracts.limits import LimitError, Limits
-from contracts.ops import OpError, UnknownOp
+from contracts.limits import Limits
 from contracts.protobuf_codec import EXECUTE, SERVICE
-from contracts.wire import CodecError
+from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
 from server.timing import StageClock
 
 log = logging.getLogger("offload-grpc")
 CODEC = get_codec("protobuf")
-LIMIT_ERRORS = {"too many operands"}  # refusals that are limits, not malformed input (and LimitError)
-
-
-def status_of(exc: Exception) -> grpc.StatusCode:
-    """The gRPC status for a refused request (HTTP's 404 / 400 of the same exception)."""
-    if isinstance(exc, UnknownOp):
-        return grpc.StatusCode.UNIMPLEMENTED
-    if isinstance(exc, LimitError) or getattr(exc, "error", None) in LIMIT_ERRORS:
-        return grpc.StatusCode.RESOURCE_EXHAUSTED
-    return grpc.StatusCode.INVALID_ARGUMENT
 
 
 def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes:
@@ -53,8 +43,8 @@ def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes
     try:
         _, out, _ = run_stages(CODEC, [body], {}, clock, limits)
         return out
-    except (CodecError, OpError, LimitError) as exc:
-        code, message = status_of(exc), str(exc)
+    except REFUSED as exc:  # the code of each: server.refusals
+        code, message = grpc.StatusCode[refusal_of(exc).grpc], str(exc)
     except Exception as exc:  # a bug: logged with its traceback, answered, and the server goes on
         log.exception("Execute failed")
         code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
