@@ -10,29 +10,18 @@ removes the rest of the error by starting each timed stage at a known point of a
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.processes import stop_all
-from contracts.profiles import check_cpu_quota
+from contracts.profiles import quota_period
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-MIN_QUOTA_US = 1000
-MIN_PERIOD_US = 1000
-MAX_PERIOD_US = 1_000_000
-CGROUP_ENV = "TESTBED_CPU_CGROUP"  # set by `main` for the command it runs: the cgroup it runs in
-
-
-def quota_period(fraction: float) -> tuple[int, int]:
-    """(quota_us, period_us) for `fraction` of one core: the shortest period whose quota is the
-    kernel's 1 ms minimum. `check_cpu_quota` keeps the fraction where that period is at most 1 s.
-    """
-    check_cpu_quota(fraction)
-    period = min(max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / fraction)), MAX_PERIOD_US)
-    return max(MIN_QUOTA_US, round(fraction * period)), period
+# set by `main` for the command it runs: the directory of the cgroup it runs in, as a path that
+# still leads there inside `ip netns exec` (which mounts the namespace's own /sys, without cgroups)
+CGROUP_ENV = "TESTBED_CPU_CGROUP"
 
 
 @dataclass(frozen=True)
@@ -68,6 +57,22 @@ class CpuLimit:
         self.root = root
         self.version = version or detect_version(root)
         self.path = root / "cpu" / name if self.version == 1 else root / name
+        self.made = True  # the cgroup's parent is ours to set up (v2: enable the cpu controller)
+
+    @classmethod
+    def at(cls, path: Path, fraction: float = 1.0) -> CpuLimit:
+        """The existing cgroup at `path` (a process's own, as `main` hands it down)."""
+        limit = cls.__new__(cls)
+        limit.name, limit.fraction, limit.root, limit.path = path.name, fraction, path.parent, path
+        limit.version = 1 if (path / "cpu.cfs_quota_us").exists() else 2
+        limit.made = False
+        return limit
+
+    @classmethod
+    def own(cls, fraction: float = 1.0) -> CpuLimit | None:
+        """The limit this process runs under, if `main` started it (None otherwise)."""
+        path = os.environ.get(CGROUP_ENV)
+        return cls.at(Path(path), fraction) if path else None
 
     def plan(self) -> list[Write]:
         quota, period = quota_period(self.fraction)
@@ -77,13 +82,12 @@ class CpuLimit:
                 Write(self.path / "cpu.cfs_period_us", str(period)),
                 Write(self.path / "cpu.cfs_quota_us", str(quota)),
             ]
-        return [
-            Write(self.root / "cgroup.subtree_control", "+cpu"),
-            Write(self.path / "cpu.max", f"{quota} {period}"),
-        ]
+        enable = [Write(self.root / "cgroup.subtree_control", "+cpu")] if self.made else []
+        return [*enable, Write(self.path / "cpu.max", f"{quota} {period}")]
 
     def apply(self) -> None:
-        self.path.mkdir(exist_ok=True)
+        if self.made:
+            self.path.mkdir(exist_ok=True)
         for write in self.plan():
             if write.path.name == "cgroup.subtree_control" and "cpu" in write.path.read_text().split():
                 continue
@@ -154,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, OSError) as exc:
         print(f"cpulimit: error: cannot join cgroup {args.name}: {exc}", file=sys.stderr)
         return 2
-    os.environ[CGROUP_ENV] = args.name  # so a timed stage can find its period (client.throttle)
+    # the cgroup's directory stays open across exec, so CMD reaches it through /proc/self/fd even where
+    # /sys/fs/cgroup is out of sight: a timed stage reads its period, a throttled worker sets its quotas
+    fd = os.open(CpuLimit(args.name, 1.0).path, os.O_RDONLY | os.O_DIRECTORY)
+    os.set_inheritable(fd, True)
+    os.environ[CGROUP_ENV] = f"/proc/self/fd/{fd}"
     os.execvp(cmd[0], cmd)
     return 0  # not reached
 

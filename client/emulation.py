@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from contracts.codecs import get_codec
-from contracts.device import DeviceProfile, Grid, work
+from contracts.device import DeviceProfile, Grid, key, work
 from contracts.ops import execute
 from contracts.trials import method_codec
 
@@ -43,22 +43,23 @@ def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray
 MIN_SAMPLE_S = 0.02  # a sample repeats work shorter than this, so the clock's noise does not dominate
 
 
-def interleaved(
+def sampled(
     jobs: list[Work],
-    reps: int,
+    rounds: int,
     clock=time.process_time,
     seed: int = 1,
     batch: bool = True,
-    before: Callable[[], object] | None = None,
-) -> list[float]:
-    """Seconds of one run of each work: the median of `reps` samples, taken in rounds.
+    before: Callable[[int], object] | None = None,
+) -> list[list[float]]:
+    """Seconds of one run of each work, one sample per round: `samples[i][r]`.
 
     Each round runs every work once, in an order shuffled from the seed, as a sweep interleaves its
     trials: a work never follows itself, so caches and the allocator are as cold as in a trial
     (back-to-back repetitions of one work reuse its memory and come out faster than any trial).
     With `batch`, work shorter than `MIN_SAMPLE_S` is repeated within its sample and divided;
     without, every sample is one run (what a throttled trial sees, quota periods and all).
-    `before` runs ahead of every sample, outside it (the throttle's period alignment).
+    `before(i)` runs ahead of every sample of work `i`, outside it (the throttle's quota and period
+    alignment).
     """
     runs = []
     for job in jobs:
@@ -68,26 +69,26 @@ def interleaved(
     samples: list[list[float]] = [[] for _ in jobs]
     order = list(range(len(jobs)))
     rng = random.Random(seed)
-    for _ in range(reps):
+    for _ in range(rounds):
         rng.shuffle(order)
         for i in order:
             if before:
-                before()
+                before(i)
             start = clock()
             for _ in range(runs[i]):
                 jobs[i]()
             samples[i].append((clock() - start) / runs[i])
-    return [statistics.median(s) for s in samples]
+    return samples
+
+
+def interleaved(jobs: list[Work], reps: int, **how) -> list[float]:
+    """Seconds of one run of each work: the median of `reps` samples taken in rounds (`sampled`)."""
+    return [statistics.median(s) for s in sampled(jobs, reps, **how)]
 
 
 def cpu_seconds(job: Work, reps: int) -> float:
     """CPU seconds of one run of `job` (the median of `reps` samples, after one untimed run)."""
     return interleaved([job], reps)[0]
-
-
-def key(kind: str, op: str, size: int, codec: str | None = None) -> str:
-    """`kernel|mul|400`, `encode|json|mul|400`: one slowdown per kind of work."""
-    return "|".join([kind, *([codec] if codec else []), op, str(size)])
 
 
 def works(
@@ -123,6 +124,7 @@ def _row(
 ) -> dict:
     error = (achieved - target) / target * 100
     return {
+        "key": key(kind, op, size, codec),
         "work": kind if codec is None else f"{codec} {kind}",
         "op": op,
         "size": size,
@@ -147,8 +149,13 @@ def calibrate(device: DeviceProfile, grid: Grid, reps: int = 5, tolerance_pct: f
     """Slowdowns for every kind of work of the grid, and the check of each against its target."""
     items = _items(grid)
     jobs = [item[4] for item in items]
-    host = interleaved(jobs, reps, seed=grid.seed)
-    again = interleaved(jobs, reps, seed=grid.seed + 1)  # a second, independent measurement
+    # two measurements, the slowdowns' and the check's, from alternate rounds: a spell of load on the
+    # host (which inflates CPU time too, through shared caches) falls on both alike rather than on
+    # one (measured: a test suite on the other core during the first of two passes taken one after
+    # the other flagged every kind of work at -13% to -46%)
+    samples = sampled(jobs, 2 * reps, seed=grid.seed)
+    host = [statistics.median(s[0::2]) for s in samples]
+    again = [statistics.median(s[1::2]) for s in samples]
     rows, scale = [], {}
     for (op, size, kind, codec, _, data), host_s, again_s in zip(items, host, again, strict=True):
         target = target_s(device, kind, op, size, codec, data)
@@ -159,24 +166,43 @@ def calibrate(device: DeviceProfile, grid: Grid, reps: int = 5, tolerance_pct: f
     return {"device": device.name, "mode": "scaled", "rows": rows, "scale": scale}
 
 
-def check_wall(device: DeviceProfile, grid: Grid, reps: int = 5, tolerance_pct: float = 10.0) -> dict:
+def check_wall(
+    device: DeviceProfile,
+    grid: Grid,
+    reps: int = 5,
+    tolerance_pct: float = 10.0,
+    quotas: dict[str, float] | None = None,
+    only: list[str] | None = None,
+) -> dict:
     """`throttle` mode's check, run inside the device's CPU limit: the wall time of each kind of work
-    against its target, one run per sample, sampled in rounds as a sweep interleaves its trials."""
-    items = _items(grid)
-    from client.throttle import Aligner
+    against its target, one run per sample, sampled in rounds as a sweep interleaves its trials.
+    With `quotas` (fraction of a core per `key`), each sample runs under its work's own quota, as the
+    trial worker's stages do; each row says the quota period it ran under. `only`: these keys."""
+    from client.throttle import Aligner, in_force
+
+    items = [
+        (op, size, kind, codec, run, data)
+        for op, size, kind, codec, run, data in _items(grid)
+        if only is None or key(kind, op, size, codec) in only
+    ]
+    aligner = Aligner(quotas=quotas)
+    periods: list[float | None] = [None] * len(items)
+
+    def before(i: int) -> None:
+        """Where a trial's stage would start: its quota in force, at a known point of a period."""
+        op, size, kind, codec, _, _ = items[i]
+        aligner.trial(op, size, codec)
+        aligner(kind)
+        period = in_force(aligner.limit)
+        periods[i] = period.period_s if period else None
 
     walls = interleaved(
-        [item[4] for item in items],
-        reps,
-        clock=time.perf_counter,
-        seed=grid.seed,
-        batch=False,
-        before=Aligner(),  # each sample starts where a trial's stage would: at a known point of a period
+        [item[4] for item in items], reps, clock=time.perf_counter, seed=grid.seed, batch=False, before=before
     )
-    rows = [
-        _row(kind, codec, op, size, target_s(device, kind, op, size, codec, data), wall, tolerance_pct)
-        for (op, size, kind, codec, _, data), wall in zip(items, walls, strict=True)
-    ]
+    rows = []
+    for (op, size, kind, codec, _, data), wall, period in zip(items, walls, periods, strict=True):
+        row = _row(kind, codec, op, size, target_s(device, kind, op, size, codec, data), wall, tolerance_pct)
+        rows.append({**row, "period_s": period})
     return {"device": device.name, "mode": "throttle", "rows": rows}
 
 
@@ -259,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m client.emulation < REQUEST.json`: calibrate this host for a device, print JSON.
 
     The request: {"device": <profile as JSON>, "grid": <Grid as JSON>, "tolerance_pct": ...,
-    "check": "wall" for throttle mode's check}.
+    "check": "wall" for throttle mode's check, "quotas": its per-work quotas, "only": the keys to check}.
     """
     import json
     import sys
@@ -268,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     device = DeviceProfile.from_dict(request["device"])
     grid = Grid.from_dict(request["grid"])
     check = check_wall if request.get("check") == "wall" else calibrate  # wall: throttle, inside the limit
-    json.dump(check(device, grid, tolerance_pct=request["tolerance_pct"]), sys.stdout)
+    extra = {k: request[k] for k in ("quotas", "only") if request.get(k)}
+    json.dump(check(device, grid, tolerance_pct=request["tolerance_pct"], **extra), sys.stdout)
     return 0
 
 

@@ -38,7 +38,9 @@ def ready(target: str, timeout: float) -> bool:
 class GrpcOffloadClient:
     """One channel (one HTTP/2 connection, kept open between trials) to the server's gRPC port."""
 
-    def __init__(self, target: str, timeout: float = 900.0, align: Callable[[], object] = no_align) -> None:
+    def __init__(
+        self, target: str, timeout: float = 900.0, align: Callable[[str], object] = no_align
+    ) -> None:
         self.target = target
         self.timeout = timeout
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
@@ -65,24 +67,26 @@ class GrpcOffloadClient:
             ) from None
 
     def offload(self, op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, StageTimes]:
-        self.align()
+        self.align("encode")
         c0, t0 = time.process_time(), time.perf_counter()
         try:
             body = CODEC.encode_op_request(op, operands)
         except CodecError as exc:
             raise UserError(f"protobuf cannot encode these operands: {exc}") from exc
         t1, c1 = time.perf_counter(), time.process_time()
+        self.align("request")
+        tr = time.perf_counter()
         try:
             content, call = self._execute.with_call(body, timeout=self.timeout)
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         t2 = time.perf_counter()
-        self.align()
+        self.align("decode")
         c3, t3 = time.process_time(), time.perf_counter()
         result = CODEC.decode_response(content, {})
         t4, c4 = time.perf_counter(), time.process_time()
         server_timing = dict(call.trailing_metadata() or ()).get("server-timing")
-        times = stage_times((t0, t1, t2, t3, t4), (c0, c1, c3, c4), server_timing)
+        times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), server_timing)
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
     def _error(self, exc: grpc.RpcError) -> Exception:

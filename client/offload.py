@@ -59,8 +59,12 @@ class ResultMismatch(Exception):
     """The remote result differs from the local one beyond the tolerance."""
 
 
-def no_align() -> None:
-    """Timed stages start at once (no CPU quota to align to)."""
+def no_align(kind: str | None = None) -> None:
+    """Timed stages start at once (no CPU quota to align to).
+
+    `align(kind)` runs before each timed client stage, with the stage's kind of work (kernel,
+    encode, decode) and before the request ("request"): `client.throttle.Aligner` under a CPU quota.
+    """
 
 
 class OffloadClient:
@@ -70,7 +74,9 @@ class OffloadClient:
     new TCP connection; its handshake is part of the request time, as it was for the paper's CGI.
     """
 
-    def __init__(self, base_url: str, timeout: float = 900.0, align: Callable[[], object] = no_align) -> None:
+    def __init__(
+        self, base_url: str, timeout: float = 900.0, align: Callable[[str], object] = no_align
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
@@ -105,13 +111,15 @@ class OffloadClient:
     def offload(self, op: str, operands: list[np.ndarray], codec: str) -> tuple[np.ndarray, StageTimes]:
         """Run `op` on the server; the operands' dtype is the request's dtype."""
         c = _codec(codec)
-        self.align()
+        self.align("encode")
         c0, t0 = time.process_time(), time.perf_counter()
         try:
             body, headers = c.encode_request(operands)
         except CodecError as exc:
             raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
         t1, c1 = time.perf_counter(), time.process_time()
+        self.align("request")
+        tr = time.perf_counter()
         try:
             resp = self.session.post(
                 f"{self.base_url}/v1/ops/{op}",
@@ -126,34 +134,35 @@ class OffloadClient:
         t2 = time.perf_counter()
         if resp.status_code != 200:
             raise _error_from(resp.status_code, content)
-        self.align()
+        self.align("decode")
         c3, t3 = time.process_time(), time.perf_counter()
         result = c.decode_response(content, resp.headers)
         t4, c4 = time.perf_counter(), time.process_time()
-        times = stage_times((t0, t1, t2, t3, t4), (c0, c1, c3, c4), resp.headers.get("Server-Timing"))
+        times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), resp.headers.get("Server-Timing"))
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
 
 def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: str | None) -> dict:
     """A trial's stage times from its clock readings, for every transport alike.
 
-    wall: before encode, after encode (request sent), response received, before decode, after decode;
-    cpu: process time before and after encode, before and after decode. Communication is the request
-    time minus the server's stages (the paper's Fig. 3): it cannot be measured directly.
+    wall: before encode, after encode, request sent, response received, before decode, after decode
+    (the gaps between a stage's end and the next one's start are the throttle's preparations, outside
+    every stage); cpu: process time before and after encode, before and after decode. Communication
+    is the request time minus the server's stages (the paper's Fig. 3): it cannot be measured directly.
     """
-    t0, t1, t2, t3, t4 = wall
+    t0, t1, tr, t2, t3, t4 = wall
     c0, c1, c3, c4 = cpu
     server = parse_server_timing(server_timing)
     s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
     return {
         "t_client_encode": t1 - t0,
-        "t_request": t2 - t1,
+        "t_request": t2 - tr,
         "t_server_decode": s_decode,
         "t_server_compute": s_compute,
         "t_server_encode": s_encode,
         "t_client_decode": t4 - t3,
-        "t_comm": (t2 - t1) - (s_decode + s_compute + s_encode),
-        "t_total": (t1 - t0) + (t2 - t1) + (t4 - t3),
+        "t_comm": (t2 - tr) - (s_decode + s_compute + s_encode),
+        "t_total": (t1 - t0) + (t2 - tr) + (t4 - t3),
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
     }
@@ -181,11 +190,11 @@ def local(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float]:
 
 
 def local_times(
-    op: str, operands: list[np.ndarray], align: Callable[[], object] = no_align
+    op: str, operands: list[np.ndarray], align: Callable[[str], object] = no_align
 ) -> tuple[np.ndarray, float, float]:
     """`local`, with the CPU seconds this process spent as well as the wall-clock seconds."""
     try:
-        align()
+        align("kernel")
         cpu, start = time.process_time(), time.perf_counter()
         result = execute(op, operands)
         return result, time.perf_counter() - start, time.process_time() - cpu

@@ -14,12 +14,11 @@ get). Costs up to a period and a half of wall time before the stage, outside eve
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from client.cpulimit import CGROUP_ENV, CGROUP_ROOT, CpuLimit
+from client.cpulimit import CpuLimit
+from contracts.device import key
 from contracts.errors import UserError
 
 
@@ -34,18 +33,19 @@ class Period:
         return self.period_s - self.quota_s
 
 
-def in_force(name: str | None = None, root: Path = CGROUP_ROOT) -> Period | None:
-    """The quota of the cgroup this process runs in (`python -m client.cpulimit` names it), if any."""
-    name = name or os.environ.get(CGROUP_ENV)
-    if not name:
+def in_force(limit: CpuLimit | None = None) -> Period | None:
+    """The quota of `limit`, by default the cgroup this process runs in (as `python -m client.cpulimit`
+    hands it down), if any."""
+    limit = limit or CpuLimit.own()
+    if limit is None:
         return None
     try:
-        limit = CpuLimit(name, 1.0, root=root).read()
-    except (OSError, UserError):
+        held = limit.read()
+    except (OSError, ValueError):
         return None
-    if not limit or limit.get("quota_us", -1) <= 0:
+    if not held or held.get("quota_us", -1) <= 0:
         return None
-    return Period(limit["period_us"] / 1e6, limit["quota_us"] / 1e6)
+    return Period(held["period_us"] / 1e6, held["quota_us"] / 1e6)
 
 
 def spend_cpu(seconds: float) -> None:
@@ -74,11 +74,47 @@ def align(period: Period | None, clock=time.perf_counter) -> bool:
 
 
 class Aligner:
-    """`align` before each timed stage of this process, with the quota read afresh (a calibration may
-    change it while the process runs)."""
+    """What runs before each timed stage of this process: under per-work quotas (throttle mode), the
+    quota of the stage's kind of work is put in force; then `align`, with the quota read afresh.
 
-    def __init__(self, name: str | None = None) -> None:
-        self.name = name or os.environ.get(CGROUP_ENV)
+    One quota cannot serve every kind of work: a host is not uniformly faster than the device (it
+    may compute 200x faster but marshal JSON only 4x faster, and the ratio changes with the size), so
+    each kind of work gets the fraction of a core its own calibrated slowdown calls for (`quotas`,
+    keyed as `contracts.device.key`, with `base` for what no key covers: the request between the
+    client's stages). The process writes its own cgroup, which needs root, as the agent has.
+    """
 
-    def __call__(self) -> bool:
-        return align(in_force(self.name)) if self.name else False
+    def __init__(self, limit: CpuLimit | None = None, quotas: dict[str, float] | None = None) -> None:
+        self.limit = limit or CpuLimit.own()
+        self.quotas = quotas or {}
+        self.work: tuple[str, int, str | None] = ("", 0, None)  # (op, size, method) of the trial in hand
+        self.fraction: float | None = None  # the quota this process last put in force
+        if self.quotas and self.limit is None:
+            raise UserError(
+                "per-work CPU quotas need the cgroup the process runs in",
+                "run it through python -m client.cpulimit --name CGROUP -- ...",
+            )
+
+    def trial(self, op: str, size: int, method: str | None = None) -> None:
+        """The trial whose stages follow: their kinds of work are keyed by its op, size and method."""
+        self.work = (op, size, method)
+
+    def put(self, fraction: float) -> None:
+        """Put `fraction` of a core in force for this process's cgroup (written only when it changes:
+        a write restarts the kernel's period)."""
+        if fraction != self.fraction:
+            CpuLimit.at(self.limit.path, fraction).apply()
+            self.fraction = fraction
+
+    def __call__(self, kind: str | None = None) -> bool:
+        """Before a timed stage of `kind` (kernel, encode, decode; request: no alignment, the
+        request waits on the network)."""
+        if self.limit is None:
+            return False
+        if self.quotas and kind is not None:
+            op, size, method = self.work
+            codec = None if kind in ("kernel", "request") else method
+            self.put(self.quotas.get(key(kind, op, size, codec), self.quotas["base"]))
+        if kind == "request":
+            return False
+        return align(in_force(self.limit))

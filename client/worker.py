@@ -31,9 +31,11 @@ class TrialWorker:
         timeout: float,
         scaler: Scaler | None = None,
         grpc_target: str | None = None,
+        quotas: dict[str, float] | None = None,
     ) -> None:
-        # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period
-        self.align = Aligner()
+        # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period,
+        # with the quota of its kind of work when the calibration gave per-work `quotas`
+        self.align = Aligner(quotas=quotas)
         self.client = OffloadClient(url, timeout=timeout, align=self.align)
         self.grpc = GrpcOffloadClient(grpc_target, timeout=timeout, align=self.align) if grpc_target else None
         self.seed = seed
@@ -60,6 +62,7 @@ class TrialWorker:
             operands = self.operands(spec["op"], int(spec["size"]), spec["dtype"])
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             op, size = spec["op"], int(spec["size"])
+            self.align.trial(op, size, spec["method"])
             if spec["method"] == LOCAL:
                 _, wall, cpu = local_times(op, operands, self.align)
                 out.update(ok=True, t_total=wall, cpu_total=cpu)
@@ -83,12 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc-target", help="HOST:PORT of the server's gRPC transport (method grpc)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument(
+    emulation = parser.add_mutually_exclusive_group()
+    emulation.add_argument(
         "--scale", help="scaled device emulation: the slowdowns of `client.emulation.calibrate`, as JSON"
+    )
+    emulation.add_argument(
+        "--quotas", help="throttled device emulation: the fraction of a core per kind of work, as JSON"
     )
     args = parser.parse_args(argv)
     scaler = Scaler(json.loads(args.scale)) if args.scale else None
-    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target)
+    quotas = json.loads(args.quotas) if args.quotas else None
+    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas)
+    if quotas:
+        worker.align.put(quotas["base"])  # fails here, before any trial, if the cgroup is not writable
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip():

@@ -34,6 +34,12 @@ def work(op: str, size: int) -> float:
     raise KeyError(op)
 
 
+def key(kind: str, op: str, size: int, codec: str | None = None) -> str:
+    """`kernel|mul|400`, `encode|json|mul|400`: one kind of work of a trial, as the calibration's
+    slowdowns (scaled) and quotas (throttle) name it."""
+    return "|".join([kind, *([codec] if codec else []), op, str(size)])
+
+
 def operand_bytes(op: str, size: int, itemsize: int = 8) -> int:
     """Matrix data in a request: the operands' elements times their item size."""
     arity = 2 if op == "mul" else 1

@@ -7,12 +7,16 @@ them, so a value means the same wherever it was typed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from contracts.errors import UserError
 
 MIN_BURST = 1600  # bytes: one full frame and some
 MIN_CPU_QUOTA = 0.001  # the kernel's 1 ms quota per its longest 1 s period
+MIN_QUOTA_US = 1000
+MIN_PERIOD_US = 1000
+MAX_PERIOD_US = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,12 @@ def check_cpu_quota(quota: float) -> float:
             "e.g. 0.05 for a twentieth of a core, or leave it out for no limit",
         )
     return quota
+
+
+def quota_period(fraction: float) -> tuple[int, int]:
+    """(quota_us, period_us) for `fraction` of one core: the shortest period whose quota is the
+    kernel's 1 ms minimum. `check_cpu_quota` keeps the fraction where that period is at most 1 s.
+    """
+    check_cpu_quota(fraction)
+    period = min(max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / fraction)), MAX_PERIOD_US)
+    return max(MIN_QUOTA_US, round(fraction * period)), period

@@ -254,14 +254,20 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
         kernels = [r for r in result["rows"] if r["work"] == "kernel"]
         codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
         keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
+        # throttle: the quota each work ran under, its period, why it is flagged, the first check's error
+        extra = ("key", "quota", "period_s", "reason", "first_error_pct")
+
+        def row(r: dict) -> dict:
+            return {**{k: r[k] for k in keys}, **{k: r[k] for k in extra if k in r}}
+
         print_json(
             {
                 "device": device.name,
                 "mode": args.mode,
-                **({"slow_host": result["slow_host"]} if "slow_host" in result else {}),
-                "rows": [{k: r[k] for k in keys} for r in kernels],
+                **{k: result[k] for k in ("slow_host", "quotas") if k in result},
+                "rows": [row(r) for r in kernels],
                 "codecs": [
-                    {"codec": r["work"].split()[0], "stage": r["work"].split()[1], **{k: r[k] for k in keys}}
+                    {"codec": r["work"].split()[0], "stage": r["work"].split()[1], **row(r)}
                     for r in codec_rows
                 ],
             }

@@ -90,12 +90,12 @@ def run_sweep(
             lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
             if not lab.server_alive(grpc="grpc" in exp.methods):
                 lab.restart_offload_server()
-            scale, marks = None, set()
+            calibration, marks = None, set()
             if device is not None:
                 progress.show(f"calibrating the client host for device {device.name}")
                 calibration = emulation.emulate_for(lab, device, exp)
                 emulation.record(manifest, device, exp.mode, calibration, now())
-                scale, marks = calibration.get("scale"), emulation.flagged(calibration)
+                marks = emulation.flagged(calibration)
                 progress.reset_clock()
                 if marks:
                     what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(marks))
@@ -125,7 +125,7 @@ def run_sweep(
                         progress.close_cells(rounds.open_cells())
                     continue
                 if worker is None:
-                    worker = WorkerLink(lab, exp, run_dir / "worker.log", scale)
+                    worker = WorkerLink(lab, exp, run_dir / "worker.log", calibration)
                 if rate not in warmed:
                     worker = warm_up(lab, exp, worker, run_dir, phase)
                     warmed.add(rate)
@@ -220,7 +220,7 @@ def run_trial(
         log.warning("trial %d: %s; restarting the client worker", t.trial, exc)
         worker.proc.kill()
         worker.close()
-        worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.scale)
+        worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.calibration)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
         if t.method != LOCAL and not lab.server_alive(grpc=t.method == "grpc"):

@@ -28,10 +28,21 @@ class WorkerLink:
     pipe (a local process or an SSH channel).
     """
 
-    def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path, scale: dict | None = None) -> None:
-        """`scale`: the slowdowns of a scaled device emulation (`client.emulation`), None without."""
+    def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path, calibration: dict | None = None) -> None:
+        """`calibration`: the device emulation's (`testbed.emulation.emulate`), None without; the
+        worker takes its slowdowns (scaled) or its per-work quotas (throttle)."""
         host = lab.host("client")
-        self.scale = scale
+        self.calibration = calibration
+        if (calibration or {}).get("quotas"):
+            # a whole core for the worker's start (its imports would take minutes under the device's
+            # quota, and a worker that died left its last stage's quota); it then puts its own in force
+            lab.set_client_quota(1.0)
+        emulation = [
+            arg
+            for flag in ("scale", "quotas")
+            if (calibration or {}).get(flag)
+            for arg in (f"--{flag}", json.dumps(calibration[flag]))
+        ]
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self.timeout = exp.trial_timeout
@@ -46,7 +57,7 @@ class WorkerLink:
                 str(exp.seed),
                 "--timeout",
                 str(exp.trial_timeout),
-                *(["--scale", json.dumps(scale)] if scale else []),
+                *emulation,
             ),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -6,9 +6,9 @@ import pytest
 
 from appliance.shaper import plan_shaping
 from appliance.switch import Switch
-from client.cpulimit import CpuLimit, quota_period
+from client.cpulimit import CpuLimit
 from contracts.errors import UserError
-from contracts.profiles import LinkSpec
+from contracts.profiles import LinkSpec, quota_period
 
 
 def test_htb_on_both_egress_ports_with_derived_burst():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from client import throttle
-from client.cpulimit import CGROUP_ENV
+from client.cpulimit import CGROUP_ENV, CpuLimit
+from contracts.errors import UserError
 
 
 class Clock:
@@ -41,16 +42,51 @@ def test_nothing_to_align_without_a_quota_or_with_a_whole_period():
     assert not throttle.align(throttle.Period(0.001, 0.001))
 
 
-def test_the_period_comes_from_the_cgroup_the_wrapper_named(tmp_path, monkeypatch):
+def v1_cgroup(tmp_path, quota: str = "1000", period: str = "25000"):
     cg = tmp_path / "cpu" / "tb-client"
     cg.mkdir(parents=True)
-    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1")
-    (cg / "cpu.cfs_quota_us").write_text("1000")
-    (cg / "cpu.cfs_period_us").write_text("25000")
-    monkeypatch.setenv(CGROUP_ENV, "tb-client")
-    assert throttle.in_force(root=tmp_path) == throttle.Period(0.025, 0.001)
+    (cg / "cpu.cfs_quota_us").write_text(quota)
+    (cg / "cpu.cfs_period_us").write_text(period)
+    return cg
+
+
+def test_the_period_comes_from_the_cgroup_the_wrapper_handed_down(tmp_path, monkeypatch):
+    cg = v1_cgroup(tmp_path)
+    monkeypatch.setenv(CGROUP_ENV, str(cg))  # `python -m client.cpulimit` sets it for the command it runs
+    assert throttle.in_force() == throttle.Period(0.025, 0.001)
     (cg / "cpu.cfs_quota_us").write_text("-1")
-    assert throttle.in_force(root=tmp_path) is None  # no quota in force
-    assert throttle.in_force("tb-other", root=tmp_path) is None  # no such cgroup
+    assert throttle.in_force() is None  # no quota in force
+    monkeypatch.setenv(CGROUP_ENV, str(tmp_path / "gone"))
+    assert throttle.in_force() is None  # no such cgroup
     monkeypatch.delenv(CGROUP_ENV)
-    assert throttle.in_force(root=tmp_path) is None and not throttle.Aligner()()
+    assert throttle.in_force() is None and not throttle.Aligner()()
+
+
+def test_each_stage_runs_under_its_kind_of_works_quota(tmp_path, monkeypatch):
+    cg = v1_cgroup(tmp_path)
+    aligned = []
+    monkeypatch.setattr(throttle, "align", lambda period: aligned.append(period) or True)
+    quotas = {"kernel|mul|400": 0.008, "encode|json|mul|400": 0.25, "base": 0.005}
+    aligner = throttle.Aligner(CpuLimit.at(cg), quotas)
+    held = []
+    real_apply = CpuLimit.apply
+    monkeypatch.setattr(CpuLimit, "apply", lambda self: held.append(self.fraction) or real_apply(self))
+
+    aligner.trial("mul", 400, "json")
+    assert aligner("encode")
+    assert (cg / "cpu.cfs_quota_us").read_text() == "1000" and (
+        cg / "cpu.cfs_period_us"
+    ).read_text() == "4000"
+    assert aligned[-1] == throttle.Period(0.004, 0.001)  # aligned to the period just put in force
+    assert not aligner("request")  # the request: the base quota, nothing to align
+    assert (cg / "cpu.cfs_period_us").read_text() == "200000" and len(aligned) == 1
+    assert aligner("decode")  # no quota for json decode in the calibration: the base one
+    aligner.trial("mul", 400, "local")
+    assert aligner("kernel") and aligner("kernel")
+    assert held == [0.25, 0.005, 0.008]  # written only when it changes: a write refills the quota
+
+
+def test_per_work_quotas_need_the_cgroup(monkeypatch):
+    monkeypatch.delenv(CGROUP_ENV, raising=False)
+    with pytest.raises(UserError, match="cgroup the process runs in"):
+        throttle.Aligner(quotas={"base": 0.01})
