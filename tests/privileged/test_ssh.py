@@ -287,9 +287,10 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
         for dev in ("eth1", "eth2"):
             shown = sh("ip", "netns", "exec", ns("appliance"), "tc", "class", "show", "dev", dev).stdout
             assert "rate 20Mbit" in shown
+        # 3 s: in 1 s, TCP's start under the client's quota once measured 5.2% short on a noisy host
         checks = (
             json.loads(Path(tmp / "v.json").read_text())["checks"]
-            if run_cli(inv, "validate", "--rates", "20", "--duration", "1", "--json", str(tmp / "v.json"))
+            if run_cli(inv, "validate", "--rates", "20", "--duration", "3", "--json", str(tmp / "v.json"))
             else None
         )
         assert [c["ok"] for c in checks] == [True, True]
