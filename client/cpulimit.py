@@ -50,29 +50,31 @@ class CpuLimit:
     """A cgroup named after the testbed's prefix, holding the client's processes."""
 
     def __init__(
-        self, name: str, fraction: float, root: Path = CGROUP_ROOT, version: int | None = None
+        self,
+        name: str,
+        fraction: float,
+        root: Path = CGROUP_ROOT,
+        version: int | None = None,
+        path: Path | None = None,
     ) -> None:
+        """`path`: an existing cgroup (a process's own, as `main` hands it down), whose parent is not
+        ours to set up; else the cgroup `name` under `root`, made by `apply`."""
         self.name = name
         self.fraction = fraction
         self.root = root
-        self.version = version or detect_version(root)
-        self.path = root / "cpu" / name if self.version == 1 else root / name
-        self.made = True  # the cgroup's parent is ours to set up (v2: enable the cpu controller)
-
-    @classmethod
-    def at(cls, path: Path, fraction: float = 1.0) -> CpuLimit:
-        """The existing cgroup at `path` (a process's own, as `main` hands it down)."""
-        limit = cls.__new__(cls)
-        limit.name, limit.fraction, limit.root, limit.path = path.name, fraction, path.parent, path
-        limit.version = 1 if (path / "cpu.cfs_quota_us").exists() else 2
-        limit.made = False
-        return limit
+        self.made = path is None
+        if path is None:
+            self.version = version or detect_version(root)
+            self.path = root / "cpu" / name if self.version == 1 else root / name
+        else:
+            self.version = version or (1 if (path / "cpu.cfs_quota_us").exists() else 2)
+            self.path = path
 
     @classmethod
     def own(cls, fraction: float = 1.0) -> CpuLimit | None:
         """The limit this process runs under, if `main` started it (None otherwise)."""
         path = os.environ.get(CGROUP_ENV)
-        return cls.at(Path(path), fraction) if path else None
+        return cls(Path(path).name, fraction, path=Path(path)) if path else None
 
     def plan(self) -> list[Write]:
         quota, period = quota_period(self.fraction)

@@ -103,7 +103,7 @@ class Aligner:
         """Put `fraction` of a core in force for this process's cgroup (written only when it changes:
         a write restarts the kernel's period)."""
         if fraction != self.fraction:
-            CpuLimit.at(self.limit.path, fraction).apply()
+            CpuLimit(self.limit.name, fraction, path=self.limit.path).apply()
             self.fraction = fraction
 
     def __call__(self, kind: str | None = None) -> bool:

@@ -98,7 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     quotas = json.loads(args.quotas) if args.quotas else None
     worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas)
     if quotas:
-        worker.align.put(quotas["base"])  # fails here, before any trial, if the cgroup is not writable
+        try:  # fails here, before any trial, if the cgroup is not writable
+            worker.align.put(quotas["base"])
+        except (OSError, UserError) as exc:
+            print(
+                f"worker: error: cannot set the client's CPU quota: {exc} (fix: run the client as root)",
+                file=sys.stderr,
+            )
+            return 2
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip():

@@ -67,7 +67,7 @@ def test_each_stage_runs_under_its_kind_of_works_quota(tmp_path, monkeypatch):
     aligned = []
     monkeypatch.setattr(throttle, "align", lambda period: aligned.append(period) or True)
     quotas = {"kernel|mul|400": 0.008, "encode|json|mul|400": 0.25, "base": 0.005}
-    aligner = throttle.Aligner(CpuLimit.at(cg), quotas)
+    aligner = throttle.Aligner(CpuLimit(cg.name, 1.0, path=cg), quotas)
     held = []
     real_apply = CpuLimit.apply
     monkeypatch.setattr(CpuLimit, "apply", lambda self: held.append(self.fraction) or real_apply(self))
