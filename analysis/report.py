@@ -242,16 +242,22 @@ def _device_html(manifest: dict | None) -> str:
         )
     ]
     for i, cal in enumerate(device.get("calibrations") or [], 1):
-        rows = pd.DataFrame(cal["rows"])[
-            ["work", "op", "size", "target_s", "achieved_s", "error_pct", "flagged"]
-        ]
+        rows = pd.DataFrame(cal["rows"])
+        extra = [c for c in ("quota", "period_s", "samples", "reason") if c in rows]
+        rows = rows[["work", "op", "size", "target_s", "achieved_s", "error_pct", "flagged", *extra]]
         flagged = int(rows["flagged"].sum())
+        achieved = (
+            "the wall time of the same work on the client host under its quota"
+            if device["mode"] == "throttle"
+            else "this host's CPU time for the same work times the calibrated slowdown, both the median of "
+            "alternate rounds of one run, sampled until each median is known within a few percent or the "
+            "work's budget is spent (samples: both together)"
+        )
         out.append(
             f"<h3>Calibration {i} ({_e(cal['at'])}): {flagged} of {len(rows)} outside "
             f"{cal['tolerance_pct']:g}%</h3>"
-            "<p class=\"note\">Target: the device's time for the work from its profile; achieved: this host's CPU "
-            "time for the same work times the calibrated slowdown, measured a second time. Trials of flagged work "
-            "are marked emulation_flagged in trials.csv and cells.csv.</p>"
+            f'<p class="note">Target: the device\'s time for the work from its profile; achieved: {achieved}. '
+            "Trials of flagged work are marked emulation_flagged in trials.csv and cells.csv.</p>"
             + _table(rows, ["missing" if f else "" for f in rows["flagged"]])
         )
     return "\n".join(out)

@@ -1,31 +1,13 @@
-"""95% confidence intervals (Student t) and Welch's test, vectorised over cells.
-
-The t quantile comes from scipy rather than a hand-written approximation: Welch's degrees of freedom
-are fractional and small (2-5 for a handful of repetitions), where approximations are least accurate.
-"""
+"""95% confidence intervals (Student t, from `contracts.stats`, which the client's calibration
+shares) and Welch's test, vectorised over cells."""
 
 from __future__ import annotations
 
 import numpy as np
 
-LEVEL = 0.95
+from contracts.stats import LEVEL, ci95, t_quantile
 
-
-def t_quantile(dof) -> np.ndarray:
-    """Two-sided 95% Student t quantile; NaN where dof is not positive."""
-    from scipy import stats  # here, not at the top: plotting processes import this package without needing it
-
-    dof = np.asarray(dof, dtype=float)
-    with np.errstate(invalid="ignore"):
-        return np.where(dof > 0, stats.t.ppf(0.5 + LEVEL / 2, np.where(dof > 0, dof, 1.0)), np.nan)
-
-
-def ci95(std, n) -> np.ndarray:
-    """Half-width of the 95% CI of a mean from n samples; NaN for n < 2 (no spread to estimate)."""
-    std = np.asarray(std, dtype=float)
-    n = np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n >= 2, t_quantile(n - 1) * std / np.sqrt(n), np.nan)
+__all__ = ["LEVEL", "ci95", "significant", "t_quantile", "welch"]
 
 
 def welch(mean_a, std_a, n_a, mean_b, std_b, n_b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

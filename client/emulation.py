@@ -27,6 +27,7 @@ import numpy as np
 from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid, key, work
 from contracts.ops import execute
+from contracts.stats import ci95
 from contracts.trials import method_codec
 
 Work = Callable[[], object]
@@ -41,6 +42,15 @@ def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray
 
 
 MIN_SAMPLE_S = 0.02  # a sample repeats work shorter than this, so the clock's noise does not dominate
+BUDGET_S = 5.0  # scaled calibration: sampling a work goes on until its mean is known, or this is spent
+MAX_ROUNDS = 400
+
+
+def precise(samples: list[float], precision: float) -> bool:
+    """Whether the mean's 95% CI half-width is within `precision` of the mean."""
+    if len(samples) < 2:
+        return False
+    return float(ci95(statistics.stdev(samples), len(samples))) <= precision * statistics.mean(samples)
 
 
 def sampled(
@@ -50,6 +60,9 @@ def sampled(
     seed: int = 1,
     batch: bool = True,
     before: Callable[[int], object] | None = None,
+    enough: Callable[[list[float]], bool] | None = None,
+    budget_s: float = BUDGET_S,
+    max_rounds: int = MAX_ROUNDS,
 ) -> list[list[float]]:
     """Seconds of one run of each work, one sample per round: `samples[i][r]`.
 
@@ -60,6 +73,12 @@ def sampled(
     without, every sample is one run (what a throttled trial sees, quota periods and all).
     `before(i)` runs ahead of every sample of work `i`, outside it (the throttle's quota and period
     alignment).
+
+    With `enough`, sampling goes on after `rounds` (in pairs of rounds) for every work whose samples
+    are not yet `enough`, until it has had `budget_s` of its own samples or `max_rounds`: a median of
+    a few samples is not a fact on a shared host (measured here: CPU time of one run spread over
+    58-346% of its median, two means of 5 samples 10-20% apart). Work alone in a round is preceded
+    by an untimed run of another, so that it still never follows itself.
     """
     runs = []
     for job in jobs:
@@ -67,17 +86,36 @@ def sampled(
         job()
         runs.append(max(1, math.ceil(MIN_SAMPLE_S / max(clock() - start, 1e-6))) if batch else 1)
     samples: list[list[float]] = [[] for _ in jobs]
-    order = list(range(len(jobs)))
+    spent = [0.0] * len(jobs)
     rng = random.Random(seed)
-    for _ in range(rounds):
-        rng.shuffle(order)
-        for i in order:
-            if before:
-                before(i)
-            start = clock()
-            for _ in range(runs[i]):
-                jobs[i]()
-            samples[i].append((clock() - start) / runs[i])
+    done = 0
+    while True:
+        if done < rounds:
+            order = list(range(len(jobs)))
+        elif enough is None:
+            break
+        else:
+            order = [
+                i
+                for i in range(len(jobs))
+                if not enough(samples[i]) and spent[i] < budget_s and len(samples[i]) < max_rounds
+            ]
+            if not order:
+                break
+        for _ in range(1 if done < rounds else 2):
+            rng.shuffle(order)
+            if len(order) == 1 and len(jobs) > 1:
+                jobs[rng.choice([i for i in range(len(jobs)) if i != order[0]])]()
+            for i in order:
+                if before:
+                    before(i)
+                start = clock()
+                for _ in range(runs[i]):
+                    jobs[i]()
+                took = clock() - start
+                spent[i] += took
+                samples[i].append(took / runs[i])
+            done += 1
     return samples
 
 
@@ -145,24 +183,48 @@ def _items(grid: Grid) -> list[tuple]:
     ]
 
 
-def calibrate(device: DeviceProfile, grid: Grid, reps: int = 5, tolerance_pct: float = 10.0) -> dict:
-    """Slowdowns for every kind of work of the grid, and the check of each against its target."""
+def calibrate(
+    device: DeviceProfile,
+    grid: Grid,
+    reps: int = 5,
+    tolerance_pct: float = 10.0,
+    budget_s: float = BUDGET_S,
+) -> dict:
+    """Slowdowns for every kind of work of the grid, and the check of each against its target.
+
+    Means, not medians: a trial's scaled stage is its CPU time times the slowdown, and the analysis
+    compares the means of trials, so the slowdown is the target over the mean. The mean is also the
+    steadier of the two here: one run's CPU time is often bimodal (JSON decode of 400x400 took
+    either ~68 or ~100 ms), and a median of a few samples jumps between the modes (measured: two
+    medians of 10 samples more than 10% apart in 40-65% of draws for JSON and uJSON, two means in
+    13-36%). At least `reps` samples each for the slowdowns and the check, and more until each mean
+    is known within half the tolerance (95% CI) or the work's `budget_s` is spent: the check's error
+    is the difference of the two means, so what is left of it is the host's noise.
+    """
     items = _items(grid)
     jobs = [item[4] for item in items]
     # two measurements, the slowdowns' and the check's, from alternate rounds: a spell of load on the
     # host (which inflates CPU time too, through shared caches) falls on both alike rather than on
     # one (measured: a test suite on the other core during the first of two passes taken one after
     # the other flagged every kind of work at -13% to -46%)
-    samples = sampled(jobs, 2 * reps, seed=grid.seed)
-    host = [statistics.median(s[0::2]) for s in samples]
-    again = [statistics.median(s[1::2]) for s in samples]
+    samples = sampled(
+        jobs,
+        2 * reps,
+        seed=grid.seed,
+        enough=lambda s: all(precise(s[h::2], tolerance_pct / 200) for h in (0, 1)),
+        budget_s=budget_s,
+    )
+    host = [statistics.mean(s[0::2]) for s in samples]
+    again = [statistics.mean(s[1::2]) for s in samples]
     rows, scale = [], {}
-    for (op, size, kind, codec, _, data), host_s, again_s in zip(items, host, again, strict=True):
+    for (op, size, kind, codec, _, data), host_s, again_s, taken in zip(
+        items, host, again, samples, strict=True
+    ):
         target = target_s(device, kind, op, size, codec, data)
         factor = target / max(host_s, 1e-7)
         scale[key(kind, op, size, codec)] = factor
         row = _row(kind, codec, op, size, target, again_s * factor, tolerance_pct)
-        rows.append({**row, "host_cpu_s": host_s, "slowdown": factor})
+        rows.append({**row, "host_cpu_s": host_s, "slowdown": factor, "samples": len(taken)})
     return {"device": device.name, "mode": "scaled", "rows": rows, "scale": scale}
 
 

@@ -254,8 +254,9 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
         kernels = [r for r in result["rows"] if r["work"] == "kernel"]
         codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
         keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
-        # throttle: the quota each work ran under, its period, why it is flagged, the first check's error
-        extra = ("key", "quota", "period_s", "reason", "first_error_pct")
+        # throttle: the quota each work ran under, its period, why it is flagged, the first check's error;
+        # scaled: how many samples it took to know the work's mean
+        extra = ("key", "quota", "period_s", "reason", "first_error_pct", "samples")
 
         def row(r: dict) -> dict:
             return {**{k: r[k] for k in keys}, **{k: r[k] for k in extra if k in r}}

@@ -189,10 +189,12 @@ def flagged(calibration: dict) -> set[tuple[str, int, str]]:
 
 def format_calibration(calibration: dict) -> str:
     quotas = "quotas" in calibration  # throttle: each kind of work under its own quota
+    counted = all("samples" in r for r in calibration["rows"])  # scaled: sampled until precise
     lines = [
         f"device {calibration['device']} ({calibration['mode']}): target vs achieved on this host",
         f"{'work':<20} {'op':<4} {'size':>5} {'target s':>10} {'achieved s':>11} {'error':>8}"
-        + (f" {'quota':>8} {'period':>9}" if quotas else ""),
+        + (f" {'quota':>8} {'period':>9}" if quotas else "")
+        + (f" {'samples':>8}" if counted else ""),
     ]
     if "slow_host" in calibration:
         lines.insert(
@@ -214,7 +216,9 @@ def format_calibration(calibration: dict) -> str:
         )
         lines.append(
             f"{r['work']:<20} {r['op']:<4} {r['size']:>5} {r['target_s']:>10.4f} {r['achieved_s']:>11.4f} "
-            f"{r['error_pct']:>+7.1f}%{per_work}{'  FLAGGED' if r['flagged'] else ''}"
+            f"{r['error_pct']:>+7.1f}%{per_work}"
+            + (f" {r['samples']:>8}" if counted else "")
+            + ("  FLAGGED" if r["flagged"] else "")
             + (f" ({r['reason']})" if r.get("reason") else "")
             + (
                 f" (first check {r['first_error_pct']:+.1f}%, quota corrected)"

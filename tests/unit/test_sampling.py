@@ -1,0 +1,90 @@
+"""How the scaled calibration samples work: rounds, the median's confidence interval, and sampling
+until each median is precise or the work's budget is spent. Work runs on a fake clock that each job
+advances by its own sequence of durations, so every count below is worked out by hand (durations are binary fractions: sums stay exact)."""
+
+from __future__ import annotations
+
+import itertools
+
+from client.emulation import precise, sampled
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.calls: list[int] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def job(self, index: int, durations: list[float]):
+        """Work `index` that takes the next of `durations` (cycling) each time it runs."""
+        cycle = itertools.cycle(durations)
+
+        def run() -> None:
+            self.calls.append(index)
+            self.now += next(cycle)
+
+        return run
+
+
+def test_a_mean_is_precise_when_its_confidence_interval_is_narrow_enough():
+    # 1..5: mean 3, standard deviation 1.581, t(4) = 2.776: half-width 1.963, 65.4% of the mean
+    assert precise([1.0, 2.0, 3.0, 4.0, 5.0], 0.66)
+    assert not precise([1.0, 2.0, 3.0, 4.0, 5.0], 0.65)
+    assert precise([1.0] * 6, 0.0)
+    assert not precise([1.0], 1.0)  # one sample says nothing of its spread
+
+
+def test_without_enough_every_work_gets_exactly_the_rounds():
+    clock = FakeClock()
+    jobs = [clock.job(0, [0.0625]), clock.job(1, [0.125, 0.375])]
+    samples = sampled(jobs, 4, clock=clock)
+    assert samples == [[0.0625] * 4, [0.375, 0.125, 0.375, 0.125]]  # the untimed first run took 0.125
+
+
+def test_short_work_is_repeated_within_a_sample_and_divided():
+    clock = FakeClock()
+    samples = sampled([clock.job(0, [1 / 256])], 2, clock=clock)
+    assert samples == [[1 / 256, 1 / 256]]
+    assert len(clock.calls) == 1 + 2 * 6  # one run to learn its length, then 6 per sample of 20 ms
+
+
+def test_noisy_work_is_sampled_until_precise_and_steady_work_stops_at_the_rounds():
+    clock = FakeClock()
+    steady = clock.job(0, [0.0625])
+    noisy = clock.job(1, [0.0625, 0.1875])  # median 0.125, every sample 50% off it
+    samples = sampled(
+        [steady, noisy], 4, clock=clock, enough=lambda s: precise(s, 0.5), budget_s=100, max_rounds=50
+    )
+    assert len(samples[0]) == 4
+    # alternating samples 0.1875, 0.0625: the mean's half-width is 92% of it at n=4 (t(3) = 3.182),
+    # 58% at n=6 (t(5) = 2.571) and 45% at n=8 (t(7) = 2.365): precise within 50% at n=8
+    assert len(samples[1]) == 8
+    samples = sampled(
+        [steady, noisy], 4, clock=clock, enough=lambda s: precise(s, 0.05), budget_s=100, max_rounds=16
+    )
+    assert len(samples[0]) == 4
+    assert len(samples[1]) == 16  # 5% would take over 200 samples: sampled up to max_rounds
+
+
+def test_sampling_stops_at_the_works_budget():
+    clock = FakeClock()
+    noisy = clock.job(1, [0.125, 0.375])
+    cheap = clock.job(0, [1 / 32])
+    samples = sampled([cheap, noisy], 2, clock=clock, enough=lambda s: False, budget_s=1.2, max_rounds=100)
+    # two rounds spend 0.5 s; pairs of rounds add 0.5 s each: 1.0 s after four, 1.5 s after six
+    assert len(samples[1]) == 6
+    assert sum(samples[1]) == 1.5
+    assert len(samples[0]) == 40  # cheaper work: 38 samples spend 1.1875 s, 40 spend 1.25 s
+    samples = sampled([cheap, noisy], 2, clock=clock, enough=lambda s: False, max_rounds=10)
+    assert [len(s) for s in samples] == [10, 10]  # within the default budget: up to max_rounds
+
+
+def test_work_alone_in_a_round_never_follows_itself():
+    clock = FakeClock()
+    jobs = [clock.job(0, [0.0625]), clock.job(1, [0.0625, 0.1875]), clock.job(2, [0.0625])]
+    sampled(jobs, 2, clock=clock, enough=lambda s: s[0] == s[-1] == 0.0625, max_rounds=20)
+    extra = clock.calls[3 + 2 * 3 :]  # after the first runs and the two full rounds
+    assert extra.count(1) >= 2
+    assert all(a != b for a, b in itertools.pairwise(extra))
