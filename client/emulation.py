@@ -44,6 +44,8 @@ def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray
 MIN_SAMPLE_S = 0.02  # a sample repeats work shorter than this, so the clock's noise does not dominate
 BUDGET_S = 5.0  # scaled calibration: sampling a work goes on until its mean is known, or this is spent
 MAX_ROUNDS = 400
+WALL_BUDGET_S = 20.0  # throttle's check: a sample takes the device's time, so a larger budget (wall)
+PROFILE_PRECISION = 0.05  # a measured device: each work's mean known within 5%
 
 
 def precise(samples: list[float], precision: float) -> bool:
@@ -75,16 +77,19 @@ def sampled(
     alignment).
 
     With `enough`, sampling goes on after `rounds` (in pairs of rounds) for every work whose samples
-    are not yet `enough`, until it has had `budget_s` of its own samples or `max_rounds`: a median of
-    a few samples is not a fact on a shared host (measured here: CPU time of one run spread over
-    58-346% of its median, two means of 5 samples 10-20% apart). Work alone in a round is preceded
-    by an untimed run of another, so that it still never follows itself.
+    are not yet `enough`, until `budget_s` has gone into it (its samples and what `before` waited) or
+    it has `max_rounds` samples: a mean of a few samples is not a fact on a shared host (measured
+    here: CPU time of one run spread over 58-346% of its median, two means of 5 samples 10-20%
+    apart). Work alone in a round is preceded by an untimed run of the other work closest to it in
+    length (as much memory through the caches, and no long wait under a throttle's quota), so that
+    it still never follows itself.
     """
-    runs = []
+    runs, first = [], []
     for job in jobs:
         start = clock()
         job()
-        runs.append(max(1, math.ceil(MIN_SAMPLE_S / max(clock() - start, 1e-6))) if batch else 1)
+        first.append(max(clock() - start, 1e-6))
+        runs.append(max(1, math.ceil(MIN_SAMPLE_S / first[-1])) if batch else 1)
     samples: list[list[float]] = [[] for _ in jobs]
     spent = [0.0] * len(jobs)
     rng = random.Random(seed)
@@ -105,28 +110,31 @@ def sampled(
         for _ in range(1 if done < rounds else 2):
             rng.shuffle(order)
             if len(order) == 1 and len(jobs) > 1:
-                jobs[rng.choice([i for i in range(len(jobs)) if i != order[0]])]()
+                alone = order[0]
+                others = [i for i in range(len(jobs)) if i != alone]
+                jobs[min(others, key=lambda i: abs(math.log(first[i] / first[alone])))]()
             for i in order:
+                ahead = clock()
                 if before:
                     before(i)
                 start = clock()
                 for _ in range(runs[i]):
                     jobs[i]()
-                took = clock() - start
-                spent[i] += took
-                samples[i].append(took / runs[i])
+                end = clock()
+                spent[i] += end - ahead  # a throttle's alignment counts against the budget too
+                samples[i].append((end - start) / runs[i])
             done += 1
     return samples
 
 
-def interleaved(jobs: list[Work], reps: int, **how) -> list[float]:
-    """Seconds of one run of each work: the median of `reps` samples taken in rounds (`sampled`)."""
-    return [statistics.median(s) for s in sampled(jobs, reps, **how)]
-
-
-def cpu_seconds(job: Work, reps: int) -> float:
-    """CPU seconds of one run of `job` (the median of `reps` samples, after one untimed run)."""
-    return interleaved([job], reps)[0]
+def mean_seconds(
+    jobs: list[Work], reps: int, precision: float, budget_s: float = BUDGET_S, **how
+) -> tuple[list[float], list[int]]:
+    """Seconds of one run of each work, the mean of at least `reps` samples taken in rounds, and more
+    until the mean is known within `precision` (95% CI) or `budget_s` is spent (`sampled`); and how
+    many samples each took."""
+    samples = sampled(jobs, reps, enough=lambda s: precise(s, precision), budget_s=budget_s, **how)
+    return [statistics.mean(s) for s in samples], [len(s) for s in samples]
 
 
 def works(
@@ -186,7 +194,7 @@ def _items(grid: Grid) -> list[tuple]:
 def calibrate(
     device: DeviceProfile,
     grid: Grid,
-    reps: int = 5,
+    reps: int = 10,
     tolerance_pct: float = 10.0,
     budget_s: float = BUDGET_S,
 ) -> dict:
@@ -237,7 +245,9 @@ def check_wall(
     only: list[str] | None = None,
 ) -> dict:
     """`throttle` mode's check, run inside the device's CPU limit: the wall time of each kind of work
-    against its target, one run per sample, sampled in rounds as a sweep interleaves its trials.
+    against its target, one run per sample, sampled in rounds as a sweep interleaves its trials: the
+    mean of at least `reps` samples, and more until it is known within half the tolerance or
+    `WALL_BUDGET_S` has gone into the work (its samples and their alignment).
     With `quotas` (fraction of a core per `key`), each sample runs under its work's own quota, as the
     trial worker's stages do; each row says the quota period it ran under. `only`: these keys."""
     from client.throttle import Aligner, in_force
@@ -258,13 +268,20 @@ def check_wall(
         period = in_force(aligner.limit)
         periods[i] = period.period_s if period else None
 
-    walls = interleaved(
-        [item[4] for item in items], reps, clock=time.perf_counter, seed=grid.seed, batch=False, before=before
+    walls, counts = mean_seconds(
+        [item[4] for item in items],
+        reps,
+        tolerance_pct / 200,
+        budget_s=WALL_BUDGET_S,
+        clock=time.perf_counter,
+        seed=grid.seed,
+        batch=False,
+        before=before,
     )
     rows = []
-    for (op, size, kind, codec, _, data), wall, period in zip(items, walls, periods, strict=True):
+    for (op, size, kind, codec, _, data), wall, period, n in zip(items, walls, periods, counts, strict=True):
         row = _row(kind, codec, op, size, target_s(device, kind, op, size, codec, data), wall, tolerance_pct)
-        rows.append({**row, "period_s": period})
+        rows.append({**row, "period_s": period, "samples": n})
     return {"device": device.name, "mode": "throttle", "rows": rows}
 
 
@@ -274,7 +291,9 @@ def measure_profile(
     """This machine as a device profile: what `python -m client profile` runs on a real device.
 
     The same work the trials time, on the same operands: GFLOP/s per op at each size, and per codec
-    the encode and decode throughput in MB/s of matrix data over all sizes.
+    the encode and decode throughput in MB/s of matrix data over all sizes. Each from the mean CPU
+    time of one run, all the work of one size sampled in rounds until each mean is known within
+    `PROFILE_PRECISION` or its budget is spent, as the scaled calibration does.
     """
     from contracts.device import SpeedCurve
 
@@ -282,8 +301,10 @@ def measure_profile(
     marshalled: dict[str, dict[str, list[float]]] = {}
     for op in ops:
         for size in sizes:
-            for kind, codec, run, data in works(op, size, "float64", seed, codecs):
-                seconds = max(cpu_seconds(run, reps), 1e-9)
+            items = works(op, size, "float64", seed, codecs)
+            means, _ = mean_seconds([item[2] for item in items], reps, PROFILE_PRECISION, seed=seed)
+            for (kind, codec, _, data), mean in zip(items, means, strict=True):
+                seconds = max(mean, 1e-9)
                 if codec is None:
                     kernels.setdefault(op, []).append((size, round(work(op, size) / seconds / 1e9, 4)))
                 else:

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from client.emulation import Scaler, calibrate, cpu_seconds, key
+from client.emulation import Scaler, calibrate, key
 from contracts.device import DeviceProfile, Grid, SpeedCurve, operand_bytes, result_bytes, work
 from contracts.errors import UserError
 from testbed.devices import DEVICES_DIR, load_device
@@ -126,7 +126,6 @@ def test_calibration_reaches_the_targets_on_this_host():
     assert kernel["slowdown"] == pytest.approx(kernel["target_s"] / kernel["host_cpu_s"])
     assert set(result["scale"]) == {"kernel|mul|64", "encode|raw|mul|64", "decode|raw|mul|64",
                                     "encode|json|mul|64", "decode|json|mul|64"}  # fmt: skip
-    assert cpu_seconds(lambda: sum(range(1000)), 3) > 0
 
 
 def test_experiment_names_a_device_and_a_mode(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from client.emulation import precise, sampled
+from client.emulation import mean_seconds, precise, sampled
 
 
 class FakeClock:
@@ -81,10 +81,36 @@ def test_sampling_stops_at_the_works_budget():
     assert [len(s) for s in samples] == [10, 10]  # within the default budget: up to max_rounds
 
 
-def test_work_alone_in_a_round_never_follows_itself():
+def test_work_alone_in_a_round_follows_the_work_closest_to_it_in_length_never_itself():
     clock = FakeClock()
-    jobs = [clock.job(0, [0.0625]), clock.job(1, [0.0625, 0.1875]), clock.job(2, [0.0625])]
-    sampled(jobs, 2, clock=clock, enough=lambda s: s[0] == s[-1] == 0.0625, max_rounds=20)
+    jobs = [clock.job(0, [0.0625]), clock.job(1, [0.125, 0.375]), clock.job(2, [1.0])]
+    sampled(jobs, 2, clock=clock, enough=lambda s: s[0] == s[-1], max_rounds=20)
     extra = clock.calls[3 + 2 * 3 :]  # after the first runs and the two full rounds
-    assert extra.count(1) >= 2
-    assert all(a != b for a, b in itertools.pairwise(extra))
+    # work 1 alone: its first run took 0.125, closer to work 0 (0.0625: half) than to 2 (1.0: 8x)
+    assert extra == [0, 1] * 18
+
+
+def test_a_throttles_alignment_counts_against_the_budget():
+    clock = FakeClock()
+
+    def align(i: int) -> None:
+        clock.now += 0.5  # waiting for a quota period, outside the sample
+
+    samples = sampled(
+        [clock.job(0, [0.0625])],
+        2,
+        clock=clock,
+        batch=False,
+        before=align,
+        enough=lambda s: False,
+        budget_s=1.2,
+    )
+    assert samples == [[0.0625] * 4]  # 0.5625 per sample: 1.125 after two rounds, 2.25 after four
+
+
+def test_mean_seconds_says_how_many_samples_each_mean_took():
+    clock = FakeClock()
+    jobs = [clock.job(0, [0.0625]), clock.job(1, [0.0625, 0.1875])]
+    means, counts = mean_seconds(jobs, 4, 0.5, clock=clock)
+    assert means == [0.0625, 0.125]
+    assert counts == [4, 8]  # as in the test of precise sampling above
