@@ -27,6 +27,7 @@ import numpy as np
 from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid, key, work
 from contracts.ops import execute
+from contracts.profiles import too_short
 from contracts.stats import ci95
 from contracts.trials import method_codec
 
@@ -62,7 +63,7 @@ def sampled(
     seed: int = 1,
     batch: bool = True,
     before: Callable[[int], object] | None = None,
-    enough: Callable[[list[float]], bool] | None = None,
+    enough: Callable[[int, list[float]], bool] | None = None,
     budget_s: float = BUDGET_S,
     max_rounds: int = MAX_ROUNDS,
 ) -> list[list[float]]:
@@ -76,8 +77,8 @@ def sampled(
     `before(i)` runs ahead of every sample of work `i`, outside it (the throttle's quota and period
     alignment).
 
-    With `enough`, sampling goes on after `rounds` (in pairs of rounds) for every work whose samples
-    are not yet `enough`, until `budget_s` has gone into it (its samples and what `before` waited) or
+    With `enough`, sampling goes on after `rounds` (in pairs of rounds) for every work `i` whose
+    samples are not yet `enough(i, samples)`, until `budget_s` has gone into it (its samples and what `before` waited) or
     it has `max_rounds` samples: a mean of a few samples is not a fact on a shared host (measured
     here: CPU time of one run spread over 58-346% of its median, two means of 5 samples 10-20%
     apart). Work alone in a round is preceded by an untimed run of the other work closest to it in
@@ -103,7 +104,7 @@ def sampled(
             order = [
                 i
                 for i in range(len(jobs))
-                if not enough(samples[i]) and spent[i] < budget_s and len(samples[i]) < max_rounds
+                if not enough(i, samples[i]) and spent[i] < budget_s and len(samples[i]) < max_rounds
             ]
             if not order:
                 break
@@ -128,12 +129,21 @@ def sampled(
 
 
 def mean_seconds(
-    jobs: list[Work], reps: int, precision: float, budget_s: float = BUDGET_S, **how
+    jobs: list[Work],
+    reps: int,
+    precision: float,
+    budget_s: float = BUDGET_S,
+    settled: list[bool] | None = None,
+    **how,
 ) -> tuple[list[float], list[int]]:
     """Seconds of one run of each work, the mean of at least `reps` samples taken in rounds, and more
-    until the mean is known within `precision` (95% CI) or `budget_s` is spent (`sampled`); and how
-    many samples each took."""
-    samples = sampled(jobs, reps, enough=lambda s: precise(s, precision), budget_s=budget_s, **how)
+    until the mean is known within `precision` (95% CI) or `budget_s` is spent (`sampled`), except
+    for work `settled` beforehand; and how many samples each took."""
+
+    def enough(i: int, s: list[float]) -> bool:
+        return bool(settled and settled[i]) or precise(s, precision)
+
+    samples = sampled(jobs, reps, enough=enough, budget_s=budget_s, **how)
     return [statistics.mean(s) for s in samples], [len(s) for s in samples]
 
 
@@ -219,7 +229,7 @@ def calibrate(
         jobs,
         2 * reps,
         seed=grid.seed,
-        enough=lambda s: all(precise(s[h::2], tolerance_pct / 200) for h in (0, 1)),
+        enough=lambda _, s: all(precise(s[h::2], tolerance_pct / 200) for h in (0, 1)),
         budget_s=budget_s,
     )
     host = [statistics.mean(s[0::2]) for s in samples]
@@ -247,7 +257,8 @@ def check_wall(
     """`throttle` mode's check, run inside the device's CPU limit: the wall time of each kind of work
     against its target, one run per sample, sampled in rounds as a sweep interleaves its trials: the
     mean of at least `reps` samples, and more until it is known within half the tolerance or
-    `WALL_BUDGET_S` has gone into the work (its samples and their alignment).
+    `WALL_BUDGET_S` has gone into the work (its samples and their alignment), unless the work is
+    too short for its quota to be trusted at all (`contracts.profiles.too_short`).
     With `quotas` (fraction of a core per `key`), each sample runs under its work's own quota, as the
     trial worker's stages do; each row says the quota period it ran under. `only`: these keys."""
     from client.throttle import Aligner, in_force
@@ -268,19 +279,29 @@ def check_wall(
         period = in_force(aligner.limit)
         periods[i] = period.period_s if period else None
 
+    targets = [target_s(device, kind, op, size, codec, data) for op, size, kind, codec, _, data in items]
+    # work too short for its quota's periods is flagged whatever it measures: more samples of it
+    # would not help (measured: 9-27 samples of each RAW stage doubled a 15-min calibration)
+    settled = [
+        bool(quotas) and too_short(target, quotas.get(key(kind, op, size, codec), quotas["base"]))
+        for (op, size, kind, codec, _, _), target in zip(items, targets, strict=True)
+    ]
     walls, counts = mean_seconds(
         [item[4] for item in items],
         reps,
         tolerance_pct / 200,
         budget_s=WALL_BUDGET_S,
+        settled=settled,
         clock=time.perf_counter,
         seed=grid.seed,
         batch=False,
         before=before,
     )
     rows = []
-    for (op, size, kind, codec, _, data), wall, period, n in zip(items, walls, periods, counts, strict=True):
-        row = _row(kind, codec, op, size, target_s(device, kind, op, size, codec, data), wall, tolerance_pct)
+    for (op, size, kind, codec, _, _), target, wall, period, n in zip(
+        items, targets, walls, periods, counts, strict=True
+    ):
+        row = _row(kind, codec, op, size, target, wall, tolerance_pct)
         rows.append({**row, "period_s": period, "samples": n})
     return {"device": device.name, "mode": "throttle", "rows": rows}
 

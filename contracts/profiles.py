@@ -80,6 +80,9 @@ def check_cpu_quota(quota: float) -> float:
     return quota
 
 
+GRANULARITY_PERIODS = 10  # a throttled stage must span this many quota periods to be trusted
+
+
 def quota_period(fraction: float) -> tuple[int, int]:
     """(quota_us, period_us) for `fraction` of one core: the shortest period whose quota is the
     kernel's 1 ms minimum. `check_cpu_quota` keeps the fraction where that period is at most 1 s.
@@ -87,3 +90,10 @@ def quota_period(fraction: float) -> tuple[int, int]:
     check_cpu_quota(fraction)
     period = min(max(MIN_PERIOD_US, math.ceil(MIN_QUOTA_US / fraction)), MAX_PERIOD_US)
     return max(MIN_QUOTA_US, round(fraction * period)), period
+
+
+def too_short(target_s: float, fraction: float) -> bool:
+    """Whether work that should take `target_s` under `fraction` of a core spans fewer than
+    `GRANULARITY_PERIODS` of its quota periods: the kernel grants the quota once per period, so such
+    work can run at full speed within one quota, and no measurement of it is to be trusted."""
+    return target_s < GRANULARITY_PERIODS * quota_period(fraction)[1] / 1e6

@@ -14,7 +14,7 @@ import statistics
 
 from contracts.device import MODES, DeviceProfile, Grid
 from contracts.errors import UserError
-from contracts.profiles import MIN_CPU_QUOTA, CpuProfile, quota_period
+from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.trials import LOCAL
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
@@ -23,7 +23,6 @@ from testbed.lab import Lab
 from testbed.results import Manifest
 
 TOLERANCE_PCT = 10.0
-GRANULARITY_PERIODS = 10  # a throttled stage must span this many quota periods to be trusted
 CORRECTIONS = 2  # throttle: checks again, with corrected quotas, of what missed the first check
 
 
