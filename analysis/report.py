@@ -249,8 +249,8 @@ def _device_html(manifest: dict | None) -> str:
         achieved = (
             "the wall time of the same work on the client host under its quota"
             if device["mode"] == "throttle"
-            else "this host's CPU time for the same work times the calibrated slowdown, both the median of "
-            "alternate rounds of one run, sampled until each median is known within a few percent or the "
+            else "this host's CPU time for the same work times the calibrated slowdown, both the mean of "
+            "alternate rounds of one run, sampled until each mean is known within half the tolerance or the "
             "work's budget is spent (samples: both together)"
         )
         out.append(

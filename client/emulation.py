@@ -78,8 +78,8 @@ def sampled(
     alignment).
 
     With `enough`, sampling goes on after `rounds` (in pairs of rounds) for every work `i` whose
-    samples are not yet `enough(i, samples)`, until `budget_s` has gone into it (its samples and what `before` waited) or
-    it has `max_rounds` samples: a mean of a few samples is not a fact on a shared host (measured
+    samples are not yet `enough(i, samples)`, until `budget_s` has gone into it (its samples and what
+    `before` waited) or it has `max_rounds` samples: a mean of a few samples is not a fact on a shared host (measured
     here: CPU time of one run spread over 58-346% of its median, two means of 5 samples 10-20%
     apart). Work alone in a round is preceded by an untimed run of the other work closest to it in
     length (as much memory through the caches, and no long wait under a throttle's quota), so that
