@@ -36,9 +36,10 @@ def analyze(
     from analysis.summary import summary_text
     from analysis.tables import write_tables
     from contracts.power import load_power
+    from contracts.run import MANIFEST_FILE
 
     run = load_run(Path(run_dir))
-    figures_of = load_power(power) if power else run_power(run.manifest, run.run_dir / "manifest.json")
+    figures_of = load_power(power) if power else run_power(run.manifest, run.run_dir / MANIFEST_FILE)
     cells = cell_table(run.trials, run.manifest)
     tables = {
         "cells": cells,
@@ -58,7 +59,7 @@ def analyze(
         figures = make_plots(
             cells, tables["decision_vectors"], tables["cumulative_penalty"], out_dir, manifest=run.manifest
         )
-    run_id = str((run.manifest or {}).get("run_id") or _run_id(run.trials) or run.run_dir.name)
+    run_id = (run.manifest.run_id if run.manifest else None) or _run_id(run.trials) or run.run_dir.name
     summary = summary_text(
         run_id, run.trials, cells, tables["decision_vectors"], tables["cumulative_penalty"], run.manifest
     )

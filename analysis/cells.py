@@ -8,13 +8,12 @@ so a failure can never pass for a result; its failed trials are still counted.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
+from contracts.run import Manifest
 from contracts.trials import LOCAL, STAGES
 
 KEYS = ["op", "size", "rate_mbps", "method"]
@@ -29,7 +28,7 @@ def method_order(methods) -> list[str]:
     return first + sorted(methods - set(first), key=lambda m: (m.lower(), m))
 
 
-def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFrame:
+def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.DataFrame:
     """All cells of the grid with n, failed, means, CIs, decision, significance, penalty and ratios."""
     local = trials[trials["method"] == LOCAL]
     remote = trials[trials["method"] != LOCAL]
@@ -79,13 +78,12 @@ def cell_table(trials: pd.DataFrame, manifest: dict | None = None) -> pd.DataFra
     return cells.reset_index()
 
 
-def _stop_reasons(trials: pd.DataFrame, index: pd.MultiIndex, manifest: dict | None) -> list[str]:
+def _stop_reasons(trials: pd.DataFrame, index: pd.MultiIndex, manifest: Manifest | None) -> list[str]:
     """Why each cell stopped (`analysis.stopping`, as the sweep decided it); empty while it is open, or
-    when the manifest does not say how many repetitions the run had."""
-    try:
-        rule = Rule.of((manifest or {})["experiment"])
-    except (KeyError, TypeError, ValueError):
+    when there is no manifest to say how many repetitions the run had."""
+    if manifest is None:
         return [""] * len(index)
+    rule = Rule.of(manifest.experiment)
     times = trials["t_total"].where(trials["ok"].astype(bool))
     order = trials["rep"].fillna(trials["line"]) if "rep" in trials else trials["line"]  # older runs: rows
     series: dict[tuple, list[tuple[float, float | None]]] = {}
@@ -115,7 +113,7 @@ def _reference_means(cells: pd.DataFrame) -> np.ndarray:
     return means.reindex(triples).to_numpy()
 
 
-def _grid(trials: pd.DataFrame, manifest: dict | None) -> pd.MultiIndex:
+def _grid(trials: pd.DataFrame, manifest: Manifest | None) -> pd.MultiIndex:
     remote = trials[trials["method"] != LOCAL]
     pairs = set(zip(trials["op"], trials["size"], strict=True))
     rates = set(remote["rate_mbps"])
@@ -135,29 +133,14 @@ def _grid(trials: pd.DataFrame, manifest: dict | None) -> pd.MultiIndex:
     return pd.MultiIndex.from_tuples(tuples, names=KEYS)
 
 
-def planned_grid(manifest: dict | None) -> tuple[list, list, list, list] | None:
-    """The experiment's ops, sizes, rates and methods from the manifest, if it states them all.
+def planned_grid(manifest: Manifest | None) -> tuple[list, list, list, list] | None:
+    """The experiment's ops, sizes, rates and methods from the manifest, when there is one.
 
     Cells the sweep planned but never wrote (an interrupted run) then show up as missing instead of
-    silently shrinking the grid. Anything unexpected in the manifest means: rely on the data alone.
+    silently shrinking the grid.
     """
-    exp = (manifest or {}).get("experiment")
-    if not isinstance(exp, dict):
+    if manifest is None:
         return None
-    try:
-        ops = [str(o) for o in exp["ops"]]
-        sizes = [_as_size(s) for s in exp["sizes"]]
-        rates = [float(r) for r in exp["rates_mbps"]]
-        methods = [str(m) for m in exp["methods"] if str(m).lower() != LOCAL]
-    except (KeyError, TypeError, ValueError):
-        return None
-    if not all(math.isfinite(r) and r > 0 for r in rates):
-        return None
-    return ops, sizes, rates, methods
-
-
-def _as_size(value) -> int | float:
-    size = float(value)
-    if not math.isfinite(size):
-        raise ValueError(value)
-    return int(size) if size.is_integer() else size
+    exp = manifest.experiment
+    methods = [m for m in exp.methods if m.lower() != LOCAL]
+    return list(exp.ops), list(exp.sizes), [float(r) for r in exp.rates_mbps], methods

@@ -23,16 +23,18 @@ import pandas as pd
 
 from analysis.stats import ci95, welch
 from contracts.power import Power, power_of_profile
+from contracts.run import MANIFEST_FILE, Manifest
 from contracts.trials import LOCAL
 
 KEYS = ["op", "size", "rate_mbps", "method"]
 ENERGY_COLUMNS = ["energy_local_j", "energy_remote_j", "energy_ci95", "energy_offload", "energy_penalty_j"]
 
 
-def run_power(manifest: dict | None, manifest_path: Path | str = "manifest.json") -> Power | None:
+def run_power(manifest: Manifest | None, manifest_path: Path | str = MANIFEST_FILE) -> Power | None:
     """The power figures of the run's device profile, if it has them."""
-    profile = ((manifest or {}).get("device") or {}).get("profile")
-    return power_of_profile(profile, manifest_path) if profile else None
+    if manifest is None or manifest.device is None:
+        return None
+    return power_of_profile(manifest.device.profile, manifest_path)
 
 
 def trial_energy(trials: pd.DataFrame, power: Power) -> pd.Series:

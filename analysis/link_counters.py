@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from contracts.run import Manifest
+
 COLUMNS = [
     "rate_mbps",
     "direction",
@@ -35,18 +37,18 @@ def _delta(before: dict, after: dict, key: str) -> int:
     return int(after.get(key, 0)) - int(before.get(key, 0))
 
 
-def link_counters(trials: pd.DataFrame, manifest: dict | None) -> pd.DataFrame:
+def link_counters(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFrame:
     """One row per recorded rate and direction (empty when the run recorded no counters)."""
     rows = []
     by_trial = trials.set_index("trial") if "trial" in trials.columns else None
-    for record in (manifest or {}).get("counters") or []:
-        before, after = record.get("before"), record.get("after")
+    for record in manifest.counters if manifest else []:
+        before, after = record.before, record.after
         if not before or not after:  # a session that stopped mid-rate: no after, no delta
             continue
-        ids = [i for i in record.get("trials", []) if by_trial is not None and i in by_trial.index]
+        ids = [i for i in record.trials if by_trial is not None and i in by_trial.index]
         ran = by_trial.loc[ids] if ids else None
         for direction, payload_column in DIRECTIONS:
-            port = record["ports"][direction]
+            port = record.ports[direction]
             htb_b, htb_a = before["htb"].get(port, {}), after["htb"].get(port, {})
             ovs_b, ovs_a = before["ovs"].get(port, {}), after["ovs"].get(port, {})
             payload = 0
@@ -55,7 +57,7 @@ def link_counters(trials: pd.DataFrame, manifest: dict | None) -> pd.DataFrame:
             wire = _delta(htb_b, htb_a, "bytes")
             rows.append(
                 {
-                    "rate_mbps": record["rate_mbps"],
+                    "rate_mbps": record.rate_mbps,
                     "direction": direction,
                     "port": port,
                     "trials": len(ids),

@@ -23,6 +23,7 @@ from analysis.fidelity_plots import fidelity_figure
 from analysis.ratio_plots import ratios_figure
 from analysis.stage_plots import stage_figure
 from analysis.style import STYLE
+from contracts.run import Manifest
 
 PNG_DPI = 150
 PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-", "fidelity")
@@ -60,7 +61,7 @@ def make_plots(
     penalties: pd.DataFrame,
     out_dir: Path,
     workers: int | None = None,
-    manifest: dict | None = None,
+    manifest: Manifest | None = None,
 ) -> list[Plot]:
     """Every figure of the run, drawn by up to `workers` processes (default: one per CPU, at most 8).
 
@@ -157,17 +158,17 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
     return jobs
 
 
-def fidelity_jobs(manifest: dict | None) -> list[Job]:
+def fidelity_jobs(manifest: Manifest | None) -> list[Job]:
     """The device emulation's fidelity figure, from the run's last calibration (none without a device)."""
-    device = (manifest or {}).get("device")
-    if not device or not device.get("calibrations"):
+    device = manifest.device if manifest else None
+    if device is None or not device.calibrations:
         return []
-    cal = device["calibrations"][-1]
-    rows = pd.DataFrame(cal["rows"])
-    name = device["profile"]["name"]
-    args = (rows, name, device["mode"], cal["tolerance_pct"])
+    cal = device.calibrations[-1]
+    rows = pd.DataFrame(cal.rows)
+    name = device.profile["name"]
+    args = (rows, name, device.mode, cal.tolerance_pct)
     return [
-        Job("fidelity", args, "fidelity", f"device {name}: target vs achieved ({device['mode']})", "fidelity")
+        Job("fidelity", args, "fidelity", f"device {name}: target vs achieved ({device.mode})", "fidelity")
     ]
 
 

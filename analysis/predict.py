@@ -26,6 +26,7 @@ from analysis.load import load_run, output_dir
 from analysis.predict_model import fit, model_parameters, predict_cells
 from contracts.device import work
 from contracts.errors import UserError
+from contracts.run import Manifest
 from contracts.trials import LOCAL
 from contracts.units import parse_rate
 
@@ -89,7 +90,7 @@ def predict(
     return out_dir
 
 
-def measured_cells(trials: pd.DataFrame, manifest: dict | None) -> pd.DataFrame:
+def measured_cells(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFrame:
     """The run's cells with a measured remote mean and a local baseline."""
     cells = cell_table(trials, manifest)
     return cells[(cells["n"] > 0) & (cells["local_n"] > 0)].reset_index(drop=True)
@@ -119,7 +120,7 @@ def request_grid(trials: pd.DataFrame, ops, sizes, rates, methods) -> pd.DataFra
     return pd.DataFrame(list(rows), columns=["op", "size", "rate_mbps", "method"])
 
 
-def validate(trials: pd.DataFrame, manifest: dict | None, cells: pd.DataFrame) -> pd.DataFrame:
+def validate(trials: pd.DataFrame, manifest: Manifest | None, cells: pd.DataFrame) -> pd.DataFrame:
     """Leave-one-size-out and leave-one-rate-out: refit without the held-out value, predict its cells
     and compare with their measured means; one row per fold, per scheme (value `all`) and overall."""
     folds = []

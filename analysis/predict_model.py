@@ -25,6 +25,7 @@ import pandas as pd
 from analysis.stats import t_quantile
 from contracts.device import operand_bytes, result_bytes, work
 from contracts.errors import UserError
+from contracts.run import Manifest
 from contracts.trials import LOCAL, STAGES
 from contracts.units import expected_goodput
 
@@ -108,17 +109,14 @@ class Goodput:
     """Bytes per second per (rate, direction): iperf3's measured goodput where the run validated the
     rate, else what the shaped link can carry (`expected_goodput`)."""
 
-    def __init__(self, manifest: dict | None) -> None:
+    def __init__(self, manifest: Manifest | None) -> None:
         self.measured: dict[tuple[float, str], float] = {}
         sums: dict[tuple[float, str], list[float]] = {}
-        for check in (manifest or {}).get("validation") or []:
-            try:
-                key = (float(check["rate_mbps"]), str(check["direction"]))
-                value = float(check["measured_mbps"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            if check.get("ok", True) and value > 0:
-                sums.setdefault(key, []).append(value)
+        for check in manifest.validation if manifest else []:
+            value = check.measured_mbps
+            if check.direction is None or value is None or check.ok is False or value <= 0:
+                continue  # a skipped check, or one that measured nothing usable
+            sums.setdefault((float(check.rate_mbps), check.direction), []).append(float(value))
         self.measured = {k: float(np.mean(v)) for k, v in sums.items()}
 
     def mbps(self, rate_mbps: float, direction: str) -> tuple[float, str]:
@@ -186,7 +184,7 @@ class Model:
         return table[key]
 
 
-def fit(trials: pd.DataFrame, manifest: dict | None) -> Model:
+def fit(trials: pd.DataFrame, manifest: Manifest | None) -> Model:
     """Fit every stage on the successful trials."""
     ok = trials[trials["ok"]]
     remote, local = ok[ok["method"] != LOCAL], ok[ok["method"] == LOCAL]

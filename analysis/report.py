@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,9 @@ from analysis.decisions import format_mbps
 from analysis.energy import disagreements
 from analysis.plots import Plot
 from analysis.tables import CELL_COLUMNS, FILES, csv_frame
+from contracts.device import DeviceProfile
 from contracts.power import Power
+from contracts.run import Manifest
 
 KIND_TITLES = {
     "stages": "Completion time by stage (Fig. 4)",
@@ -45,7 +48,7 @@ def write_report(
     *,
     run_id: str,
     summary: str,
-    manifest: dict | None,
+    manifest: Manifest | None,
     tables: dict[str, pd.DataFrame],
     plots: list[Plot],
     power: Power | None = None,
@@ -155,15 +158,15 @@ def _plots_html(plots: list[Plot]) -> str:
     return "\n".join(out)
 
 
-def _manifest_html(manifest: dict | None) -> str:
+def _manifest_html(manifest: Manifest | None) -> str:
+    """Everything the manifest holds but its sections shown elsewhere, as it is (keys and values)."""
     if manifest is None:
         return "<p>No manifest.json in the run directory.</p>"
     shown_elsewhere = ("validation", "counters", "device")
-    scalars = {
-        k: v for k, v in manifest.items() if not isinstance(v, dict | list) and k not in shown_elsewhere
-    }
+    data = manifest.as_dict()
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list) and k not in shown_elsewhere}
     out = [_kv(scalars)] if scalars else []
-    for key, value in manifest.items():
+    for key, value in data.items():
         if key in shown_elsewhere:
             continue
         if isinstance(value, dict):
@@ -226,36 +229,36 @@ def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
     )
 
 
-def _device_html(manifest: dict | None) -> str:
-    device = (manifest or {}).get("device")
-    if not device:
+def _device_html(manifest: Manifest | None) -> str:
+    device = manifest.device if manifest else None
+    if device is None:
         return "<p>No device profile: the client ran as the inventory's CPU profile describes it.</p>"
-    profile = device["profile"]
+    profile = DeviceProfile.from_dict(device.profile)
     out = [
         _kv(
             {
-                "device": profile["name"],
-                "description": profile.get("description", ""),
-                "mode": device["mode"],
-                "source": profile.get("source", ""),
+                "device": profile.name,
+                "description": profile.description,
+                "mode": device.mode,
+                "source": profile.source,
             }
         )
     ]
-    for i, cal in enumerate(device.get("calibrations") or [], 1):
-        rows = pd.DataFrame(cal["rows"])
+    for i, cal in enumerate(device.calibrations, 1):
+        rows = pd.DataFrame(cal.rows)
         extra = [c for c in ("quota", "period_s", "samples", "reason") if c in rows]
         rows = rows[["work", "op", "size", "target_s", "achieved_s", "error_pct", "flagged", *extra]]
         flagged = int(rows["flagged"].sum())
         achieved = (
             "the wall time of the same work on the client host under its quota"
-            if device["mode"] == "throttle"
+            if device.mode == "throttle"
             else "this host's CPU time for the same work times the calibrated slowdown, both the mean of "
             "alternate rounds of one run, sampled until each mean is known within half the tolerance or the "
             "work's budget is spent (samples: both together)"
         )
         out.append(
-            f"<h3>Calibration {i} ({_e(cal['at'])}): {flagged} of {len(rows)} outside "
-            f"{cal['tolerance_pct']:g}%</h3>"
+            f"<h3>Calibration {i} ({_e(cal.at)}): {flagged} of {len(rows)} outside "
+            f"{cal.tolerance_pct:g}%</h3>"
             f'<p class="note">Target: the device\'s time for the work from its profile; achieved: {achieved}. '
             "Trials of flagged work are marked emulation_flagged in trials.csv and cells.csv.</p>"
             + _table(rows, ["missing" if f else "" for f in rows["flagged"]])
@@ -263,10 +266,10 @@ def _device_html(manifest: dict | None) -> str:
     return "\n".join(out)
 
 
-def _validation_html(manifest: dict | None) -> str:
-    checks = (manifest or {}).get("validation")
-    if not checks:
+def _validation_html(manifest: Manifest | None) -> str:
+    if manifest is None or not manifest.validation:
         return "<p>No link validation recorded in the manifest.</p>"
+    checks = [{k: v for k, v in asdict(c).items() if v is not None} for c in manifest.validation]
     return _records(checks, mark_bad=True)
 
 

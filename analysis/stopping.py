@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.stats import ci95, significant, welch
+from contracts.run import Experiment
 
 SIGNIFICANT = "significant"  # the decision is significant (no precision asked for)
 PRECISE = "precise"  # significant, and the mean's 95% CI half-width is within the precision
@@ -31,12 +32,11 @@ class Rule:
     precision: float | None = None  # a fraction of the mean; None: significance alone stops a cell
 
     @classmethod
-    def of(cls, experiment: dict) -> Rule:
-        """The rule of a run, from its experiment as the manifest stores it (fixed: min = max = reps)."""
-        reps = int(experiment["reps"])
-        low = experiment.get("min_reps")
-        precision = experiment.get("precision")
-        return cls(reps if low is None else int(low), reps, None if precision is None else float(precision))
+    def of(cls, experiment: Experiment) -> Rule:
+        """The rule of a run's experiment, for the sweep and the analysis alike (fixed: min = max = reps)."""
+        reps = experiment.reps
+        low = experiment.min_reps
+        return cls(reps if low is None else low, reps, experiment.precision)
 
 
 def stop_reason(remote: Sequence[float | None], local: Sequence[float | None], rule: Rule) -> str | None:

@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from analysis.decisions import format_mbps
+from contracts.run import Manifest
 
 
 def summary_text(
@@ -15,7 +16,7 @@ def summary_text(
     cells: pd.DataFrame,
     vectors: pd.DataFrame,
     penalties: pd.DataFrame,
-    manifest: dict | None = None,
+    manifest: Manifest | None = None,
 ) -> str:
     failed = int((~trials["ok"]).sum())
     missing = int(cells["missing"].sum())
@@ -45,16 +46,16 @@ def summary_text(
     return "\n".join(lines)
 
 
-def _adaptive(cells: pd.DataFrame, manifest: dict | None) -> list[str]:
+def _adaptive(cells: pd.DataFrame, manifest: Manifest | None) -> list[str]:
     """For an adaptive run: how many repetitions its cells took and why they stopped."""
-    exp = (manifest or {}).get("experiment") or {}
-    if not isinstance(exp, dict) or exp.get("min_reps") is None:
+    if manifest is None or not manifest.experiment.adaptive:
         return []
+    exp = manifest.experiment
     reasons = cells["stop_reason"].replace("", "open").value_counts()
     told = ", ".join(f"{reason} {n}" for reason, n in reasons.items())
     return [
-        f"adaptive repetitions {exp['min_reps']}..{exp.get('reps')}: remote cells ran "
-        f"{int(cells['n_trials'].sum())} trials of {len(cells) * int(exp.get('reps', 0))} at most; stopped: {told}"
+        f"adaptive repetitions {exp.min_reps}..{exp.reps}: remote cells ran "
+        f"{int(cells['n_trials'].sum())} trials of {len(cells) * exp.reps} at most; stopped: {told}"
     ]
 
 
@@ -66,8 +67,5 @@ def _penalty(row: pd.Series) -> str:
     return f"- (known rates: {row['partial_penalty']:.3g} s)"
 
 
-def _failed_validation(manifest: dict | None) -> int:
-    checks = (manifest or {}).get("validation")
-    if not isinstance(checks, list):
-        return 0
-    return sum(1 for c in checks if isinstance(c, dict) and c.get("ok") is False)
+def _failed_validation(manifest: Manifest | None) -> int:
+    return sum(1 for c in manifest.validation if c.ok is False) if manifest else 0

@@ -8,14 +8,22 @@ with size^3), not to be right. `python -m analysis.synthetic RUN_DIR` writes one
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from contracts.trials import COLUMNS, LOCAL
+from contracts.run import (
+    MANIFEST_FILE,
+    TRIALS_FILE,
+    Experiment,
+    LinkCheck,
+    Manifest,
+    TrialRecord,
+    TrialWriter,
+    write_manifest,
+)
+from contracts.trials import LOCAL
 
 # seconds per byte to encode / decode, and bytes on the wire per float64 element
 CODEC = {"json": (40e-9, 24.0), "ujson": (15e-9, 24.0), "raw": (0.5e-9, 8.0), "msgpack": (3e-9, 9.0)}
@@ -38,26 +46,19 @@ def write_synthetic_run(
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
-    rows = []
+    rows: list[TrialRecord] = []
 
     def add(**row):
-        rows.append(
-            {
-                "run_id": run_id,
-                "trial": len(rows),
-                "dtype": "float64",
-                "ok": "true",
-                "started_at": f"2026-01-01T00:00:{len(rows) % 60:02d}",
-                **row,
-            }
-        )
+        started = f"2026-01-01T00:00:{len(rows) % 60:02d}"
+        row = {"ok": True, **row}
+        rows.append(TrialRecord(run_id=run_id, trial=len(rows), dtype="float64", started_at=started, **row))
 
     for op in ops:
         per, power = OPS.get(op, OPS["mul"])
         for size in sizes:
             local = per * size**power
             for rep in range(reps):
-                add(op=op, size=size, rate_mbps="", method=LOCAL, rep=rep, t_total=local * _noise(rng))
+                add(op=op, size=size, method=LOCAL, rep=rep, t_total=local * _noise(rng))
             for rate in rates:
                 for method in methods:
                     cost, width = CODEC.get(method, CODEC["json"])
@@ -70,7 +71,7 @@ def write_synthetic_run(
                                 rate_mbps=rate,
                                 method=method,
                                 rep=rep,
-                                ok="false",
+                                ok=False,
                                 error="synthetic failure",
                             )
                             continue
@@ -94,40 +95,42 @@ def write_synthetic_run(
                             bytes_down=int(down),
                             **t,
                         )
-    with open(run_dir / "trials.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    path = run_dir / TRIALS_FILE
+    path.unlink(missing_ok=True)
+    writer = TrialWriter(path)
+    for row in rows:
+        writer.write(row)
+    writer.close()
     validation = [
-        {
-            "rate_mbps": r,
-            "direction": d,
-            "expected_mbps": round(r * 0.9564, 3),
-            "measured_mbps": round(r * 0.9564 * (1 + rng.normal(0, 0.002)), 3),
-            "error_pct": 0.1,
-            "ok": True,
-        }
+        LinkCheck(
+            rate_mbps=r,
+            direction=d,
+            expected_mbps=round(r * 0.9564, 3),
+            measured_mbps=round(r * 0.9564 * (1 + rng.normal(0, 0.002)), 3),
+            error_pct=0.1,
+            ok=True,
+        )
         for r in rates
         for d in ("up", "down")
     ]
-    manifest = {
-        "run_id": run_id,
-        "status": "synthetic",
-        "experiment": {
-            "name": "synthetic",
-            "ops": list(ops),
-            "sizes": list(sizes),
-            "rates_mbps": list(rates),
-            "methods": list(methods),
-            "reps": reps,
-            "dtype": "float64",
-        },
-        "versions": {"generator": "analysis.synthetic"},
-        "validation": validation,
-        "started_at": "2026-01-01T00:00:00",
-        "ended_at": "2026-01-01T01:00:00",
-    }
-    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    experiment = Experiment(
+        name="synthetic",
+        ops=tuple(ops),
+        sizes=tuple(sizes),
+        rates_mbps=tuple(float(r) for r in rates),
+        methods=tuple(methods),
+        reps=reps,
+    )
+    manifest = Manifest(
+        run_id=run_id,
+        status="synthetic",
+        experiment=experiment,
+        environment={"generator": "analysis.synthetic"},
+        validation=validation,
+        started_at="2026-01-01T00:00:00",
+        ended_at="2026-01-01T01:00:00",
+    )
+    write_manifest(run_dir / MANIFEST_FILE, manifest)
     return run_dir
 
 

@@ -17,6 +17,7 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -25,7 +26,8 @@ from analysis.cells import KEYS, cell_table
 from analysis.load import load_run
 from analysis.stopping import PRECISE, SIGNIFICANT
 from contracts.errors import UserError
-from testbed.experiment import Experiment, from_dict, load_experiment
+from contracts.run import Manifest, TrialRecord
+from testbed.experiment import Experiment, load_experiment
 from testbed.plan import plan_trials
 from testbed.rounds import Rounds
 
@@ -65,11 +67,12 @@ def _true(flag) -> bool:
     return bool(pd.notna(flag) and flag)
 
 
-def replay(fixed_dir: Path, min_reps: int, precision: float | None = None) -> tuple[pd.DataFrame, dict]:
+def replay(fixed_dir: Path, min_reps: int, precision: float | None = None) -> tuple[pd.DataFrame, Manifest]:
     """The fixed run's trials an adaptive sweep with `min_reps` would have run, and its manifest."""
     run = load_run(fixed_dir)
-    experiment = dict(run.manifest["experiment"], min_reps=min_reps, precision=precision)
-    exp = from_dict(experiment)
+    if run.manifest is None:
+        raise UserError(f"{fixed_dir} has no manifest.json", "replay a run made by testbed sweep")
+    exp = replace(run.manifest.experiment, min_reps=min_reps, precision=precision)
     t = run.trials
     rates = [None if pd.isna(r) else float(r) for r in t["rate_mbps"]]
     keys = list(zip(t["op"], t["size"], rates, t["method"], t["rep"].astype(int), strict=True))
@@ -81,10 +84,13 @@ def replay(fixed_dir: Path, min_reps: int, precision: float | None = None) -> tu
             key = (*trial.cell, trial.rep)
             if key not in measured:
                 raise UserError(f"{fixed_dir} lacks {key}", "replay a complete fixed run")
-            rounds.record(trial, {"ok": measured[key] is not None, "t_total": measured[key]})
+            ok = measured[key] is not None
+            rounds.record(
+                TrialRecord(trial.op, trial.size, trial.method, ok, trial=trial.trial, t_total=measured[key])
+            )
             chosen.add(key)
     taken = t[[k in chosen for k in keys]]
-    return taken, {**run.manifest, "experiment": experiment}
+    return taken, replace(run.manifest, experiment=exp)
 
 
 def report(fixed_dir: Path, adaptive_dir: Path | None, min_reps: int | None = None) -> dict:
@@ -97,7 +103,7 @@ def report(fixed_dir: Path, adaptive_dir: Path | None, min_reps: int | None = No
         out["runs"] = compare(
             fixed.trials, fixed_cells, adaptive.trials, cell_table(adaptive.trials, adaptive.manifest)
         )
-        min_reps = min_reps or adaptive.manifest["experiment"]["min_reps"]
+        min_reps = min_reps or adaptive.manifest.experiment.min_reps
     taken, manifest = replay(fixed_dir, min_reps)
     out["replay"] = compare(fixed.trials, fixed_cells, taken, cell_table(taken, manifest))
     return out

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, run_ok, trial
+from contracts.run import TrialWriter
 from testbed.bookkeeping import trial_row
 from testbed.lab import Lab
-from testbed.results import TrialWriter
 from testbed.worker_link import WorkerLink
 
 SECTION = "orchestration"

@@ -1,7 +1,7 @@
 """The trial schema: what a trial is called, measured and written as, on every host and in the analysis.
 
-`trials.csv` (written by the orchestrator from what the client's worker reports) and the analysis
-that reads it agree through these names; the server's stage times reach the client in the standard
+`trials.csv` (its record and format: `contracts.run`) and the analysis that reads it agree through
+these names; the server's stage times reach the client in the standard
 `Server-Timing` header, whose format is written and parsed here.
 """
 
@@ -32,34 +32,6 @@ STAGES = (
 )
 # The server's own stages, as named in `Server-Timing`, and the trial column each one fills.
 SERVER_STAGES = {"decode": "t_server_decode", "compute": "t_server_compute", "encode": "t_server_encode"}
-
-COLUMNS = (
-    "run_id",
-    "trial",
-    "op",
-    "size",
-    "dtype",
-    "rate_mbps",
-    "method",
-    "rep",
-    "ok",
-    "error",
-    "t_total",
-    *STAGES,
-    "t_request",
-    "bytes_up",
-    "bytes_down",
-    "started_at",
-    # device emulation: what was measured on the client before scaling (wall and CPU seconds of the
-    # client's stages; of the whole operation for local rows), and whether its calibration missed
-    "wall_client_encode",
-    "cpu_client_encode",
-    "wall_client_decode",
-    "cpu_client_decode",
-    "wall_total",
-    "cpu_total",
-    "emulation_flagged",
-)
 
 _METRIC = re.compile(r"^\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(?:;(.*))?$")
 _DUR = re.compile(r"^\s*dur\s*=\s*\"?([0-9.eE+\-]+)\"?\s*$")

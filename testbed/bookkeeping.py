@@ -11,32 +11,29 @@ import time
 from pathlib import Path
 
 from contracts.errors import UserError
+from contracts.run import MANIFEST_FILE, Counters, LinkCheck, Manifest, Session, TrialRecord
 from testbed.experiment import Experiment
 from testbed.lab import Lab
 from testbed.plan import Trial, plan_trials
-from testbed.results import Manifest, environment
+from testbed.results import ManifestFile, environment
 
 
-def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> Manifest:
+def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> ManifestFile:
     if run_dir.exists() and any(run_dir.iterdir()):
         raise UserError(f"{run_dir} already exists", "give another --name, or --resume it")
     run_dir.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest(
-        run_dir / "manifest.json",
-        {
-            "run_id": run_id,
-            "status": "running",
-            "experiment": exp.as_dict(),
-            "inventory": str(lab.inv.path),
-            "client_cpu": lab.inv.client_cpu.as_dict(),
-            "environment": environment(),
-            "planned_trials": len(plan_trials(exp)),
-            "validation": [],
-            "counters": [],
-            "started_at": now(),
-            "ended_at": None,
-            "sessions": [],
-        },
+    manifest = ManifestFile(
+        run_dir / MANIFEST_FILE,
+        Manifest(
+            run_id=run_id,
+            status="running",
+            experiment=exp,
+            inventory=str(lab.inv.path),
+            client_cpu=lab.inv.client_cpu.as_dict(),
+            environment=environment(),
+            planned_trials=len(plan_trials(exp)),
+            started_at=now(),
+        ),
     )
     manifest.save()
     return manifest
@@ -46,76 +43,79 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def start_session(manifest: Manifest, skipped_done: int) -> dict:
+def start_session(manifest: ManifestFile, skipped_done: int) -> Session:
     """A session (one `testbed sweep`, first or resumed) begins; returns its entry for `end_session`.
 
     The sweep holds the testbed's lock, so an earlier session still marked running was killed.
     """
-    for earlier in manifest.data["sessions"]:
-        if earlier.get("status") == "running":
-            earlier["status"] = "interrupted"
-    session = {
-        "started_at": now(),
-        "skipped_done": skipped_done,
-        "status": "running",
-        "pid": os.getpid(),
-        "hostname": platform.node(),
-    }
-    manifest.data["sessions"].append(session)
+    for earlier in manifest.manifest.sessions:
+        if earlier.status == "running":
+            earlier.status = "interrupted"
+    session = Session(
+        started_at=now(),
+        skipped_done=skipped_done,
+        status="running",
+        pid=os.getpid(),
+        hostname=platform.node(),
+    )
+    manifest.manifest.sessions.append(session)
     manifest.update(status="running")
     return session
 
 
-def end_session(manifest: Manifest, session: dict, status: str) -> None:
-    session.update(ended_at=now(), status=status)
+def end_session(manifest: ManifestFile, session: Session, status: str) -> None:
+    session.ended_at, session.status = now(), status
     manifest.update(status=status, ended_at=now())
 
 
-def add_validation(manifest: Manifest, *entries: dict) -> None:
-    manifest.data["validation"].extend(entries)
+def add_validation(manifest: ManifestFile, *entries: LinkCheck) -> None:
+    manifest.manifest.validation.extend(entries)
     manifest.save()
 
 
-def counters_before(manifest: Manifest, lab: Lab, rate_mbps: float) -> dict:
+def counters_before(manifest: ManifestFile, lab: Lab, rate_mbps: float) -> Counters:
     """The appliance's counters as a rate's trials begin; `counters_after` completes the entry.
 
     A counter that cannot be read is recorded as such and the sweep goes on: counters annotate the
     trials, they do not decide whether they are valid.
     """
-    entry = {"rate_mbps": rate_mbps, "ports": {"up": lab.up_if, "down": lab.down_if}, "trials": []}
+    entry = Counters(rate_mbps=rate_mbps, ports={"up": lab.up_if, "down": lab.down_if})
     try:
-        entry["before"] = lab.counters()
+        entry.before = lab.counters()
     except UserError as exc:
-        entry["error"] = exc.message
-    manifest.data.setdefault("counters", []).append(entry)
+        entry.error = exc.message
+    manifest.manifest.counters.append(entry)
     manifest.save()
     return entry
 
 
-def counters_after(manifest: Manifest, entry: dict, lab: Lab, trial_ids: list[int]) -> None:
-    entry["trials"] = trial_ids
-    if "before" in entry:
+def counters_after(manifest: ManifestFile, entry: Counters, lab: Lab, trial_ids: list[int]) -> None:
+    entry.trials = trial_ids
+    if entry.before is not None:
         try:
-            entry["after"] = lab.counters()
+            entry.after = lab.counters()
         except UserError as exc:
-            entry["error"] = exc.message
+            entry.error = exc.message
     manifest.save()
 
 
-def trial_row(run_id: str, t: Trial, record: dict) -> dict:
-    return {
-        **record,
-        "run_id": run_id,
-        "trial": t.trial,
-        "op": t.op,
-        "size": t.size,
-        "dtype": t.dtype,
-        "rate_mbps": t.rate_mbps,
-        "method": t.method,
-        "rep": t.rep,
-        "ok": bool(record.get("ok")),
-        "error": record.get("error"),
-    }
+def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
+    """The row of trial `t` from what the worker reported: a field the schema lacks raises (a bug)."""
+    return TrialRecord(
+        **{
+            **record,
+            "run_id": run_id,
+            "trial": t.trial,
+            "op": t.op,
+            "size": t.size,
+            "dtype": t.dtype,
+            "rate_mbps": t.rate_mbps,
+            "method": t.method,
+            "rep": t.rep,
+            "ok": bool(record.get("ok")),
+            "error": record.get("error"),
+        }
+    )
 
 
 def setup_log(log: logging.Logger, path: Path) -> None:

@@ -15,23 +15,25 @@ import statistics
 from contracts.device import MODES, DeviceProfile, Grid
 from contracts.errors import UserError
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
+from contracts.run import Calibration, Device
 from contracts.trials import LOCAL
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
 from testbed.inventory import Inventory
 from testbed.lab import Lab
-from testbed.results import Manifest
+from testbed.results import ManifestFile
 
 TOLERANCE_PCT = 10.0
 CORRECTIONS = 2  # throttle: checks again, with corrected quotas, of what missed the first check
 
 
-def resolve_device(exp: Experiment, inv: Inventory, manifest: Manifest | None = None) -> DeviceProfile | None:
+def resolve_device(
+    exp: Experiment, inv: Inventory, manifest: ManifestFile | None = None
+) -> DeviceProfile | None:
     """The run's own profile when resuming; else the experiment's, else the inventory's (unless the
     experiment sets `client_cpu`, the old host-relative profile)."""
-    stored = ((manifest.data if manifest else {}).get("device") or {}).get("profile")
-    if stored:
-        return DeviceProfile.from_dict(stored)
+    if manifest is not None and manifest.manifest.device is not None:
+        return DeviceProfile.from_dict(manifest.manifest.device.profile)
     ref = exp.client_device or (None if exp.client_cpu else inv.client_device)
     if not ref:
         return None
@@ -165,13 +167,12 @@ def _client_emulation(lab: Lab, device: DeviceProfile, grid: Grid, limited: bool
     return json.loads(out.stdout)
 
 
-def record(manifest: Manifest, device: DeviceProfile, mode: str, calibration: dict, at: str) -> None:
-    entry = manifest.data.setdefault(
-        "device", {"profile": device.as_dict(), "mode": mode, "calibrations": []}
-    )
+def record(manifest: ManifestFile, device: DeviceProfile, mode: str, calibration: dict, at: str) -> None:
+    if manifest.manifest.device is None:
+        manifest.manifest.device = Device(profile=device.as_dict(), mode=mode)
     extra = {k: calibration[k] for k in ("quota", "period_s", "quotas", "host") if k in calibration}
-    entry["calibrations"].append(
-        {"at": at, "tolerance_pct": TOLERANCE_PCT, "rows": calibration["rows"], **extra}
+    manifest.manifest.device.calibrations.append(
+        Calibration(at=at, tolerance_pct=TOLERANCE_PCT, rows=calibration["rows"], **extra)
     )
     manifest.save()
 

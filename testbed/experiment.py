@@ -3,61 +3,20 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from contracts.config import Section, load_yaml
 from contracts.device import MODES
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, check_cpu_quota
+from contracts.run import Experiment, Validation
 from contracts.trials import DTYPES
 from contracts.units import parse_rate
 from testbed.devices import load_device
 from testbed.inventory import parse_cpu_profile
 
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
-
-
-@dataclass(frozen=True)
-class Validation:
-    enabled: bool = True
-    tolerance_pct: float = 5.0
-    duration: int = 2  # seconds per direction
-    retries: int = 1  # further attempts before a rate is given up
-
-
-@dataclass(frozen=True)
-class Experiment:
-    name: str
-    ops: tuple[str, ...]
-    sizes: tuple[int, ...]
-    rates_mbps: tuple[float, ...]
-    methods: tuple[str, ...]
-    reps: int  # the fixed count, or the most an adaptive cell runs
-    warmup: int = 1
-    dtype: str = "float64"
-    seed: int = 1
-    client_cpu: CpuProfile | None = None  # None: the inventory's profile
-    client_device: str | None = None  # a device profile (name or path); None: the inventory's
-    mode: str = "scaled"  # how a device profile is emulated (contracts.device.MODES)
-    validation: Validation = field(default_factory=Validation)
-    local: bool = True  # measure the local baseline
-    trial_timeout: float = 600.0
-    min_reps: int | None = None  # adaptive: a cell may stop after this many (None: always `reps`)
-    precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def adaptive(self) -> bool:
-        return self.min_reps is not None
-
-    def describe_reps(self) -> str:
-        if not self.adaptive:
-            return f"{self.reps} rep(s)"
-        within = f", precision {self.precision:g}" if self.precision is not None else ""
-        return f"{self.min_reps}..{self.reps} rep(s) (adaptive{within})"
 
 
 def known_ops() -> tuple[str, ...]:
@@ -385,15 +344,3 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
     if flags.get("name") is not None:
         changes["name"] = flags["name"]
     return check(replace(exp, **changes))
-
-
-def from_dict(data: dict) -> Experiment:
-    """The resolved experiment stored in a run's manifest (for --resume)."""
-    data = dict(data)
-    cpu = data.pop("client_cpu", None)
-    val = data.pop("validation", None) or {}
-    return Experiment(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()},
-        client_cpu=CpuProfile(**cpu) if cpu else None,
-        validation=Validation(**val),
-    )

@@ -17,6 +17,7 @@ import random
 from collections.abc import Iterator
 
 from analysis.stopping import Rule, stop_reason
+from contracts.run import TrialRecord
 from contracts.trials import LOCAL
 from testbed.experiment import Experiment
 from testbed.plan import Trial
@@ -27,15 +28,14 @@ class Rounds:
 
     def __init__(self, exp: Experiment, trials: list[Trial], results: dict[int, float | None]) -> None:
         self.exp = exp
-        self.rule = Rule(exp.min_reps or exp.reps, exp.reps, exp.precision)
+        self.rule = Rule.of(exp)
         self.results = dict(results)  # trial id -> t_total, None for a failed trial
         self.cells: dict[tuple, list[Trial]] = {}
         for t in sorted(trials, key=lambda t: t.rep):
             self.cells.setdefault(t.cell, []).append(t)
 
-    def record(self, t: Trial, record: dict) -> None:
-        ok = record.get("ok") and record.get("t_total") is not None
-        self.results[t.trial] = float(record["t_total"]) if ok else None
+    def record(self, row: TrialRecord) -> None:
+        self.results[row.trial] = row.t_total if row.ok else None
 
     def done(self, cell: tuple) -> int:
         """Repetitions the cell has run (always its first ones: rounds run them in order)."""

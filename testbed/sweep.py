@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 
 from contracts.device import DeviceProfile
+from contracts.run import TRIALS_FILE, LinkCheck, TrialWriter, read_trials
 from contracts.trials import LOCAL
 from testbed import emulation
 from testbed.bookkeeping import (
@@ -33,7 +34,7 @@ from testbed.experiment import Experiment
 from testbed.lab import Lab
 from testbed.plan import Trial, phases, plan_trials
 from testbed.progress import Progress
-from testbed.results import Manifest, TrialWriter, trial_outcomes
+from testbed.results import ManifestFile
 from testbed.rounds import Rounds
 from testbed.signals import sigterm_as_interrupt
 from testbed.validate import validate_rate
@@ -51,7 +52,7 @@ def run_sweep(
     lab: Lab,
     exp: Experiment,
     run_dir: Path,
-    manifest: Manifest,
+    manifest: ManifestFile,
     keep_up: bool = False,
     device: DeviceProfile | None = None,
     model: Model | None = None,
@@ -60,10 +61,10 @@ def run_sweep(
 
     With a `device`, the client host is calibrated for it first (`testbed.emulation`); with a `model`
     (`testbed.estimate`), the progress line's ETA comes from it."""
-    run_id = manifest.data["run_id"]
-    csv_path = run_dir / "trials.csv"
+    run_id = manifest.manifest.run_id
+    csv_path = run_dir / TRIALS_FILE
     trials = plan_trials(exp)
-    outcomes = trial_outcomes(csv_path)
+    outcomes = read_trials(csv_path).outcomes() if csv_path.exists() and csv_path.stat().st_size else {}
     done = set(outcomes)
     rounds = Rounds(exp, trials, outcomes) if exp.adaptive else None
     todo = rounds.blocks() if rounds else phases(exp, trials, done)
@@ -115,12 +116,12 @@ def run_sweep(
                     lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
                 if problems.get(rate):
                     for t in phase:
-                        record = {"ok": False, "error": problems[rate]}
-                        writer.write(trial_row(run_id, t, record))
+                        row = trial_row(run_id, t, {"ok": False, "error": problems[rate]})
+                        writer.write(row)
                         failed += 1
                         progress.show(cell_label(t), t)
                         if rounds:
-                            rounds.record(t, record)
+                            rounds.record(row)
                     if rounds:
                         progress.close_cells(rounds.open_cells())
                     continue
@@ -135,11 +136,12 @@ def run_sweep(
                     record, worker = run_trial(lab, exp, worker, run_dir, t)
                     if device is not None:
                         record["emulation_flagged"] = (t.op, t.size, t.method) in marks
-                    writer.write(trial_row(run_id, t, record))
-                    failed += not record.get("ok")
+                    row = trial_row(run_id, t, record)
+                    writer.write(row)
+                    failed += not row.ok
                     progress.show(cell_label(t), t)
                     if rounds:
-                        rounds.record(t, record)
+                        rounds.record(row)
                 if counters is not None:
                     counters_after(manifest, counters, lab, [t.trial for t in phase])
                 if rounds:
@@ -165,17 +167,17 @@ def run_sweep(
     }
 
 
-def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Manifest) -> str | None:
+def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:
     """Shape for this rate and check it; a reason to skip the rate, or None when it can be trusted."""
     rate_bps = int(round(rate_mbps * 1e6))
     lab.set_rate(rate_bps)
     if not exp.validation.enabled:
-        add_validation(manifest, {"rate_mbps": rate_mbps, "skipped": "validation disabled"})
+        add_validation(manifest, LinkCheck(rate_mbps=rate_mbps, skipped="validation disabled"))
         return None
     v = exp.validation
     for attempt in range(1 + v.retries):
         checks = validate_rate(lab, rate_bps, v.duration, v.tolerance_pct, shape=False)
-        add_validation(manifest, *({**c.as_dict(), "attempt": attempt + 1, "at": now()} for c in checks))
+        add_validation(manifest, *(LinkCheck(**c.as_dict(), attempt=attempt + 1, at=now()) for c in checks))
         if all(c.ok for c in checks):
             log.info(
                 "rate %g Mbit/s validated: %s",

@@ -48,12 +48,13 @@ def register(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from contracts.run import MANIFEST_FILE
     from testbed.bookkeeping import start_run
     from testbed.emulation import client_cpu as emulation_cpu
     from testbed.emulation import resolve_device
     from testbed.estimate import format_duration, model_for
-    from testbed.experiment import FLAGS, from_dict, load_experiment, override, trial_range
-    from testbed.results import Manifest, new_run_id
+    from testbed.experiment import FLAGS, load_experiment, override, trial_range
+    from testbed.results import ManifestFile, new_run_id
     from testbed.sweep import run_sweep
 
     inv = load(args)
@@ -64,8 +65,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 "--resume takes the run's own experiment; other settings cannot change it",
                 "drop the experiment file and flags when resuming",
             )
-        manifest = Manifest.load(args.resume / "manifest.json")
-        exp = from_dict(manifest.data["experiment"])
+        manifest = ManifestFile.load(args.resume / MANIFEST_FILE)
+        exp = manifest.manifest.experiment
         run_dir = args.resume
     else:
         base = load_experiment(args.experiment) if args.experiment else None
@@ -85,7 +86,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota)
     low, high = model.duration_s()
     print(
-        f"sweep {manifest.data['run_id']}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
+        f"sweep {manifest.manifest.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
         f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.describe_reps()} = "
         f"{_count(trial_range(exp))} trials (local baseline included); client {client}; results in {run_dir}"
     )

@@ -321,7 +321,7 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
             "ssh",
         )
         run_dir = next(results.iterdir())
-        rows = (run_dir / "trials.csv").read_text().splitlines()[1:]
+        rows = (run_dir / "trials.csv").read_text().splitlines()[2:]  # after the format's mark and the header
         assert len(rows) == 2 + 2 * 2  # local baseline + (raw, json) x 2 reps
         assert all(",true," in row for row in rows), rows
 

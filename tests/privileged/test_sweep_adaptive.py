@@ -8,16 +8,15 @@ offloads) and a borderline one (RAW 300x300 at 100 Mbit/s, within a few per cent
 from __future__ import annotations
 
 import csv
-import json
 import signal
 from collections import defaultdict
 
 import pytest
 
 from analysis.stopping import MAX_REPS, PRECISE, SIGNIFICANT, Rule, stop_reason
+from contracts.run import read_manifest
 from testbed.devices import load_device
 from testbed.estimate import model_for
-from testbed.experiment import from_dict
 from tests.conftest import run_cli
 from tests.privileged.test_sweep_e2e import rows, start_sweep, wait_for_rows
 
@@ -68,10 +67,10 @@ def test_a_killed_adaptive_sweep_resumes_where_each_cell_stopped(inventory, tmp_
     assert len({r["trial"] for r in got}) == len(got), "no trial twice"
     assert all(r["ok"] == "true" for r in got), [r["error"] for r in got if r["ok"] != "true"]
 
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and len(manifest["sessions"]) == 2
-    exp = from_dict(manifest["experiment"])
-    rule = Rule.of(manifest["experiment"])
+    manifest = read_manifest(run_dir / "manifest.json")
+    assert manifest.status == "complete" and len(manifest.sessions) == 2
+    exp = manifest.experiment
+    rule = Rule.of(exp)
     by_cell = cells(got)
     for size in (200, 300):
         local = times(by_cell[(size, None, "local")])

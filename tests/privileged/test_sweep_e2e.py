@@ -31,7 +31,7 @@ def start_sweep(inventory: Path, *args: str) -> subprocess.Popen:
 
 def rows(run_dir: Path) -> list[dict]:
     with open(run_dir / "trials.csv", newline="") as f:
-        return list(csv.DictReader(f))
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))  # after the format's mark
 
 
 def wait_for_rows(proc: subprocess.Popen, results: Path, n: int, timeout: float = 300) -> Path:

@@ -17,8 +17,9 @@ METHODS = ["json", "raw", "protobuf", "grpc"]
 
 
 def read_csv(path: Path) -> list[dict]:
+    """A CSV file's rows as text (trials.csv's format mark, a comment line, skipped)."""
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
 def test_sweep_with_protobuf_and_grpc_through_the_testbed(inventory, tmp_path):

@@ -3,14 +3,15 @@ figure, and flagged emulation reaches cells.csv."""
 
 from __future__ import annotations
 
-import csv
 import json
+from dataclasses import replace
 from io import StringIO
 
 import pandas as pd
 
 from analysis import analyze
 from analysis.synthetic import write_synthetic_run
+from contracts.run import TrialWriter, read_trials
 from testbed.devices import load_device
 
 
@@ -34,14 +35,12 @@ def test_device_calibration_fidelity_and_flags(tmp_path):
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     # the sweep marks the local trials of the flagged (mul, 200)
     path = run_dir / "trials.csv"
-    with open(path, newline="") as f:
-        trials = list(csv.DictReader(f))
-    for t in trials:
-        t["emulation_flagged"] = "true" if (t["method"] == "local" and t["size"] == "200") else "false"
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, list(trials[0]))
-        writer.writeheader()
-        writer.writerows(trials)
+    records = read_trials(path).records
+    path.unlink()
+    writer = TrialWriter(path)
+    for t in records:
+        writer.write(replace(t, emulation_flagged=t.method == "local" and t.size == 200))
+    writer.close()
 
     out = analyze(run_dir, out=StringIO())
     assert (out / "fidelity.png").stat().st_size > 0 and (out / "fidelity.svg").exists()

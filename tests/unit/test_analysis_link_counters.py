@@ -5,6 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.link_counters import COLUMNS, link_counters
+from contracts.run import Counters, Experiment, Manifest
+
+EXP = Experiment("x", ("mul",), (100,), (10.0, 20.0), ("raw",), 3)
 
 
 def snapshot(up_bytes, down_bytes, up_drops=0, ovs_tx_dropped=0) -> dict:
@@ -30,18 +33,21 @@ def trials() -> pd.DataFrame:
 
 
 def test_wire_bytes_and_drops_are_deltas_and_payload_is_the_trials_in_between():
-    manifest = {
-        "counters": [
-            {
-                "rate_mbps": 10.0,
-                "ports": {"up": "a1", "down": "a0"},
-                "trials": [1, 2, 3],
-                "before": snapshot(1_000, 2_000),
-                "after": snapshot(1_000 + 84_000, 2_000 + 44_000, up_drops=3, ovs_tx_dropped=2),
-            },
-            {"rate_mbps": 20.0, "ports": {"up": "a1", "down": "a0"}, "trials": [4], "before": snapshot(0, 0)},
-        ]
-    }
+    manifest = Manifest(
+        "x",
+        "complete",
+        EXP,
+        counters=[
+            Counters(
+                rate_mbps=10.0,
+                ports={"up": "a1", "down": "a0"},
+                trials=[1, 2, 3],
+                before=snapshot(1_000, 2_000),
+                after=snapshot(1_000 + 84_000, 2_000 + 44_000, up_drops=3, ovs_tx_dropped=2),
+            ),
+            Counters(rate_mbps=20.0, ports={"up": "a1", "down": "a0"}, trials=[4], before=snapshot(0, 0)),
+        ],
+    )
     table = link_counters(trials(), manifest)
     assert list(table.columns) == COLUMNS
     assert len(table) == 2  # the 20 Mbit/s rate stopped before its `after`: no delta to report
@@ -55,4 +61,4 @@ def test_wire_bytes_and_drops_are_deltas_and_payload_is_the_trials_in_between():
 
 def test_runs_without_counters_give_an_empty_table():
     assert link_counters(trials(), None).empty
-    assert link_counters(trials(), {"run_id": "x"}).empty
+    assert link_counters(trials(), Manifest("x", "complete", EXP)).empty

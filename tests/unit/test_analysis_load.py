@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from analysis import analyze
-from analysis.load import REQUIRED, load_run, read_trials
+from analysis.load import load_run, read_trials
 from contracts.errors import UserError
+from contracts.run import FORMAT_VERSION, REQUIRED
 
 HEADER = (
     "run_id,trial,op,size,dtype,rate_mbps,method,rep,ok,error,t_total,t_client_encode,t_comm,"
@@ -155,14 +156,42 @@ def test_broken_manifest(tmp_path):
 
 def test_manifest_is_read(tmp_path):
     write(tmp_path, HEADER, LOCAL_ROW, REMOTE_ROW)
+    experiment = {
+        "name": "x",
+        "ops": ["mul"],
+        "sizes": [400],
+        "rates_mbps": [10.0],
+        "methods": ["json"],
+        "reps": 3,
+    }
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"run_id": "x", "status": "complete", "experiment": experiment})
+    )
+    manifest = load_run(tmp_path).manifest
+    assert (manifest.run_id, manifest.experiment.sizes, manifest.format_version) == (
+        "x",
+        (400,),
+        FORMAT_VERSION,
+    )
+
+
+def test_a_manifest_that_is_not_a_runs_is_refused_in_one_line(tmp_path):
+    write(tmp_path, HEADER, LOCAL_ROW, REMOTE_ROW)
     (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "x"}))
-    assert load_run(tmp_path).manifest == {"run_id": "x"}
+    assert "manifest.json does not hold a run's manifest" in str(error(tmp_path))
 
 
 def test_planned_cells_from_the_manifest_show_as_missing(tmp_path, capsys):
     write(tmp_path, HEADER, LOCAL_ROW, REMOTE_ROW)
-    experiment = {"ops": ["mul"], "sizes": [400], "rates_mbps": [10.0, 20.0], "methods": ["json", "raw"]}
-    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "planned", "experiment": experiment}))
+    experiment = {
+        "name": "p",
+        "ops": ["mul"],
+        "sizes": [400],
+        "rates_mbps": [10.0, 20.0],
+        "methods": ["json", "raw"],
+    }
+    manifest = {"run_id": "planned", "status": "complete", "experiment": {**experiment, "reps": 2}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     analyze(tmp_path, plots=False)
     assert "mul 400: json 0 - (0/2, 1 missing)  raw - - (0/2, 2 missing)" in capsys.readouterr().out
 

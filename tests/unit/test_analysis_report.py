@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from io import StringIO
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from analysis.decisions import cumulative_penalties, decision_vectors
 from analysis.load import load_run
 from analysis.plots import make_plots
 from analysis.synthetic import write_synthetic_run
+from contracts.run import TrialWriter, read_trials
 
 FIXTURE = Path(__file__).parent.parent / "data" / "analysis" / "handmade"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -30,19 +32,14 @@ def read_csv(path: Path) -> list[dict]:
 def fail_cell(run_dir: Path, op: str, size: int, rate: float, method: str) -> None:
     """Turn every trial of one cell into a failure, as a crashed server would."""
     path = run_dir / "trials.csv"
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        if (
-            (r["op"], r["size"], r["method"]) == (op, str(size), method)
-            and r["rate_mbps"]
-            and float(r["rate_mbps"]) == rate
-        ):
-            r.update(ok="false", error="boom", t_total="", t_comm="")
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    records = read_trials(path).records
+    path.unlink()
+    writer = TrialWriter(path)
+    for r in records:
+        if (r.op, r.size, r.method, r.rate_mbps) == (op, size, method, rate):
+            r = replace(r, ok=False, error="boom", t_total=None, t_comm=None)
+        writer.write(r)
+    writer.close()
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +56,7 @@ def run(tmp_path_factory):
     fail_cell(run_dir, "inv", 400, 40, "raw")
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["validation"][0].update(ok=False, error_pct=-9.9)
-    manifest["server_url"] = "http://10.0.0.2:8080/"  # text that mentions a URL is not a reference
+    manifest["inventory"] = "http://10.0.0.2:8080/"  # text that mentions a URL is not a reference
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     (run_dir / "analysis").mkdir()
     (run_dir / "analysis" / "stages-old-999.png").write_bytes(b"stale")

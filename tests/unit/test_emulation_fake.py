@@ -165,10 +165,12 @@ def test_a_device_faster_than_the_host_cannot_be_throttled(scripted):
 
 
 def test_the_manifest_keeps_every_calibration_and_the_quota(tmp_path, scripted):
-    from testbed.results import Manifest
+    from contracts.run import Experiment, Manifest
+    from testbed.results import ManifestFile
 
     lab, device, _ = scripted
-    manifest = Manifest(tmp_path / "manifest.json", {})
+    exp = Experiment("cal", ("mul",), (100,), (10.0,), ("raw",), 3)
+    manifest = ManifestFile(tmp_path / "manifest.json", Manifest("run", "running", exp))
     result = emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
     emulation.record(manifest, device, "throttle", result, "now")
     emulation.record(manifest, device, "throttle", result, "later")

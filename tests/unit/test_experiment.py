@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import UserError
-from testbed.experiment import Experiment, from_dict, load_experiment, override, parse_sizes, trial_range
+from testbed.experiment import Experiment, load_experiment, override, parse_sizes, trial_range
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_good_file(tmp_path):
     assert exp.rates_mbps == (10.0, 40.0)  # ascending
     assert exp.client_cpu.cpu_quota == 0.1
     assert exp.validation.duration == 1 and exp.validation.tolerance_pct == 5.0
-    assert from_dict(exp.as_dict()) == exp  # what --resume reads back from the manifest
+    assert Experiment.from_dict(exp.as_dict()) == exp  # what --resume reads back from the manifest
 
 
 @pytest.mark.parametrize(
@@ -171,7 +171,7 @@ def test_reps_in_a_file_are_a_number_a_range_or_a_mapping(tmp_path, reps, expect
     exp = load_experiment(path)
     assert (exp.min_reps, exp.reps, exp.precision) == expected
     assert exp.adaptive == (expected[0] is not None)
-    assert from_dict(exp.as_dict()) == exp  # what --resume reads back from the manifest
+    assert Experiment.from_dict(exp.as_dict()) == exp  # what --resume reads back from the manifest
 
 
 def test_reps_flags_give_fixed_or_adaptive_and_the_trial_range():

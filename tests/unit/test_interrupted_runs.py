@@ -7,9 +7,9 @@ import os
 import platform
 import subprocess
 
-from analysis.load import read_manifest
+from contracts.run import Experiment, Manifest, Session, read_manifest
 from testbed.bookkeeping import start_session
-from testbed.results import Manifest
+from testbed.results import ManifestFile
 
 
 def dead_pid() -> int:
@@ -18,20 +18,21 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def manifest_with(tmp_path, pid: int, host: str = platform.node()) -> Manifest:
-    data = {"status": "running", "sessions": [{"status": "running", "pid": pid, "hostname": host}]}
-    manifest = Manifest(tmp_path / "manifest.json", data)
+def manifest_with(tmp_path, pid: int, host: str = platform.node()) -> ManifestFile:
+    exp = Experiment("killed", ("mul",), (100,), (10.0,), ("raw",), 3)
+    session = Session(started_at="now", skipped_done=0, status="running", pid=pid, hostname=host)
+    manifest = ManifestFile(tmp_path / "manifest.json", Manifest("run", "running", exp, sessions=[session]))
     manifest.save()
     return manifest
 
 
 def test_the_analysis_shows_a_killed_sweep_as_interrupted(tmp_path):
     manifest_with(tmp_path, dead_pid())
-    assert read_manifest(tmp_path / "manifest.json")["status"] == "interrupted"
+    assert read_manifest(tmp_path / "manifest.json").status == "interrupted"
     manifest_with(tmp_path, os.getpid())  # alive: still running
-    assert read_manifest(tmp_path / "manifest.json")["status"] == "running"
+    assert read_manifest(tmp_path / "manifest.json").status == "running"
     manifest_with(tmp_path, dead_pid(), host="another-host")  # can't tell from here
-    assert read_manifest(tmp_path / "manifest.json")["status"] == "running"
+    assert read_manifest(tmp_path / "manifest.json").status == "running"
 
 
 def test_a_resume_marks_the_killed_session_interrupted(tmp_path):
@@ -39,4 +40,4 @@ def test_a_resume_marks_the_killed_session_interrupted(tmp_path):
     session = start_session(manifest, skipped_done=3)
     saved = json.loads((tmp_path / "manifest.json").read_text())
     assert [s["status"] for s in saved["sessions"]] == ["interrupted", "running"]
-    assert session["pid"] == os.getpid() and session["hostname"] == platform.node()
+    assert session.pid == os.getpid() and session.hostname == platform.node()

@@ -7,9 +7,12 @@ inside the half-width: not significant.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from analysis.stopping import FAILED, MAX_REPS, PRECISE, SIGNIFICANT, Rule, stop_reason
+from contracts.run import Experiment
 
 RULE = Rule(min_reps=3, max_reps=6)
 
@@ -61,6 +64,6 @@ def test_identical_samples_with_different_means_are_significant():
 
 
 def test_the_rule_of_a_run_comes_from_its_manifest():
-    assert Rule.of({"reps": 40, "min_reps": 5, "precision": 0.05}) == Rule(5, 40, 0.05)
-    assert Rule.of({"reps": 3}) == Rule(3, 3, None)  # a fixed run (or one older than adaptive reps)
-    assert Rule.of({"reps": 3, "min_reps": None, "precision": None}) == Rule(3, 3, None)
+    exp = Experiment("e", ("mul",), (100,), (10.0,), ("raw",), reps=40, min_reps=5, precision=0.05)
+    assert Rule.of(exp) == Rule(5, 40, 0.05)
+    assert Rule.of(replace(exp, reps=3, min_reps=None, precision=None)) == Rule(3, 3, None)  # a fixed run

@@ -18,9 +18,8 @@ import pytest
 
 from analysis import analyze
 from testbed.bookkeeping import start_run
-from testbed.experiment import from_dict
 from testbed.plan import plan_trials
-from testbed.results import Manifest
+from testbed.results import ManifestFile
 from testbed.sweep import run_sweep
 from tests.unit.test_labs_fake import netns  # noqa: F401 - the fake embedded testbed (fixture)
 from tests.unit.test_sweep_fake import EXP, lab, link, rows, saved, timed  # noqa: F401 - fixtures
@@ -126,8 +125,8 @@ def test_an_interrupted_adaptive_sweep_resumes_where_each_cell_stopped(lab, run,
         run_sweep(lab, ADAPTIVE, run_dir, manifest)
     assert sorted(rows(run_dir)) == sorted(answered)
 
-    manifest = Manifest.load(run_dir / "manifest.json")
-    exp = from_dict(manifest.data["experiment"])
+    manifest = ManifestFile.load(run_dir / "manifest.json")
+    exp = manifest.manifest.experiment
     assert exp == ADAPTIVE
     lab.hosts["client"].worker(answer)
     summary = run_sweep(lab, exp, run_dir, manifest)

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import UserError
+from contracts.run import FORMAT_VERSION, TRIALS_MARK, Validation
 from contracts.units import expected_goodput
 from testbed.bookkeeping import start_run
-from testbed.experiment import Experiment, Validation, from_dict
+from testbed.experiment import Experiment
 from testbed.plan import phases, plan_trials
-from testbed.results import Manifest
+from testbed.results import ManifestFile
 from testbed.sweep import run_sweep
 from testbed.worker_link import WorkerLink
 from tests.fakes import FakeHost, WorkerExit, WorkerHang, probe_reply
@@ -92,8 +93,10 @@ def run(lab, tmp_path):
 
 
 def rows(run_dir: Path) -> dict[int, dict]:
-    with open(run_dir / "trials.csv", newline="") as f:
-        found = [dict(r) for r in csv.DictReader(f)]
+    """trials.csv's rows as written (text), by trial; the file begins with its format's mark."""
+    lines = (run_dir / "trials.csv").read_text().splitlines(keepends=True)
+    assert lines[0] == f"{TRIALS_MARK}{FORMAT_VERSION}\n"
+    found = [dict(r) for r in csv.DictReader(lines[1:])]
     by_trial = {int(r["trial"]): r for r in found}
     assert len(by_trial) == len(found), "a trial has two rows"
     return by_trial
@@ -104,7 +107,7 @@ def timed(specs: list[dict]) -> list[int]:
 
 
 def saved(run_dir: Path) -> dict:
-    return Manifest.load(run_dir / "manifest.json").data
+    return ManifestFile.load(run_dir / "manifest.json").manifest.as_dict()
 
 
 def applied_rates(lab) -> list[int]:
@@ -205,12 +208,12 @@ def test_an_interrupted_sweep_resumes_with_exactly_the_missing_trials(lab, run, 
     data = saved(run_dir)
     assert data["status"] == "interrupted" and data["sessions"][0]["status"] == "interrupted"
     (stopped,) = data["counters"]  # at 10 Mbit/s, stopped mid-rate: no after, no trials
-    assert stopped["rate_mbps"] == 10.0 and "after" not in stopped and stopped["trials"] == []
+    assert stopped["rate_mbps"] == 10.0 and stopped["after"] is None and stopped["trials"] == []
 
     with pytest.raises(UserError, match="already exists"):
         start_run(run_dir, "fake-2", EXP, lab)
-    manifest = Manifest.load(run_dir / "manifest.json")  # what `testbed sweep --resume` does
-    exp = from_dict(manifest.data["experiment"])
+    manifest = ManifestFile.load(run_dir / "manifest.json")  # what `testbed sweep --resume` does
+    exp = manifest.manifest.experiment
     assert exp == EXP
     lab.hosts["client"].worker(answer)
     summary = run_sweep(lab, exp, run_dir, manifest)
@@ -377,9 +380,10 @@ def test_validation_disabled_is_recorded_and_no_iperf3_runs(lab, run):
     exp = replace(EXP, validation=Validation(enabled=False), warmup=0)
     summary = run_sweep(lab, exp, run_dir, manifest)
     assert (summary["ran"], summary["failed"]) == (20, 0)
-    assert saved(run_dir)["validation"] == [
-        {"rate_mbps": 10.0, "skipped": "validation disabled"},
-        {"rate_mbps": 40.0, "skipped": "validation disabled"},
+    checks = saved(run_dir)["validation"]
+    assert [(c["rate_mbps"], c["skipped"], c["direction"]) for c in checks] == [
+        (10.0, "validation disabled", None),
+        (40.0, "validation disabled", None),
     ]
     assert lab.hosts["client"].ran(*IPERF) == []
     assert all(s["trial"] >= 0 for s in lab.hosts["client"].workers[0].specs)  # warmup 0: none

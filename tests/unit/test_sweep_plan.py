@@ -1,9 +1,9 @@
 from collections import Counter
 
-from contracts.trials import COLUMNS, LOCAL
+from contracts.run import COLUMNS, FORMAT_VERSION, TRIALS_MARK, TrialRecord, TrialWriter, read_trials, repair
+from contracts.trials import LOCAL
 from testbed.experiment import Experiment
 from testbed.plan import phases, plan_trials
-from testbed.results import TrialWriter, completed_trials, repair
 
 EXP = Experiment(
     name="t",
@@ -49,27 +49,29 @@ def test_resume_skips_exactly_the_completed_trials():
 def test_writer_appends_and_resume_reads_what_was_written(tmp_path):
     path = tmp_path / "trials.csv"
     w = TrialWriter(path)
-    w.write({"run_id": "r", "trial": 0, "ok": True, "t_total": 0.5})
-    w.write({"run_id": "r", "trial": 1, "ok": False, "error": "boom, with a comma"})
+    w.write(TrialRecord("mul", 100, "raw", True, run_id="r", trial=0, rate_mbps=10.0, t_total=0.5))
+    w.write(
+        TrialRecord("mul", 100, "raw", False, run_id="r", trial=1, rate_mbps=10.0, error="boom, with a comma")
+    )
     w.close()
     w = TrialWriter(path)  # a resumed run appends, no second header
-    w.write({"run_id": "r", "trial": 2, "ok": True, "t_total": 0.25})
+    w.write(TrialRecord("mul", 100, "raw", True, run_id="r", trial=2, rate_mbps=10.0, t_total=0.25))
     w.close()
     lines = path.read_text().splitlines()
-    assert lines[0] == ",".join(COLUMNS)
-    assert len(lines) == 4
-    assert completed_trials(path) == {0, 1, 2}
+    assert lines[:2] == [f"{TRIALS_MARK}{FORMAT_VERSION}", ",".join(COLUMNS)]
+    assert len(lines) == 5
+    assert set(read_trials(path).outcomes()) == {0, 1, 2}
 
 
 def test_a_row_cut_short_by_a_crash_is_dropped(tmp_path):
     path = tmp_path / "trials.csv"
     w = TrialWriter(path)
-    w.write({"run_id": "r", "trial": 0, "ok": True, "t_total": 0.5})
+    w.write(TrialRecord("mul", 100, "raw", True, run_id="r", trial=0, rate_mbps=10.0, t_total=0.5))
     w.close()
     with open(path, "a") as f:
         f.write("r,1,mul,100,float64,10.0,raw,0,tr")  # the process died mid-row
     repair(path)
-    assert completed_trials(path) == {0}
+    assert set(read_trials(path).outcomes()) == {0}
     assert path.read_text().endswith("\n")
 
 

@@ -1,0 +1,488 @@
+"""A run's files as one typed, versioned contract: `trials.csv` and `manifest.json`.
+
+The sweep writes them and everything else (resume, the stopping rule, the analysis) reads them only
+through this module, so there is one reader per file and one meaning per field.
+
+Versions (Flent's `resultset.py` is the model: refuse newer, convert older on load):
+- 1: runs written before this module: no mark anywhere. They load as they are (the columns and keys
+  are the same; version 1's manifest had no `format_version`).
+- 2: `trials.csv` begins with the line `# offload-testbed trials format 2`; `manifest.json` has
+  `"format_version": 2` and only the sections typed below.
+
+Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
+trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
+newer version is the user's to fix (a newer tool wrote it) and says so in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import platform
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import UserError
+from contracts.processes import alive
+from contracts.profiles import CpuProfile
+from contracts.trials import LOCAL, STAGES
+
+FORMAT_VERSION = 2
+TRIALS_MARK = "# offload-testbed trials format "
+TRIALS_FILE = "trials.csv"
+MANIFEST_FILE = "manifest.json"
+_FIX_FORMAT = "trials.csv needs the columns written by `testbed sweep` (see contracts/run.py)"
+
+
+def _check_version(version: int, path: Path) -> None:
+    if version > FORMAT_VERSION:
+        raise UserError(
+            f"{path} is format version {version}; this testbed reads versions 1 to {FORMAT_VERSION}",
+            "analyse it with the newer testbed that wrote it",
+        )
+
+
+# ====================================================================== trials.csv
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial, as the client's worker reports it and as its row in trials.csv holds it."""
+
+    op: str
+    size: int | float
+    method: str  # a codec, a transport (grpc), or LOCAL
+    ok: bool
+    run_id: str = ""
+    trial: int | None = None
+    dtype: str = ""
+    rate_mbps: float | None = None  # None for a local trial
+    rep: int | None = None
+    error: str | None = None
+    t_total: float | None = None
+    t_client_encode: float | None = None
+    t_comm: float | None = None
+    t_server_decode: float | None = None
+    t_server_compute: float | None = None
+    t_server_encode: float | None = None
+    t_client_decode: float | None = None
+    t_request: float | None = None
+    bytes_up: int | None = None
+    bytes_down: int | None = None
+    started_at: str | None = None
+    # device emulation: what was measured on the client before scaling (wall and CPU seconds of the
+    # client's stages; of the whole operation for local rows), and whether its calibration missed
+    wall_client_encode: float | None = None
+    cpu_client_encode: float | None = None
+    wall_client_decode: float | None = None
+    cpu_client_decode: float | None = None
+    wall_total: float | None = None
+    cpu_total: float | None = None
+    emulation_flagged: bool = False
+
+
+COLUMNS = tuple(f.name for f in fields(TrialRecord))
+# how each column is read back (everything else is text)
+_INTS = ("trial", "rep", "bytes_up", "bytes_down")
+_BOOLS = ("ok", "emulation_flagged")
+_TIMES = ("t_total", *STAGES, "t_request")
+_FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
+_FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
+REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
+_TRUE = {"true", "1", "yes", "t", "y"}
+_FALSE = {"false", "0", "no", "f", "n"}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+class TrialWriter:
+    """Appends one row per finished trial and flushes it, so a crash loses at most the trial in flight."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        repair(path)
+        new = not path.exists() or path.stat().st_size == 0
+        self._file = open(path, "a", newline="")  # noqa: SIM115 - held open for the whole sweep
+        self._buf = io.StringIO()
+        self._csv = csv.writer(self._buf)
+        if new:
+            self._buf.write(f"{TRIALS_MARK}{FORMAT_VERSION}\n")
+            self._csv.writerow(COLUMNS)
+            self._flush()
+
+    def _flush(self) -> None:
+        # one write() per row: a row is either wholly in the file or not at all (see `repair`)
+        self._file.write(self._buf.getvalue())
+        self._file.flush()
+        self._buf.seek(0)
+        self._buf.truncate()
+
+    def write(self, record: TrialRecord) -> None:
+        self._csv.writerow([_cell(getattr(record, c)) for c in COLUMNS])
+        self._flush()
+
+    def sync(self) -> None:
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+
+def repair(path: Path) -> None:
+    """Drop a last line cut short by a crash mid-write, so the file stays valid CSV (the sweep's own
+    file, before it appends; readers skip such a line instead of changing the file)."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+@dataclass(frozen=True)
+class Trials:
+    """trials.csv as read: its version, its rows, and the line each row came from."""
+
+    path: Path
+    version: int
+    records: list[TrialRecord]
+    lines: list[int]
+
+    def outcomes(self) -> dict[int, float | None]:
+        """Each trial with a row: its t_total, or None if it failed (what resume and the rule see)."""
+        return {r.trial: r.t_total if r.ok else None for r in self.records if r.trial is not None}
+
+
+def read_trials(path: Path) -> Trials:
+    """The one reader of trials.csv: every value checked once, a bad one named with its line."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise UserError(
+            f"{path} does not exist", "pass the directory of a run made by `testbed sweep`"
+        ) from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}", "check the file's permissions") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not readable as text ({exc.reason})", _FIX_FORMAT) from None
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # a row cut short by a crash: the trial in flight
+    version, first = 1, 1
+    if text.startswith(TRIALS_MARK):
+        mark, _, text = text.partition("\n")
+        try:
+            version = int(mark[len(TRIALS_MARK) :])
+        except ValueError:
+            raise UserError(f"{path} line 1: {mark!r} is not a format version", _FIX_FORMAT) from None
+        _check_version(version, path)
+        first = 2
+    reader = csv.reader(io.StringIO(text))
+    try:
+        records, lines = _read_rows(reader, path, first)
+    except csv.Error as exc:
+        raise UserError(
+            f"{path} line {reader.line_num + first}: not readable as CSV ({exc})", _FIX_FORMAT
+        ) from None
+    return Trials(path, version, records, lines)
+
+
+def _read_rows(reader, path: Path, first: int) -> tuple[list[TrialRecord], list[int]]:
+    header = next(reader, None)
+    if header is None:
+        raise UserError(f"{path} is empty", "run the sweep first, or pass the directory of a finished run")
+    header = [h.strip() for h in header]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise UserError(f"{path} lacks column(s) {', '.join(missing)}", _FIX_FORMAT)
+    index = {name: header.index(name) for name in COLUMNS if name in header}  # others: ignored
+    records, lines = [], []
+    for fields_ in reader:
+        if not any(x.strip() for x in fields_):
+            continue  # blank line
+        line = reader.line_num + first - 1
+        raw = {name: (fields_[i].strip() if i < len(fields_) else "") for name, i in index.items()}
+        records.append(_parse_row(raw, path, line))
+        lines.append(line)
+    return records, lines
+
+
+def _parse_row(raw: dict[str, str], path: Path, line: int) -> TrialRecord:
+    def bad(column: str, why: str) -> UserError:
+        return UserError(f"{path} line {line}: {column} {why}", _FIX_FORMAT)
+
+    values: dict[str, Any] = {}
+    ok = raw["ok"].lower()
+    for column, text in raw.items():
+        if column in _TIMES and ok in _FALSE:
+            values[column] = None  # a failed trial's times mean nothing, whatever they hold
+        elif column in _BOOLS:
+            if text.lower() not in _TRUE | _FALSE and (column == "ok" or text):
+                raise bad(column, f"is {text!r}, expected true or false")
+            values[column] = text.lower() in _TRUE
+        elif column in _INTS or column in _FLOATS or column in ("size", "rate_mbps"):
+            number = _number(text)
+            if text and number is None:
+                raise bad(
+                    column, f"is {text!r}, not " + ("a time in seconds" if column in _TIMES else "a number")
+                )
+            values[column] = int(number) if number is not None and column in _INTS else number
+        else:
+            values[column] = text or None
+    for column in ("op", "method"):
+        if not values.get(column):
+            raise bad(column, "is empty")
+    if values.get("size") is None:
+        raise bad("size", "is empty")
+    size = values["size"]
+    values["size"] = int(size) if float(size).is_integer() else size
+    values["run_id"] = values.get("run_id") or ""
+    values["dtype"] = values.get("dtype") or ""
+    if values["method"].lower() == LOCAL:
+        values["method"], values["rate_mbps"] = LOCAL, None  # the baseline does not use the network
+    elif values["rate_mbps"] is None or values["rate_mbps"] <= 0:
+        raise bad("rate_mbps", f"is {raw['rate_mbps']!r}; a remote trial needs a positive rate in Mbit/s")
+    if values["ok"] and values["t_total"] is None:
+        raise bad("t_total", "is empty in a successful trial (ok=true)")
+    if values["ok"] and values["t_total"] < 0:
+        raise bad("t_total", f"is {raw['t_total']!r}, a negative completion time")
+    return TrialRecord(**values)
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+# ====================================================================== manifest.json
+@dataclass(frozen=True)
+class Validation:
+    """How a sweep checks each rate's link with iperf3 before trusting it."""
+
+    enabled: bool = True
+    tolerance_pct: float = 5.0
+    duration: int = 2  # seconds per direction
+    retries: int = 1  # further attempts before a rate is given up
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What a sweep measures, resolved (file < flags); the manifest's `experiment` section."""
+
+    name: str
+    ops: tuple[str, ...]
+    sizes: tuple[int, ...]
+    rates_mbps: tuple[float, ...]
+    methods: tuple[str, ...]
+    reps: int  # the fixed count, or the most an adaptive cell runs
+    warmup: int = 1
+    dtype: str = "float64"
+    seed: int = 1
+    client_cpu: CpuProfile | None = None  # None: the inventory's profile
+    client_device: str | None = None  # a device profile (name or path); None: the inventory's
+    mode: str = "scaled"  # how a device profile is emulated (contracts.device.MODES)
+    validation: Validation = field(default_factory=Validation)
+    local: bool = True  # measure the local baseline
+    trial_timeout: float = 600.0
+    min_reps: int | None = None  # adaptive: a cell may stop after this many (None: always `reps`)
+    precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Experiment:
+        data = dict(data)
+        cpu = data.pop("client_cpu", None)
+        val = data.pop("validation", None) or {}
+        return cls(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()},
+            client_cpu=CpuProfile(**cpu) if cpu else None,
+            validation=Validation(**val),
+        )
+
+    @property
+    def adaptive(self) -> bool:
+        return self.min_reps is not None
+
+    def describe_reps(self) -> str:
+        if not self.adaptive:
+            return f"{self.reps} rep(s)"
+        within = f", precision {self.precision:g}" if self.precision is not None else ""
+        return f"{self.min_reps}..{self.reps} rep(s) (adaptive{within})"
+
+
+@dataclass(slots=True)
+class Session:
+    """One `testbed sweep` of the run, first or resumed."""
+
+    started_at: str
+    skipped_done: int
+    status: str  # running, completed, interrupted, failed
+    pid: int | None = None
+    hostname: str | None = None
+    ended_at: str | None = None
+
+
+@dataclass(slots=True)
+class LinkCheck:
+    """One iperf3 check of one direction of a rate's link (or a rate whose validation was skipped)."""
+
+    rate_mbps: float
+    direction: str | None = None  # up: client->server, down: server->client
+    expected_mbps: float | None = None
+    measured_mbps: float | None = None
+    error_pct: float | None = None
+    ok: bool | None = None
+    retransmits: int | None = None
+    error: str | None = None
+    attempt: int | None = None
+    at: str | None = None
+    skipped: str | None = None  # why it was not checked
+
+
+@dataclass(slots=True)
+class Counters:
+    """The appliance's counters around one rate's trials: per port HTB (exact) and OVS statistics."""
+
+    rate_mbps: float
+    ports: dict[str, str]  # up/down -> interface
+    trials: list[int] = field(default_factory=list)
+    before: dict | None = None
+    after: dict | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Calibration:
+    """One calibration of the emulated device against its profile (rows: work, target, achieved...)."""
+
+    at: str
+    tolerance_pct: float
+    rows: list[dict]
+    quota: float | None = None
+    period_s: float | None = None
+    quotas: dict | None = None
+    host: dict | None = None
+
+
+@dataclass(slots=True)
+class Device:
+    """The emulated client device: its profile (contracts.device.DeviceProfile.as_dict) and how it held."""
+
+    profile: dict
+    mode: str
+    calibrations: list[Calibration] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Manifest:
+    """manifest.json: what was planned, on what, and what happened to the run."""
+
+    run_id: str
+    status: str  # running, completed, interrupted, failed
+    experiment: Experiment
+    inventory: str = ""
+    client_cpu: dict | None = None  # the inventory's CpuProfile, as a dict
+    environment: dict = field(default_factory=dict)  # versions and machine facts
+    planned_trials: int | None = None
+    validation: list[LinkCheck] = field(default_factory=list)
+    counters: list[Counters] = field(default_factory=list)
+    started_at: str | None = None
+    ended_at: str | None = None
+    sessions: list[Session] = field(default_factory=list)
+    estimate_s: list[float] | None = None  # the duration estimated before the first session
+    device: Device | None = None
+    format_version: int = FORMAT_VERSION
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, path: Path = Path(MANIFEST_FILE)) -> Manifest:
+        """A manifest of any version up to ours (version 1 had no `format_version`)."""
+        version = data.get("format_version", 1)
+        if not isinstance(version, int):
+            raise UserError(f"{path}: format_version is {version!r}, not a number", "repair it")
+        _check_version(version, path)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"{path} has unknown key(s) {', '.join(unknown)}", "repair it or move it away")
+        try:
+            device = data.get("device")
+            return cls(
+                **{
+                    **data,
+                    "format_version": FORMAT_VERSION,  # converted: what it says now is this version's
+                    "experiment": Experiment.from_dict(data["experiment"]),
+                    "validation": [LinkCheck(**v) for v in data.get("validation") or []],
+                    "counters": [Counters(**c) for c in data.get("counters") or []],
+                    "sessions": [Session(**s) for s in data.get("sessions") or []],
+                    "device": None
+                    if device is None
+                    else Device(
+                        **{
+                            **device,
+                            "calibrations": [Calibration(**c) for c in device.get("calibrations", [])],
+                        }
+                    ),
+                }
+            )
+        except (KeyError, TypeError) as exc:
+            raise UserError(
+                f"{path} does not hold a run's manifest ({exc})", "repair it or move it away"
+            ) from None
+
+    def killed(self) -> bool:
+        """A run whose sweep was killed (-9) still says "running"; its process, on this host, is gone."""
+        last = self.sessions[-1] if self.sessions else None
+        return (
+            self.status == "running"
+            and last is not None
+            and isinstance(last.pid, int)
+            and last.hostname == platform.node()
+            and not alive(last.pid)
+        )
+
+
+def read_manifest(path: Path) -> Manifest:
+    """The one reader of manifest.json; a killed run's status reads as "interrupted"."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(
+            f"{path} does not exist", "pass the directory of a run made by testbed sweep"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}", "repair it or move it away"
+        ) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} does not hold a JSON object", "repair it or move it away")
+    manifest = Manifest.from_dict(data, path)
+    if manifest.killed():
+        manifest.status = "interrupted"
+    return manifest
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    """Rewritten whole and atomically, so a reader never sees half a manifest."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest.as_dict(), indent=2, default=str))
+    os.replace(tmp, path)
