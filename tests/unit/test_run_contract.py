@@ -23,6 +23,7 @@ from contracts.run import (
     read_trials,
     write_manifest,
 )
+from contracts.trials import STAGES
 from testbed.bookkeeping import trial_row
 from testbed.plan import plan_trials
 from testbed.rounds import Rounds
@@ -121,16 +122,7 @@ def test_resume_the_rule_and_the_analysis_read_one_and_the_same_outcomes(v1_run)
 
 def test_ok_is_read_one_way_everywhere(tmp_path):
     """`TRUE`, `1` and `yes` are successes for resume as for the analysis (they once differed)."""
-    header = "run_id,trial,op,size,rate_mbps,method,ok,t_total," + ",".join(
-        (
-            "t_client_encode",
-            "t_comm",
-            "t_server_decode",
-            "t_server_compute",
-            "t_server_encode",
-            "t_client_decode",
-        )
-    )
+    header = "run_id,trial,op,size,rate_mbps,method,ok,t_total," + ",".join(STAGES)
     body = "".join(
         f"r,{i},mul,100,10,raw,{ok},1.0,,,,,,\n" for i, ok in enumerate(("true", "TRUE", "1", "yes"))
     )
