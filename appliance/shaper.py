@@ -99,25 +99,28 @@ class Shaper:
         return NetNS(self.netns) if self.netns else IPRoute()
 
     def netem_available(self) -> bool:
-        """Probe for sch_netem on the namespace's loopback (ours to touch), leaving nothing behind."""
         with self._ipr() as ipr:
-            lo = ipr.link_lookup(ifname="lo")[0]
-            try:
-                ipr.tc("add", "netem", lo, handle="1:", delay=1000)
-            except NetlinkError as exc:
-                if exc.code in (2, 95):  # ENOENT / EOPNOTSUPP: the qdisc kind is unknown
-                    return False
-                raise
-            ipr.tc("del", index=lo, handle="1:")
-            return True
+            return self._netem_available(ipr)
 
-    def check(self, plan: list[PortShaping]) -> None:
+    @staticmethod
+    def _netem_available(ipr) -> bool:
+        """Probe for sch_netem on the namespace's loopback (ours to touch), leaving nothing behind."""
+        lo = ipr.link_lookup(ifname="lo")[0]
+        try:
+            ipr.tc("add", "netem", lo, handle="1:", delay=1000)
+        except NetlinkError as exc:
+            if exc.code in (2, 95):  # ENOENT / EOPNOTSUPP: the qdisc kind is unknown
+                return False
+            raise
+        ipr.tc("del", index=lo, handle="1:")
+        return True
+
+    def _check(self, ipr, plan: list[PortShaping]) -> None:
         """Everything that can fail before anything is changed, so nothing is half-applied."""
-        with self._ipr() as ipr:
-            for port in plan:
-                if not ipr.link_lookup(ifname=port.ifname):
-                    raise UserError(f"appliance port {port.ifname} does not exist", "run testbed up first")
-        if any(p.needs_netem for p in plan) and not self.netem_available():
+        for port in plan:
+            if not ipr.link_lookup(ifname=port.ifname):
+                raise UserError(f"appliance port {port.ifname} does not exist", "run testbed up first")
+        if any(p.needs_netem for p in plan) and not self._netem_available(ipr):
             raise UserError(
                 "delay/loss need netem, but this kernel has no sch_netem module (CONFIG_NET_SCH_NETEM)",
                 "drop --delay/--loss, or use a kernel with sch_netem (modprobe sch_netem)",
@@ -155,20 +158,25 @@ class Shaper:
         return [op for port in plan for op in port_ops(port, states[port.ifname])]
 
     def apply(self, plan: list[PortShaping]) -> list[TcOp]:
-        """Check, plan from the state now, execute exactly that list; returns what was executed."""
-        self.check(plan)
-        ops = self.plan(plan)
-        self.execute(ops)
+        """Check, plan from the state now, execute exactly that list; returns what was executed.
+
+        One netlink socket for all of it (opening one costs milliseconds, and a rate change between
+        sweep cells is this call).
+        """
+        with self._ipr() as ipr:
+            self._check(ipr, plan)
+            ops = [op for port in plan for op in port_ops(port, self._state(ipr, port.ifname))]
+            self._execute(ipr, ops)
         return ops
 
-    def execute(self, ops: list[TcOp]) -> None:
+    @staticmethod
+    def _execute(ipr, ops: list[TcOp]) -> None:
         """Each operation is one netlink request, in order: the only step that changes the kernel."""
-        with self._ipr() as ipr:
-            index: dict[str, int] = {}
-            for op in ops:
-                if op.ifname not in index:
-                    index[op.ifname] = ipr.link_lookup(ifname=op.ifname)[0]
-                ipr.tc(op.action, op.kind, index[op.ifname], **op.netlink())
+        index: dict[str, int] = {}
+        for op in ops:
+            if op.ifname not in index:
+                index[op.ifname] = ipr.link_lookup(ifname=op.ifname)[0]
+            ipr.tc(op.action, op.kind, index[op.ifname], **op.netlink())
 
     def clear(self, ifnames: list[str]) -> None:
         """Remove our root qdisc from these ports (a missing port or qdisc is fine)."""
