@@ -239,10 +239,10 @@ def test_the_rules_are_closed_under_reaching():
 
 
 # ------------------------------------------------------------------ the checker, on synthetic trees
-def tree(root: Path, files: dict[str, str]) -> Path:
-    """Write `files` (path -> source) under root, with an empty `__init__.py` in every package of
-    PACKAGES that has none."""
-    for package in PACKAGES:
+def tree(root: Path, files: dict[str, str], packages=PACKAGES) -> Path:
+    """Write `files` (path -> source) under root, with an empty `__init__.py` in every package (of
+    `packages`, and every directory under them) that has none."""
+    for package in packages:
         (root / package).mkdir(parents=True, exist_ok=True)
     for name, source in files.items():
         path = root / name
@@ -295,18 +295,19 @@ def test_a_transitive_edge_is_reported_against_every_module_that_reaches_it(tmp_
 
 
 def test_a_reach_that_only_the_transitive_walk_sees(tmp_path):
-    """Each edge is allowed on its own (top -> mid, mid -> low), but top may not reach low."""
-    for name in ("top", "mid", "low"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
-    (tmp_path / "top" / "a.py").write_text("import mid.b\n")
-    (tmp_path / "mid" / "b.py").write_text("def f():\n    import low.c\n")
-    (tmp_path / "low" / "c.py").write_text("")
-    graph = import_graph(tmp_path, ("top", "mid", "low"))
+    """Each edge is allowed on its own (top -> mid, mid -> low), but top may not reach low, three
+    imports away."""
+    files = {
+        "top/a.py": "import mid.b\n",
+        "mid/b.py": "from . import c\n",
+        "mid/c.py": "def f():\n    import low.d\n",
+        "low/d.py": "",
+    }
+    graph = import_graph(tree(tmp_path, files, ("top", "mid", "low")), ("top", "mid", "low"))
     rules = {"top": {"mid"}, "mid": {"low"}, "low": set()}
     found = violations(graph, rules)
     assert found and all(v.startswith("top.a reaches low") for v in found)
-    assert "top.a -> mid.b -> low.c" in "\n".join(found)
+    assert "top.a -> mid.b -> mid.c -> low.d" in "\n".join(found)
 
 
 def test_a_relative_import_is_followed(tmp_path):
@@ -373,11 +374,8 @@ def test_an_import_inside_a_function_is_reported(tmp_path):
 
 def test_a_package_cycle_is_reported(tmp_path):
     """Even where every edge is allowed on its own: p imports q, q imports p (through a function)."""
-    for name, source in (("p", "import q.b\n"), ("q", "def f():\n    from p import a\n")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
-        (tmp_path / name / ("a.py" if name == "p" else "b.py")).write_text(source)
-    graph = import_graph(tmp_path, ("p", "q"))
+    files = {"p/a.py": "import q.b\n", "q/b.py": "def f():\n    from p import a\n"}
+    graph = import_graph(tree(tmp_path, files, ("p", "q")), ("p", "q"))
     assert violations(graph, {"p": {"q"}, "q": {"p"}}) == []
     assert package_cycles(graph) == [["p", "q"]]
     assert module_cycles(graph) == [["p.a", "q.b", "p.a"]]
