@@ -16,8 +16,9 @@ from pathlib import Path
 from agent import probe as probe_mod
 from agent import services
 from appliance.ovsdb import read_bridge
-from appliance.shaper import Shaper, plan_shaping
+from appliance.shaper import PortShaping, Shaper, plan_shaping
 from appliance.switch import SCHEMA, Switch
+from appliance.tc_ops import TcOp
 from client.cpulimit import CpuLimit, detect_version
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
@@ -28,15 +29,35 @@ def probe(programs: list[str] = (), interfaces: list[str] = (), cgroup: bool = F
 
 
 # ------------------------------------------------------------------ shaping (appliance)
+def _shape_answer(plan: list[PortShaping], ops: list[TcOp], missing: set[str] = frozenset()) -> list[dict]:
+    """Per port: its plan, whether it exists, and its operations (`ops`, and as `tc` `commands`)."""
+    out = []
+    for port in plan:
+        mine = [op for op in ops if op.ifname == port.ifname]
+        out.append(
+            {
+                **asdict(port),
+                "exists": port.ifname not in missing,
+                "ops": [op.as_dict() for op in mine],
+                "commands": [op.tc() for op in mine],
+            }
+        )
+    return out
+
+
 def shape_plan(link: dict, up_if: str, down_if: str) -> list[dict]:
+    """What `shape.apply` would do now: the operations planned from the ports' state in the kernel."""
     plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
-    return [{**asdict(p), "commands": p.commands()} for p in plan]
+    shaper = Shaper()
+    states = shaper.states(plan)
+    missing = {name for name, state in states.items() if not state.exists}
+    return _shape_answer(plan, shaper.plan(plan, states), missing)
 
 
 def shape_apply(link: dict, up_if: str, down_if: str) -> list[dict]:
+    """Apply the link; the answer carries the operations executed (what `shape.plan` prints)."""
     plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
-    Shaper().apply(plan)
-    return [{**asdict(p), "commands": p.commands()} for p in plan]
+    return _shape_answer(plan, Shaper().apply(plan))
 
 
 def shape_read(ifs: list[str]) -> dict:

@@ -1,25 +1,26 @@
 """Shaping the appliance's egress ports with HTB (and netem where the kernel has it).
 
-`plan_shaping` turns a LinkSpec into the qdiscs and classes to install and can be printed as the
-equivalent `tc` commands without root; `Shaper.apply` is the only place that talks to the kernel
-(netlink through pyroute2). A rate change between sweep cells is an in-place `tc class change`.
+`plan_shaping` turns a LinkSpec into what each port gets (rates, bursts, quantum from the link and the
+kernel's HZ), without root. `Shaper.plan` reads what the ports hold now and returns the tc operations
+(`appliance.tc_ops.TcOp`) that take them there; `--dry-run` prints that list and `Shaper.apply`
+executes exactly it, one netlink request per operation. A rate change between sweep cells is an
+in-place class change. `Shaper` is the only place that talks to the kernel (netlink through pyroute2).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
+from appliance.tc_ops import CLASS_ID, FRESH, ROOT_HANDLE, ROOT_ID, PortState, TcOp, port_ops
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
-from contracts.units import ETH_HEADER, default_burst, format_rate, kernel_hz
+from contracts.units import ETH_HEADER, default_burst, kernel_hz
 
-ROOT_HANDLE = "1:"
-CLASS_HANDLE = "1:10"
-NETEM_HANDLE = "10:"
 MAX_QUANTUM = 200_000
 
 
@@ -41,26 +42,6 @@ class PortShaping:
     @property
     def needs_netem(self) -> bool:
         return bool(self.delay_ms) or bool(self.loss_pct)
-
-    def commands(self) -> list[str]:
-        """The equivalent tc commands, for --dry-run and for people reading the plan."""
-        dev = f"dev {self.ifname}"
-        cmds = [
-            f"tc qdisc replace {dev} root handle {ROOT_HANDLE} htb default 10",
-            f"tc class replace {dev} parent {ROOT_HANDLE} classid {CLASS_HANDLE} htb rate {format_rate(self.rate)} "
-            f"ceil {format_rate(self.ceil)} burst {self.burst}b cburst {self.cburst}b quantum {self.quantum}",
-        ]
-        if self.needs_netem:
-            opts = []
-            if self.delay_ms:
-                opts.append(f"delay {self.delay_ms:g}ms")
-            if self.loss_pct:
-                opts.append(f"loss {self.loss_pct:g}%")
-            cmds.append(
-                f"tc qdisc replace {dev} parent {CLASS_HANDLE} handle {NETEM_HANDLE} netem "
-                f"{' '.join(opts)} limit {self.netem_limit}"
-            )
-        return cmds
 
 
 def plan_shaping(link: LinkSpec, up_if: str, down_if: str, hz: int | None = None) -> list[PortShaping]:
@@ -102,82 +83,100 @@ def class_counters(stats2) -> dict[str, int]:
 
 
 class Shaper:
-    """Applies and reads shaping in one network namespace (None: the current one)."""
+    """Plans, applies and reads shaping in one network namespace (None: the current one).
 
-    def __init__(self, netns: str | None = None) -> None:
+    `connect` opens the netlink socket (a context manager with pyroute2's `IPRoute` methods); tests
+    pass a recording double.
+    """
+
+    def __init__(self, netns: str | None = None, connect: Callable | None = None) -> None:
         self.netns = netns
+        self._connect = connect
 
     def _ipr(self):
+        if self._connect is not None:
+            return self._connect()
         return NetNS(self.netns) if self.netns else IPRoute()
 
     def netem_available(self) -> bool:
-        """Probe for sch_netem on the namespace's loopback (ours to touch), leaving nothing behind."""
         with self._ipr() as ipr:
-            lo = ipr.link_lookup(ifname="lo")[0]
-            try:
-                ipr.tc("add", "netem", lo, handle="1:", delay=1000)
-            except NetlinkError as exc:
-                if exc.code in (2, 95):  # ENOENT / EOPNOTSUPP: the qdisc kind is unknown
-                    return False
-                raise
-            ipr.tc("del", index=lo, handle="1:")
-            return True
+            return self._netem_available(ipr)
 
-    def check(self, plan: list[PortShaping]) -> None:
+    @staticmethod
+    def _netem_available(ipr) -> bool:
+        """Probe for sch_netem on the namespace's loopback (ours to touch), leaving nothing behind."""
+        lo = ipr.link_lookup(ifname="lo")[0]
+        try:
+            ipr.tc("add", "netem", lo, handle="1:", delay=1000)
+        except NetlinkError as exc:
+            if exc.code in (2, 95):  # ENOENT / EOPNOTSUPP: the qdisc kind is unknown
+                return False
+            raise
+        ipr.tc("del", index=lo, handle="1:")
+        return True
+
+    def _check(self, ipr, plan: list[PortShaping]) -> None:
         """Everything that can fail before anything is changed, so nothing is half-applied."""
-        with self._ipr() as ipr:
-            for port in plan:
-                if not ipr.link_lookup(ifname=port.ifname):
-                    raise UserError(f"appliance port {port.ifname} does not exist", "run testbed up first")
-        if any(p.needs_netem for p in plan) and not self.netem_available():
+        for port in plan:
+            if not ipr.link_lookup(ifname=port.ifname):
+                raise UserError(f"appliance port {port.ifname} does not exist", "run testbed up first")
+        if any(p.needs_netem for p in plan) and not self._netem_available(ipr):
             raise UserError(
                 "delay/loss need netem, but this kernel has no sch_netem module (CONFIG_NET_SCH_NETEM)",
                 "drop --delay/--loss, or use a kernel with sch_netem (modprobe sch_netem)",
             )
 
-    def apply(self, plan: list[PortShaping]) -> None:
-        self.check(plan)
+    @staticmethod
+    def _state(ipr, ifname: str) -> PortState:
+        found = ipr.link_lookup(ifname=ifname)
+        if not found:
+            return FRESH
+        qdiscs = ipr.get_qdiscs(found[0])
+        htb = any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == ROOT_ID for q in qdiscs)
+        return PortState(
+            exists=True,
+            htb=htb,
+            htb_class=htb
+            and any(
+                c.get_attr("TCA_KIND") == "htb" and c["handle"] == CLASS_ID for c in ipr.get_classes(found[0])
+            ),
+            netem=any(q.get_attr("TCA_KIND") == "netem" and q["parent"] == CLASS_ID for q in qdiscs),
+        )
+
+    def states(self, plan: list[PortShaping]) -> dict[str, PortState]:
+        """What each port of the plan holds now (a port that does not exist reads as `FRESH`)."""
         with self._ipr() as ipr:
-            for port in plan:
-                index = ipr.link_lookup(ifname=port.ifname)[0]
-                htb = dict(
-                    rate=f"{port.rate}bit",
-                    ceil=f"{port.ceil}bit",
-                    burst=port.burst,
-                    cburst=port.cburst,
-                    quantum=port.quantum,
-                )
-                if self._has_htb(ipr, index):
-                    # the cheap path between sweep cells: change the class in place
-                    ipr.tc("change-class", "htb", index, handle=CLASS_HANDLE, parent=ROOT_HANDLE, **htb)
-                else:
-                    ipr.tc("replace", "htb", index, handle=ROOT_HANDLE, default=0x10)
-                    ipr.tc("add-class", "htb", index, handle=CLASS_HANDLE, parent=ROOT_HANDLE, **htb)
-                self._set_netem(ipr, index, port)
+            return {port.ifname: self._state(ipr, port.ifname) for port in plan}
+
+    def plan(self, plan: list[PortShaping], states: dict[str, PortState] | None = None) -> list[TcOp]:
+        """The operations `apply` would perform now: from the plan and the ports' state in the kernel
+        (read here unless given).
+
+        A port that does not exist (the testbed is down) is planned as a fresh one, as `up` shapes it.
+        """
+        states = self.states(plan) if states is None else states
+        return [op for port in plan for op in port_ops(port, states[port.ifname])]
+
+    def apply(self, plan: list[PortShaping]) -> list[TcOp]:
+        """Check, plan from the state now, execute exactly that list; returns what was executed.
+
+        One netlink socket for all of it (opening one costs milliseconds, and a rate change between
+        sweep cells is this call).
+        """
+        with self._ipr() as ipr:
+            self._check(ipr, plan)
+            ops = [op for port in plan for op in port_ops(port, self._state(ipr, port.ifname))]
+            self._execute(ipr, ops)
+        return ops
 
     @staticmethod
-    def _has_htb(ipr, index: int) -> bool:
-        for qdisc in ipr.get_qdiscs(index):
-            if qdisc.get_attr("TCA_KIND") == "htb" and qdisc["handle"] == 0x10000:
-                return any(c["handle"] == 0x10010 for c in ipr.get_classes(index))
-        return False
-
-    @staticmethod
-    def _set_netem(ipr, index: int, port: PortShaping) -> None:
-        has = any(q.get_attr("TCA_KIND") == "netem" for q in ipr.get_qdiscs(index))
-        if port.needs_netem:
-            ipr.tc(
-                "replace",
-                "netem",
-                index,
-                parent=CLASS_HANDLE,
-                handle=NETEM_HANDLE,
-                delay=int((port.delay_ms or 0) * 1000),
-                loss=port.loss_pct or 0,
-                limit=port.netem_limit,
-            )
-        elif has:
-            ipr.tc("del", "netem", index, parent=CLASS_HANDLE, handle=NETEM_HANDLE)
+    def _execute(ipr, ops: list[TcOp]) -> None:
+        """Each operation is one netlink request, in order: the only step that changes the kernel."""
+        index: dict[str, int] = {}
+        for op in ops:
+            if op.ifname not in index:
+                index[op.ifname] = ipr.link_lookup(ifname=op.ifname)[0]
+            ipr.tc(op.action, op.kind, index[op.ifname], **op.netlink())
 
     def clear(self, ifnames: list[str]) -> None:
         """Remove our root qdisc from these ports (a missing port or qdisc is fine)."""
@@ -199,7 +198,7 @@ class Shaper:
             for ifname in ifnames:
                 found = ipr.link_lookup(ifname=ifname)
                 for cls in ipr.get_classes(found[0]) if found else ():
-                    if cls.get_attr("TCA_KIND") == "htb" and cls["handle"] == 0x10010:
+                    if cls.get_attr("TCA_KIND") == "htb" and cls["handle"] == CLASS_ID:
                         out[ifname] = class_counters(cls.get_attr("TCA_STATS2"))
         return out
 
@@ -213,7 +212,7 @@ class Shaper:
                     continue
                 info: dict = {"htb": None, "netem": None}
                 for cls in ipr.get_classes(found[0]):
-                    if cls.get_attr("TCA_KIND") != "htb" or cls["handle"] != 0x10010:
+                    if cls.get_attr("TCA_KIND") != "htb" or cls["handle"] != CLASS_ID:
                         continue
                     opts = cls.get_attr("TCA_OPTIONS")
                     parms = opts.get_attr("TCA_HTB_PARMS")

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import MB, Row, best_time, fmt_value
+from benchmarks.common import MB, Row, fmt_value
 from client.offload import make_operands
-from contracts.codecs import CODECS, Codec
-from contracts.wire import body_bytes
+from contracts.codecs import CODECS
+from contracts.marshal_speed import best_time, marshal_times
 
 SECTION = "codecs"
 SIZES = (400, 800, 1200)
@@ -31,22 +31,6 @@ JSON_VS_FASTEST = "json time / fastest JSON codec's"
 
 def json_codecs() -> list[str]:
     return [name for name, c in CODECS.items() if c.content_type == "application/json"]
-
-
-def marshal_times(
-    codec: Codec, operands: list[np.ndarray], result: np.ndarray, reps: tuple[int, int, float]
-) -> dict:
-    """Fastest encode and decode of one trial (request and response), in seconds, and the body sizes."""
-    request, req_headers = codec.encode_request(operands)
-    response, resp_headers = codec.encode_response(result)
-    req_bytes, resp_bytes = body_bytes(request), body_bytes(response)
-    enc = best_time(lambda: codec.encode_request(operands), *reps) + best_time(
-        lambda: codec.encode_response(result), *reps
-    )
-    dec = best_time(lambda: codec.decode_request(req_bytes, req_headers), *reps) + best_time(
-        lambda: codec.decode_response(resp_bytes, resp_headers), *reps
-    )
-    return {"encode_s": enc, "decode_s": dec, "bytes_up": len(req_bytes), "bytes_down": len(resp_bytes)}
 
 
 def memory_copy_time(nbytes: int, reps: tuple[int, int, float]) -> float:

@@ -1,16 +1,15 @@
-"""What every benchmark shares: one figure per `Row`, its target and verdict, and how to time things.
+"""What every benchmark shares: one figure per `Row`, its target and verdict.
 
 A figure with a target is `pass` or `MISS`; one without is `info`; one that could not be measured is
 `skipped` with the reason in `note`. Timings of in-process work are the minimum over repetitions
-(noise on a shared machine only ever adds time); timings of whole trials are medians.
+(`contracts.marshal_speed.best_time`: noise on a shared machine only ever adds time); timings of
+whole trials are medians.
 """
 
 from __future__ import annotations
 
 import operator
 import statistics
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PASS, MISS, INFO, SKIPPED = "pass", "MISS", "info", "skipped"
@@ -62,21 +61,6 @@ class Row:
 
 def skipped(section: str, figure: str, case: str, unit: str, reason: str, target=None) -> Row:
     return Row(section, figure, case, None, unit, target, SKIPPED, reason)
-
-
-def time_call(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def best_time(fn: Callable[[], object], min_reps: int, max_reps: int, budget_s: float) -> float:
-    """The fastest of at least `min_reps` calls, more (up to `max_reps`) while within `budget_s`."""
-    times: list[float] = []
-    started = time.perf_counter()
-    while len(times) < min_reps or (len(times) < max_reps and time.perf_counter() - started < budget_s):
-        times.append(time_call(fn))
-    return min(times)
 
 
 def median(values: list[float]) -> float:

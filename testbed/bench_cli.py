@@ -1,4 +1,9 @@
-"""`testbed bench`: the tool's own costs against the physical limits (see `benchmarks`)."""
+"""`testbed bench`: the tool's own costs against the physical limits (see `benchmarks`).
+
+`benchmarks` sits on top of every layer (it measures the roles and the orchestrator in process), so
+nothing imports it but `cmd_bench`, when the command runs: the one dispatch edge the architecture
+test allows (`tests/unit/test_architecture.py`, `DISPATCH`).
+"""
 
 from __future__ import annotations
 

@@ -111,9 +111,13 @@ def cmd_shape(args: argparse.Namespace) -> int:
     link = resolve_link(inv.link, args)
     lab = open_lab(inv)
     if args.dry_run:
+        # the appliance's own plan from its ports' state now: exactly what `shape` would apply
+        where = lab.host("appliance").where
         for port in lab.shape(link, dry_run=True):
+            if not port.get("exists", True):
+                print(f"# {port['ifname']} does not exist on {where} (testbed down): shaped as `up` would")
             for cmd in port["commands"]:
-                print(f"on {lab.host('appliance').where}: {cmd}")
+                print(f"on {where}: {cmd}")
         return 0
     require_root()
     lab.require_up()

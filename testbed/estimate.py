@@ -48,9 +48,8 @@ class HostSpeeds:
 
 def measure_host(methods, dtype: str = "float64", seed: int = 1) -> HostSpeeds:
     """Time a multiplication and each codec on small samples (well under a second in all)."""
-    from benchmarks.codecs import marshal_times  # the same measurement `testbed bench` makes
-    from benchmarks.common import best_time
     from contracts.codecs import CODECS
+    from contracts.marshal_speed import best_time, marshal_times  # as `testbed bench` measures them
     from contracts.ops import execute
 
     rng = np.random.default_rng(seed)

@@ -6,6 +6,7 @@ import pytest
 
 from appliance.shaper import plan_shaping
 from appliance.switch import Switch
+from appliance.tc_ops import FRESH, port_ops
 from client.cpulimit import CpuLimit
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec, quota_period
@@ -18,7 +19,7 @@ def test_htb_on_both_egress_ports_with_derived_burst():
         assert p.rate == p.ceil == 20_000_000
         assert p.burst == p.cburst == 20_000_000 // 8 // 250 + 1514
         assert not p.needs_netem
-    cmds = plan[0].commands()
+    cmds = [op.tc() for op in port_ops(plan[0], FRESH)]
     assert cmds[0] == "tc qdisc replace dev tb-a1 root handle 1: htb default 10"
     assert "htb rate 20mbit ceil 20mbit burst 11514b cburst 11514b" in cmds[1]
 
@@ -37,7 +38,7 @@ def test_netem_is_a_child_of_the_htb_class_with_room_for_the_bdp():
     assert up.needs_netem
     # 100 Mbit/s x 200 ms = 2.5 MB = ~1651 frames of 1514 bytes; the limit must hold that
     assert up.netem_limit >= 2.5e6 / 1514
-    assert "parent 1:10 handle 10: netem delay 200ms" in up.commands()[2]
+    assert "parent 1:10 handle 10: netem delay 200ms" in port_ops(up, FRESH)[2].tc()
 
 
 def test_ovs_plan_uses_its_own_rundir_and_the_userspace_datapath(tmp_path):
