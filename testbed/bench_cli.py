@@ -8,15 +8,19 @@ test allows (`tests/unit/test_architecture.py`, `DISPATCH`).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from testbed.cli_args import RESULTS, load
+
+BENCH_MISSED = 3  # exit status when a target is missed (2 is a user's error)
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "bench",
-        help="benchmark the tool itself: marshalling, offloading efficiency, memory, orchestration",
+        help="benchmark the tool itself: marshalling, offloading efficiency, memory, orchestration "
+        "(exit status 3 when a target is missed)",
     )
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (a minute)")
     p.add_argument(
@@ -47,4 +51,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rows, doc = runner.run_bench(inv, out, quick=args.quick, skip_testbed=args.skip_testbed)
     print(runner.format_table(rows, doc["environment"], args.quick))
     print(f"written: {out / 'bench.json'}, {out / 'bench.csv'}, {out / 'table.txt'}")
+    missed = runner.summary(rows)["miss"]
+    if missed:  # a verdict, not a figure: a script or CI step that runs the bench sees the regression
+        print(f"bench: {len(missed)} target(s) missed: {', '.join(missed)}", file=sys.stderr)
+        return BENCH_MISSED
     return 0

@@ -75,9 +75,11 @@ def test_bench_quick_without_the_testbed(tmp_path):
         timeout=600,
         cwd=REPO,
     )
-    assert proc.returncode == 0, proc.stderr
     assert "targets:" in proc.stdout and str(out / "bench.json") in proc.stdout
     rows = check_outputs(out, quick=True)
+    missed = [key(r["section"], r["figure"], r["case"]) for r in rows if r["status"] == MISS]
+    assert proc.returncode == (3 if missed else 0), proc.stderr  # the verdict is the exit status
+    assert ("target(s) missed" in proc.stderr) == bool(missed)
     for r in rows:
         if r["section"] in TESTBED_SECTIONS:
             assert r["status"] == SKIPPED and "--skip-testbed" in r["note"], r
