@@ -279,7 +279,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from testbed.calibrate import calibrate, format_calibration
+    from testbed.speed_table import format_speed_table, speed_table
 
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -294,6 +294,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     require_root()
     lab = open_lab(load(args))
     lab.require_up()
-    rows = calibrate(lab, sizes, args.reps)
-    print(format_calibration(rows, lab.inv.client_cpu.describe()))
+    rows = speed_table(lab, sizes, args.reps)
+    print(format_speed_table(rows, lab.inv.client_cpu.describe()))
     return 0
