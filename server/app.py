@@ -71,7 +71,7 @@ def read_body(req: Request, max_body: int) -> bytes:
 
     Read in chunks into one growing buffer (no second copy at the end), never more than `max_body`
     plus one byte, whatever Content-Length or chunked encoding says. A client that stops sending makes
-    the worker's socket raise TimeoutError (server.worker), which the caller answers with 408.
+    the worker's socket raise TimeoutError (server.gunicorn_worker), which the caller answers with 408.
     """
     length = req.content_length
     if length is not None and length > max_body:
