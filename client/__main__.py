@@ -95,7 +95,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     import platform
     from datetime import UTC, datetime
 
-    from client.emulation import measure_profile, profile_yaml
+    from client.measured_profile import measure_profile
+    from client.profile_yaml import profile_yaml
 
     def names(text: str, known, what: str) -> list[str]:
         items = [x.strip() for x in text.split(",") if x.strip()]

@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from client.emulation import Scaler, trial_operands
 from client.grpc_offload import GrpcOffloadClient
 from client.offload import OffloadClient, OffloadError, StageTimes, local_times
+from client.scaler import Scaler
 from client.throttle import Aligner
+from client.trial_work import trial_operands
 from contracts.errors import UserError
 from contracts.trials import LOCAL
 
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     emulation = parser.add_mutually_exclusive_group()
     emulation.add_argument(
-        "--scale", help="scaled device emulation: the slowdowns of `client.emulation.calibrate`, as JSON"
+        "--scale",
+        help="scaled device emulation: the slowdowns of `client.scaled_calibration.calibrate`, as JSON",
     )
     emulation.add_argument(
         "--quotas", help="throttled device emulation: the fraction of a core per kind of work, as JSON"

@@ -19,7 +19,7 @@ HOST_S = {500: 0.03, 1200: 0.5}  # CPU seconds of mul on this (fake) host at ful
 
 
 def host_rows(device, sizes, host_s):
-    """What `client.emulation` answers for the kernel: this host takes `host_s` per size."""
+    """What `client.calibration` answers for the kernel: this host takes `host_s` per size."""
     return [
         {
             "key": key("kernel", "mul", size),
@@ -39,7 +39,7 @@ def host_rows(device, sizes, host_s):
 
 @pytest.fixture
 def scripted(netns):  # noqa: F811 - the fixture imported above
-    """The client answers `python -m client.emulation` from the request it reads on stdin."""
+    """The client answers `python -m client.calibration` from the request it reads on stdin."""
     device = load_device(DEVICE)
     client = netns.hosts["client"]
     seen = []
@@ -82,7 +82,7 @@ def test_scaled_mode_calibrates_outside_the_limit_and_sets_no_quota(scripted):
     lab, device, seen = scripted
     result = emulation.emulate(lab, device, "scaled", Grid.of(["mul"], [1200, 500, 500], ["raw"]))
     ((argv, request),) = seen
-    assert argv[:3] == ["python", "-m", "client.emulation"]  # not wrapped in client.cpulimit
+    assert argv[:3] == ["python", "-m", "client.calibration"]  # not wrapped in client.cpulimit
     assert (
         request["grid"]["sizes"] == [500, 1200]
         and request["grid"]["codecs"] == ["raw"]
