@@ -234,7 +234,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     """`calibrate --device`: how closely the client host reaches the device's targets."""
     from contracts.device import Grid
-    from testbed import emulation
+    from testbed import device_emulation
     from testbed.devices import load_device
 
     device = load_device(args.device)
@@ -247,9 +247,9 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     ops = [o for o in args.ops.split(",") if o.strip()]
     codecs = [c for c in args.codecs.split(",") if c.strip()]
     require_root()
-    lab = open_lab(load(args).with_client_cpu(emulation.client_cpu(device, args.mode)))
+    lab = open_lab(load(args).with_client_cpu(device_emulation.client_cpu(device, args.mode)))
     lab.require_up()
-    result = emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs), slow_host)
+    result = device_emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs), slow_host)
     if args.json:
         kernels = [r for r in result["rows"] if r["work"] == "kernel"]
         codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
@@ -274,7 +274,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
             }
         )
     else:
-        print(emulation.format_calibration(result))
+        print(device_emulation.format_calibration(result))
     return 0
 
 

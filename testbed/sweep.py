@@ -17,7 +17,7 @@ from pathlib import Path
 
 from contracts.device import DeviceProfile
 from contracts.trials import LOCAL
-from testbed import emulation
+from testbed import device_emulation
 from testbed.bookkeeping import (
     add_validation,
     counters_after,
@@ -58,7 +58,7 @@ def run_sweep(
 ) -> dict:
     """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed.
 
-    With a `device`, the client host is calibrated for it first (`testbed.emulation`); with a `model`
+    With a `device`, the client host is calibrated for it first (`testbed.device_emulation`); with a `model`
     (`testbed.estimate`), the progress line's ETA comes from it."""
     run_id = manifest.data["run_id"]
     csv_path = run_dir / "trials.csv"
@@ -93,15 +93,15 @@ def run_sweep(
             calibration, marks = None, set()
             if device is not None:
                 progress.show(f"calibrating the client host for device {device.name}")
-                calibration = emulation.emulate_for(lab, device, exp)
-                emulation.record(manifest, device, exp.mode, calibration, now())
-                marks = emulation.flagged(calibration)
+                calibration = device_emulation.emulate_for(lab, device, exp)
+                device_emulation.record(manifest, device, exp.mode, calibration, now())
+                marks = device_emulation.flagged(calibration)
                 progress.reset_clock()
                 if marks:
                     what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(marks))
                     log.warning("device emulation misses its tolerance for: %s", what)
                     progress.note(
-                        f"device {device.name}: emulation outside {emulation.TOLERANCE_PCT:g}% for {what}; "
+                        f"device {device.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% for {what}; "
                         "those trials are marked emulation_flagged"
                     )
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))
