@@ -21,7 +21,7 @@ from client.scaler import Scaler
 from client.throttle import Aligner
 from client.trial_work import trial_operands
 from contracts.errors import UserError
-from contracts.trials import LOCAL
+from contracts.trials import GRPC, LOCAL
 
 
 class TrialWorker:
@@ -51,7 +51,7 @@ class TrialWorker:
 
     def remote(self, op: str, operands: list[np.ndarray], method: str) -> tuple[np.ndarray, StageTimes]:
         """Offload over gRPC for method `grpc`, else over HTTP with the method's codec."""
-        if method != "grpc":
+        if method != GRPC:
             return self.client.offload(op, operands, method)
         if self.grpc is None:
             raise UserError("no gRPC server to offload to", "give the worker --grpc-target HOST:PORT")

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from contracts.device import DeviceProfile
-from contracts.trials import LOCAL
+from contracts.trials import GRPC, LOCAL
 from testbed import device_emulation
 from testbed.bookkeeping import (
     add_validation,
@@ -88,7 +88,7 @@ def run_sweep(
             brought_up = lab.up()
             was_up = not brought_up
             lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
-            if not lab.server_alive(grpc="grpc" in exp.methods):
+            if not lab.server_alive(grpc=GRPC in exp.methods):
                 lab.restart_offload_server()
             calibration, marks = None, set()
             if device is not None:
@@ -223,7 +223,7 @@ def run_trial(
         worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.calibration)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
-        if t.method != LOCAL and not lab.server_alive(grpc=t.method == "grpc"):
+        if t.method != LOCAL and not lab.server_alive(grpc=t.method == GRPC):
             log.warning("the offload server (or its gRPC transport) died; restarting it")
             lab.restart_offload_server()
     return record, worker
