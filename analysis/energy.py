@@ -26,7 +26,6 @@ from contracts.power import Power, power_of_profile
 from contracts.trials import LOCAL
 
 KEYS = ["op", "size", "rate_mbps", "method"]
-ENERGY_COLUMNS = ["energy_local_j", "energy_remote_j", "energy_ci95", "energy_offload", "energy_penalty_j"]
 
 
 def run_power(manifest: dict | None, manifest_path: Path | str = "manifest.json") -> Power | None:

@@ -51,10 +51,6 @@ def cases(quick: bool) -> list[tuple[str, str, str, tuple | None]]:
     return out
 
 
-def skip_all(quick: bool, reason: str) -> list[Row]:
-    return [skipped(SECTION, f, c, u, reason, t) for f, c, u, t in cases(quick)]
-
-
 def run_condition(
     lab: Lab, worker: WorkerLink, rate_mbps: float | None, sizes: tuple[int, ...], reps: int, duration: int
 ) -> list[Row]:

@@ -74,10 +74,6 @@ def repair(path: Path) -> None:
             f.truncate(data.rfind(b"\n") + 1)
 
 
-def completed_trials(path: Path) -> set[int]:
-    return set(trial_outcomes(path))
-
-
 def trial_outcomes(path: Path) -> dict[int, float | None]:
     """Each trial with a row: its t_total, or None if it failed (what an adaptive sweep decides on)."""
     if not path.exists():

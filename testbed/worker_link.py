@@ -97,9 +97,6 @@ class WorkerLink:
             raise WorkerDied("the client worker exited") from exc
         return self._read(self.timeout + 30)
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
     def close(self) -> None:
         try:
             if self.proc.stdin:

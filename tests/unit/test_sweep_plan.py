@@ -3,7 +3,7 @@ from collections import Counter
 from contracts.trials import COLUMNS, LOCAL
 from testbed.experiment import Experiment
 from testbed.plan import phases, plan_trials
-from testbed.results import TrialWriter, completed_trials, repair
+from testbed.results import TrialWriter, repair, trial_outcomes
 
 EXP = Experiment(
     name="t",
@@ -58,7 +58,7 @@ def test_writer_appends_and_resume_reads_what_was_written(tmp_path):
     lines = path.read_text().splitlines()
     assert lines[0] == ",".join(COLUMNS)
     assert len(lines) == 4
-    assert completed_trials(path) == {0, 1, 2}
+    assert trial_outcomes(path) == {0: 0.5, 1: None, 2: 0.25}  # what resume reads: failed = None
 
 
 def test_a_row_cut_short_by_a_crash_is_dropped(tmp_path):
@@ -69,7 +69,7 @@ def test_a_row_cut_short_by_a_crash_is_dropped(tmp_path):
     with open(path, "a") as f:
         f.write("r,1,mul,100,float64,10.0,raw,0,tr")  # the process died mid-row
     repair(path)
-    assert completed_trials(path) == {0}
+    assert trial_outcomes(path) == {0: 0.5}
     assert path.read_text().endswith("\n")
 
 
