@@ -27,7 +27,6 @@ from contracts.run import MANIFEST_FILE, Manifest
 from contracts.trials import LOCAL
 
 KEYS = ["op", "size", "rate_mbps", "method"]
-ENERGY_COLUMNS = ["energy_local_j", "energy_remote_j", "energy_ci95", "energy_offload", "energy_penalty_j"]
 
 
 def run_power(manifest: Manifest | None, manifest_path: Path | str = MANIFEST_FILE) -> Power | None:

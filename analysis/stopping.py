@@ -22,7 +22,6 @@ SIGNIFICANT = "significant"  # the decision is significant (no precision asked f
 PRECISE = "precise"  # significant, and the mean's 95% CI half-width is within the precision
 MAX_REPS = "max_reps"  # ran the most repetitions allowed
 FAILED = "failed"  # too few successful trials on a side to decide anything
-STOP_REASONS = (SIGNIFICANT, PRECISE, MAX_REPS, FAILED)
 
 
 @dataclass(frozen=True)

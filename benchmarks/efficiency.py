@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, goodput, run_ok, trial
+from contracts.trials import GRPC
 from testbed.lab import Lab
 from testbed.worker_link import WorkerLink
 
@@ -28,7 +29,7 @@ CONDITIONS = (RATE_MBPS, None)  # None: unshaped
 SIZES = (800, 1200)
 QUICK_SIZES = (300,)
 TARGET = ("<=", 1.10)
-METHODS = ("raw", "grpc")  # raw has the target; grpc is information
+METHODS = ("raw", GRPC)  # raw has the target; grpc is information
 GOODPUT = "iperf3 goodput up"
 RATIO = "completion / wire-time bound"
 
@@ -48,10 +49,6 @@ def cases(quick: bool) -> list[tuple[str, str, str, tuple | None]]:
             for n in (QUICK_SIZES if quick else SIZES)
         ]
     return out
-
-
-def skip_all(quick: bool, reason: str) -> list[Row]:
-    return [skipped(SECTION, f, c, u, reason, t) for f, c, u, t in cases(quick)]
 
 
 def run_condition(

@@ -74,7 +74,7 @@ def run_bench(
         if skip_testbed or inv is None:
             reason = "--skip-testbed"
         elif os.geteuid() != 0:
-            reason = "needs root for the embedded testbed (run with sudo)"
+            reason = "needs root for the embedded testbed (run it as root)"
         else:
             got, reason = testbed_rows(inv, quick, out_dir, progress)
             rows += got

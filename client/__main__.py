@@ -27,7 +27,7 @@ from client.offload import (
 from contracts.codecs import CODECS, DEFAULT_CODEC
 from contracts.errors import UserError
 from contracts.ops import OPS
-from contracts.trials import DTYPES
+from contracts.trials import DTYPES, GRPC
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_GRPC = "127.0.0.1:50051"
@@ -48,7 +48,9 @@ def _operands(args: argparse.Namespace) -> list[np.ndarray]:
 def add_offload(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("offload", help="offload one operation and print its stage times")
     p.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL (default {DEFAULT_URL})")
-    p.add_argument("--codec", default=DEFAULT_CODEC, help=f"marshalling method: {', '.join(CODECS)}, or grpc")
+    p.add_argument(
+        "--codec", default=DEFAULT_CODEC, help=f"marshalling method: {', '.join(CODECS)}, or {GRPC}"
+    )
     p.add_argument(
         "--grpc-target",
         default=DEFAULT_GRPC,
@@ -95,7 +97,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     import platform
     from datetime import UTC, datetime
 
-    from client.emulation import measure_profile, profile_yaml
+    from client.measured_profile import measure_profile
+    from client.profile_yaml import profile_yaml
 
     def names(text: str, known, what: str) -> list[str]:
         items = [x.strip() for x in text.split(",") if x.strip()]
@@ -152,7 +155,7 @@ def stage_table(stages: StageTimes) -> str:
 
 def cmd_offload(args: argparse.Namespace) -> int:
     operands = _operands(args)
-    if args.codec == "grpc":
+    if args.codec == GRPC:
         with GrpcOffloadClient(args.grpc_target, timeout=args.timeout) as grpc_client:
             result, stages = grpc_client.offload(args.op, operands)
         args.url = args.grpc_target

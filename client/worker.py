@@ -15,12 +15,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from client.emulation import Scaler, trial_operands
 from client.grpc_offload import GrpcOffloadClient
 from client.offload import OffloadClient, OffloadError, StageTimes, local_times
+from client.scaler import Scaler
 from client.throttle import Aligner
+from client.trial_work import trial_operands
 from contracts.errors import UserError
-from contracts.trials import LOCAL
+from contracts.trials import GRPC, LOCAL
 
 
 class TrialWorker:
@@ -50,7 +51,7 @@ class TrialWorker:
 
     def remote(self, op: str, operands: list[np.ndarray], method: str) -> tuple[np.ndarray, StageTimes]:
         """Offload over gRPC for method `grpc`, else over HTTP with the method's codec."""
-        if method != "grpc":
+        if method != GRPC:
             return self.client.offload(op, operands, method)
         if self.grpc is None:
             raise UserError("no gRPC server to offload to", "give the worker --grpc-target HOST:PORT")
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     emulation = parser.add_mutually_exclusive_group()
     emulation.add_argument(
-        "--scale", help="scaled device emulation: the slowdowns of `client.emulation.calibrate`, as JSON"
+        "--scale",
+        help="scaled device emulation: the slowdowns of `client.scaled_calibration.calibrate`, as JSON",
     )
     emulation.add_argument(
         "--quotas", help="throttled device emulation: the fraction of a core per kind of work, as JSON"

@@ -65,7 +65,7 @@ DEFAULT_CODEC = "json"
 # The longest JSON text of one element, separator included: "-2.2250738585072014e-308," (every JSON
 # library here writes the shortest repr of a float64: at most 17 digits, sign, point and exponent),
 # "-9223372036854775808,", "-2147483648,". A JSON response is 3 (float64) to 2.6 (int64) times the
-# result's bytes, and the Python lists some libraries build on the way are 4x (see README, "Server limits").
+# result's bytes, and the Python lists some libraries build on the way are 4x (see docs/server.md, "Server limits").
 JSON_CHARS = {"float64": 25, "int64": 21, "int32": 12}
 # Parsing builds Python objects first. Measured resident memory per value, whichever library:
 # about 60-76 bytes in a row of numbers, 170 per element of a column (each row its own list), 93 per

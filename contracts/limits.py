@@ -17,7 +17,7 @@ is bounded by the one configured limit, `--max-body-mb` (M), not only the body:
 `check_request` is a plain function of the op, the operands' dtype and shapes, the codec and the
 limits, so every transport calls the same one: the HTTP server before reading a body whose headers
 declare the shapes (`Codec.declared_operands`) and again after decoding any body, before computing.
-What this bounds in memory is measured and documented in the README ("Server limits").
+What this bounds in memory is measured and documented in docs/server.md ("Server limits").
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ LOCAL = "local"  # the method of a local-baseline trial (no offloading, no rate)
 DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec checks against this
 # Methods that are a transport of their own rather than a codec over HTTP, and the codec each one
 # marshals with (a sweep's methods are the codecs' names and these).
-TRANSPORTS = {"grpc": "protobuf"}
+GRPC = "grpc"  # the method that offloads over gRPC (offload.v1.Offload/Execute) instead of HTTP
+TRANSPORTS = {GRPC: "protobuf"}
 
 
 def method_codec(method: str) -> str:

@@ -26,7 +26,7 @@ window=${WINDOW:-1400,4000}
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$browser" ]; then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "check-report: chromium is not installed (fix: sudo apt-get install chromium, or run this as root)" >&2
+    echo "check-report: chromium is not installed (fix: run this as root, which installs it, or apt-get install chromium as root)" >&2
     exit 2
   fi
   echo "check-report: installing chromium"

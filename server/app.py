@@ -7,7 +7,7 @@ a stage: it is network time, and the client counts it as communication. Every fa
 What a request may cost is checked against `contracts.limits` before anything is allocated: from the
 headers when they declare the operands (raw codecs: before the body is read), and from the decoded
 operands' shapes before computing. Requests decode, compute and encode one at a time (a lock), so
-trials never share a CPU and only one request holds more than its body (README, "Server limits").
+trials never share a CPU and only one request holds more than its body (docs/server.md, "Server limits").
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def read_body(req: Request, max_body: int) -> bytes:
 
     Read in chunks into one growing buffer (no second copy at the end), never more than `max_body`
     plus one byte, whatever Content-Length or chunked encoding says. A client that stops sending makes
-    the worker's socket raise TimeoutError (server.worker), which the caller answers with 408.
+    the worker's socket raise TimeoutError (server.gunicorn_worker), which the caller answers with 408.
     """
     length = req.content_length
     if length is not None and length > max_body:

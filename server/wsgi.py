@@ -2,7 +2,7 @@
 than its CLI.
 
 `ServerConfig.gunicorn_options()` is the whole plan, so `python -m server --dry-run` can print it and
-tests can check it without starting anything. The worker (`server.worker`) bounds how long a client
+tests can check it without starting anything. The worker (`server.gunicorn_worker`) bounds how long a client
 may take to send; the application (`contracts.limits`) bounds what one request may cost.
 """
 
@@ -34,7 +34,7 @@ class ServerConfig:
         return {
             "bind": [f"{host}:{self.port}"],
             "workers": self.workers,
-            "worker_class": "server.worker.BoundedThreadWorker",
+            "worker_class": "server.gunicorn_worker.BoundedThreadWorker",
             "threads": self.threads,
             # an idle connection (nothing sent yet) waits on the worker's poller this long
             "keepalive": math.ceil(self.read_timeout),

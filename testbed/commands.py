@@ -238,7 +238,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     """`calibrate --device`: how closely the client host reaches the device's targets."""
     from contracts.device import Grid
-    from testbed import emulation
+    from testbed import device_emulation
     from testbed.devices import load_device
 
     device = load_device(args.device)
@@ -251,9 +251,9 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     ops = [o for o in args.ops.split(",") if o.strip()]
     codecs = [c for c in args.codecs.split(",") if c.strip()]
     require_root()
-    lab = open_lab(load(args).with_client_cpu(emulation.client_cpu(device, args.mode)))
+    lab = open_lab(load(args).with_client_cpu(device_emulation.client_cpu(device, args.mode)))
     lab.require_up()
-    result = emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs), slow_host)
+    result = device_emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs), slow_host)
     if args.json:
         kernels = [r for r in result["rows"] if r["work"] == "kernel"]
         codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
@@ -278,12 +278,12 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
             }
         )
     else:
-        print(emulation.format_calibration(result))
+        print(device_emulation.format_calibration(result))
     return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from testbed.calibrate import calibrate, format_calibration
+    from testbed.speed_table import format_speed_table, speed_table
 
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -298,6 +298,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     require_root()
     lab = open_lab(load(args))
     lab.require_up()
-    rows = calibrate(lab, sizes, args.reps)
-    print(format_calibration(rows, lab.inv.client_cpu.describe()))
+    rows = speed_table(lab, sizes, args.reps)
+    print(format_speed_table(rows, lab.inv.client_cpu.describe()))
     return 0

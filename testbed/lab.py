@@ -39,7 +39,7 @@ PROGRAMS = {  # what each role's host must have
 def require_root() -> None:
     if os.geteuid() != 0:
         raise UserError(
-            "testbed must run as root: it creates network namespaces, qdiscs and cgroups", "run it with sudo"
+            "testbed must run as root: it creates network namespaces, qdiscs and cgroups", "run it as root"
         )
 
 
@@ -47,7 +47,9 @@ def probe_problems(role: str, probe: dict, needs_cgroup: bool) -> list[str]:
     """What a host's probe (the agent's `probe` verb) says would stop `up`, in words with the fix."""
     problems = []
     if not probe["root"]:
-        problems.append("commands do not run as root (run with sudo)")
+        problems.append(
+            "commands do not run as root (run testbed as root; over SSH, log in as root or give the user password-less sudo)"
+        )
     missing = [p for p, path in probe["programs"].items() if not path]
     if missing:
         problems.append(f"programs missing: {', '.join(missing)} (run scripts/setup.sh)")
@@ -337,7 +339,7 @@ class NetnsLab(Lab):
 
     def preflight(self) -> list[str]:
         if os.geteuid() != 0:
-            return ["not running as root (run with sudo)"]
+            return ["not running as root (run testbed as root)"]
         problems = []
         for role in ("client", "appliance", "server"):  # the namespaces do not exist yet: this machine
             problems += [p for p in self.probe(role) if p not in problems]

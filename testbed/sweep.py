@@ -17,8 +17,8 @@ from pathlib import Path
 
 from contracts.device import DeviceProfile
 from contracts.run import TRIALS_FILE, LinkCheck, TrialWriter, read_trials
-from contracts.trials import LOCAL
-from testbed import emulation
+from contracts.trials import GRPC, LOCAL
+from testbed import device_emulation
 from testbed.bookkeeping import (
     add_validation,
     counters_after,
@@ -59,7 +59,7 @@ def run_sweep(
 ) -> dict:
     """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed.
 
-    With a `device`, the client host is calibrated for it first (`testbed.emulation`); with a `model`
+    With a `device`, the client host is calibrated for it first (`testbed.device_emulation`); with a `model`
     (`testbed.estimate`), the progress line's ETA comes from it."""
     run_id = manifest.manifest.run_id
     csv_path = run_dir / TRIALS_FILE
@@ -89,20 +89,20 @@ def run_sweep(
             brought_up = lab.up()
             was_up = not brought_up
             lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
-            if not lab.server_alive(grpc="grpc" in exp.methods):
+            if not lab.server_alive(grpc=GRPC in exp.methods):
                 lab.restart_offload_server()
             calibration, marks = None, set()
             if device is not None:
                 progress.show(f"calibrating the client host for device {device.name}")
-                calibration = emulation.emulate_for(lab, device, exp)
-                emulation.record(manifest, device, exp.mode, calibration, now())
-                marks = emulation.flagged(calibration)
+                calibration = device_emulation.emulate_for(lab, device, exp)
+                device_emulation.record(manifest, device, exp.mode, calibration, now())
+                marks = device_emulation.flagged(calibration)
                 progress.reset_clock()
                 if marks:
                     what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(marks))
                     log.warning("device emulation misses its tolerance for: %s", what)
                     progress.note(
-                        f"device {device.name}: emulation outside {emulation.TOLERANCE_PCT:g}% for {what}; "
+                        f"device {device.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% for {what}; "
                         "those trials are marked emulation_flagged"
                     )
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))
@@ -225,7 +225,7 @@ def run_trial(
         worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.calibration)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
-        if t.method != LOCAL and not lab.server_alive(grpc=t.method == "grpc"):
+        if t.method != LOCAL and not lab.server_alive(grpc=t.method == GRPC):
             log.warning("the offload server (or its gRPC transport) died; restarting it")
             lab.restart_offload_server()
     return record, worker

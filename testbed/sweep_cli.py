@@ -50,8 +50,8 @@ def register(sub) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from contracts.run import MANIFEST_FILE
     from testbed.bookkeeping import start_run
-    from testbed.emulation import client_cpu as emulation_cpu
-    from testbed.emulation import resolve_device
+    from testbed.device_emulation import client_cpu as emulation_cpu
+    from testbed.device_emulation import resolve_device
     from testbed.estimate import format_duration, model_for
     from testbed.experiment import FLAGS, load_experiment, override, trial_range
     from testbed.results import ManifestFile, new_run_id

@@ -29,7 +29,7 @@ class WorkerLink:
     """
 
     def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path, calibration: dict | None = None) -> None:
-        """`calibration`: the device emulation's (`testbed.emulation.emulate`), None without; the
+        """`calibration`: the device emulation's (`testbed.device_emulation.emulate`), None without; the
         worker takes its slowdowns (scaled) or its per-work quotas (throttle)."""
         host = lab.host("client")
         self.calibration = calibration
@@ -96,9 +96,6 @@ class WorkerLink:
         except (BrokenPipeError, OSError) as exc:
             raise WorkerDied("the client worker exited") from exc
         return self._read(self.timeout + 30)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
 
     def close(self) -> None:
         try:

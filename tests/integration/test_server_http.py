@@ -96,7 +96,7 @@ def test_int_dtypes_on_the_wire(server):
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
 def test_curl(server, tmp_path):
-    """The README's promise: plain curl, with a JSON body and with raw bytes from a file."""
+    """docs/server.md's promise: plain curl, with a JSON body and with raw bytes from a file."""
     out = subprocess.run(
         ["curl", "-sS", "-d", '{"operands": [[[1,2],[3,4]]]}', f"{server.url}/v1/ops/inv"],
         capture_output=True,

@@ -1,7 +1,7 @@
 """The server's limits against a real `python -m server` on loopback: slow and idle clients do not stop
 it from answering others, a body that does not arrive gets 408, every request that would cost more than
 the limits is refused before it is computed, and the worker's memory stays within the documented bound
-(README, "Server limits")."""
+(docs/server.md, "Server limits")."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from contracts.limits import MIB
 from contracts.trials import parse_server_timing
 from tests.integration.test_server_http import assert_healthy
 
-PEAK_PER_REQUEST = 8  # x --max-body-mb above the idle worker: the bound the README documents
+PEAK_PER_REQUEST = 8  # x --max-body-mb above the idle worker: the bound docs/server.md documents
 
 
 def connect(url: str) -> socket.socket:

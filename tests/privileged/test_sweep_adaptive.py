@@ -98,7 +98,7 @@ def test_a_killed_adaptive_sweep_resumes_where_each_cell_stopped(inventory, tmp_
         else:
             assert c["stop_reason"] == MAX_REPS
 
-    # the duration model against what the trials measured (the README records the figures): what a
+    # the duration model against what the trials measured (docs/measurements.md records the figures): what a
     # trial measures (the device's time) and how long it took here (scaled: the client at host speed)
     model = model_for(exp, load_device("paper-p4"), None)
     modelled = sum(model.trial_s(*cell_of(r)) for r in got)

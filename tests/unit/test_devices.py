@@ -6,8 +6,9 @@ import textwrap
 
 import pytest
 
-from client.emulation import Scaler, calibrate, key
-from contracts.device import DeviceProfile, Grid, SpeedCurve, operand_bytes, result_bytes, work
+from client.scaled_calibration import calibrate
+from client.scaler import Scaler
+from contracts.device import DeviceProfile, Grid, SpeedCurve, key, operand_bytes, result_bytes, work
 from contracts.errors import UserError
 from testbed.devices import DEVICES_DIR, load_device
 from testbed.experiment import load_experiment

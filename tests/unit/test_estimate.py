@@ -2,7 +2,7 @@
 the progress line's ETA, which scales the model by what the trials so far took.
 
 This checks the arithmetic, not the model's accuracy: that is measured against a real run in
-tests/privileged/test_sweep_adaptive.py and recorded in the README.
+tests/privileged/test_sweep_adaptive.py and recorded in docs/measurements.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from contracts.limits import MIB, LimitError, Limits, check_body, check_request,
 from contracts.ops import DTYPES, INT_MUL_WEIGHT, OPS
 from contracts.wire import body_bytes
 from server.__main__ import main as server_main
-from server.worker import DeadlineSocket, ReadTimeout
+from server.gunicorn_worker import DeadlineSocket, ReadTimeout
 from server.wsgi import ServerConfig
 
 DEFAULT = Limits.from_mb(256)
@@ -176,7 +176,7 @@ def test_check_body():
 # ------------------------------------------------------------------ configuration and the worker's socket
 def test_gunicorn_plan():
     opts = ServerConfig(threads=6, read_timeout=2.5).gunicorn_options()
-    assert opts["worker_class"] == "server.worker.BoundedThreadWorker"
+    assert opts["worker_class"] == "server.gunicorn_worker.BoundedThreadWorker"
     assert (opts["threads"], opts["keepalive"], opts["timeout"]) == (6, 3, 900)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from client.emulation import mean_seconds, precise, sampled
+from client.sampling import mean_seconds, precise, sampled
 from contracts.profiles import too_short
 
 

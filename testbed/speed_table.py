@@ -1,4 +1,5 @@
-"""`testbed calibrate`: how fast the emulated device and the server multiply matrices.
+"""`testbed calibrate` without a device: the speed table, how fast the client and the server multiply
+matrices.
 
 The client runs under its CPU limit, the server does not; their ratio is the speed-up offloading can
 buy, which together with the link rate decides where offloading pays.
@@ -11,13 +12,14 @@ import json
 from testbed.lab import Lab
 
 
-def calibrate(lab: Lab, sizes: list[int], reps: int = 3) -> list[dict]:
+def speed_table(lab: Lab, sizes: list[int], reps: int = 3) -> list[dict]:
+    """Per size, the mean time and GFLOP/s of a matrix multiplication on each host, and their ratio."""
     rows = []
     args = ("--sizes", ",".join(map(str, sizes)), "--reps", str(reps))
     measured = {}
     for role in ("client", "server"):
         host = lab.host(role)
-        measured[role] = json.loads(host.run(host.python("client.calibrate", *args), timeout=3600).stdout)
+        measured[role] = json.loads(host.run(host.python("client.matmul_speed", *args), timeout=3600).stdout)
     for c, s in zip(measured["client"], measured["server"], strict=True):
         rows.append(
             {
@@ -32,7 +34,7 @@ def calibrate(lab: Lab, sizes: list[int], reps: int = 3) -> list[dict]:
     return rows
 
 
-def format_calibration(rows: list[dict], profile: str) -> str:
+def format_speed_table(rows: list[dict], profile: str) -> str:
     lines = [
         f"client CPU profile: {profile}",
         f"{'size':>6} {'client s':>10} {'GFLOP/s':>8} {'server s':>10} {'GFLOP/s':>8} {'speed-up':>9}",

@@ -10,7 +10,7 @@ import pytest
 from contracts.device import Grid, key
 from contracts.errors import UserError
 from contracts.profiles import quota_period
-from testbed import emulation
+from testbed import device_emulation
 from testbed.devices import load_device
 from tests.unit.test_labs_fake import netns  # noqa: F401 - the fake embedded testbed (fixture)
 
@@ -19,7 +19,7 @@ HOST_S = {500: 0.03, 1200: 0.5}  # CPU seconds of mul on this (fake) host at ful
 
 
 def host_rows(device, sizes, host_s):
-    """What `client.emulation` answers for the kernel: this host takes `host_s` per size."""
+    """What `client.calibration` answers for the kernel: this host takes `host_s` per size."""
     return [
         {
             "key": key("kernel", "mul", size),
@@ -39,7 +39,7 @@ def host_rows(device, sizes, host_s):
 
 @pytest.fixture
 def scripted(netns):  # noqa: F811 - the fixture imported above
-    """The client answers `python -m client.emulation` from the request it reads on stdin."""
+    """The client answers `python -m client.calibration` from the request it reads on stdin."""
     device = load_device(DEVICE)
     client = netns.hosts["client"]
     seen = []
@@ -80,9 +80,9 @@ def scripted(netns):  # noqa: F811 - the fixture imported above
 
 def test_scaled_mode_calibrates_outside_the_limit_and_sets_no_quota(scripted):
     lab, device, seen = scripted
-    result = emulation.emulate(lab, device, "scaled", Grid.of(["mul"], [1200, 500, 500], ["raw"]))
+    result = device_emulation.emulate(lab, device, "scaled", Grid.of(["mul"], [1200, 500, 500], ["raw"]))
     ((argv, request),) = seen
-    assert argv[:3] == ["python", "-m", "client.emulation"]  # not wrapped in client.cpulimit
+    assert argv[:3] == ["python", "-m", "client.calibration"]  # not wrapped in client.cpulimit
     assert (
         request["grid"]["sizes"] == [500, 1200]
         and request["grid"]["codecs"] == ["raw"]
@@ -95,7 +95,7 @@ def test_scaled_mode_calibrates_outside_the_limit_and_sets_no_quota(scripted):
 def test_throttle_gives_each_kind_of_work_its_own_quota_and_corrects_what_missed(scripted):
     lab, device, seen = scripted
     lab.hosts["client"].cgroup = lab.cgroup  # a throttled client runs its commands in the cgroup
-    result = emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
+    result = device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
     need = {s: HOST_S[s] / device.compute_s("mul", s) for s in HOST_S}
     # each check, and the worker after them, starts at a whole core and puts the quotas in force itself
     assert [a["quota"] for a in lab.hosts["client"].args("cpu.apply")] == [1.0] * 4
@@ -117,20 +117,20 @@ def test_throttle_gives_each_kind_of_work_its_own_quota_and_corrects_what_missed
     assert not rows[1200]["flagged"] and "first_error_pct" not in rows[1200]
     quota_us, period_us = quota_period(base)
     assert result["quota"] == quota_us / period_us and result["period_s"] == period_us / 1e6
-    assert emulation.flagged(result) == set()
-    assert "each stage under its work's quota" in emulation.format_calibration(result)
+    assert device_emulation.flagged(result) == set()
+    assert "each stage under its work's quota" in device_emulation.format_calibration(result)
 
 
 def test_throttle_flags_what_still_misses_after_the_correction(scripted):
     lab, device, seen = scripted
     lab.fake_follows_quota = False  # this work's wall time does not answer to its quota
-    result = emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
+    result = device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
     rows = {r["size"]: r for r in result["rows"]}
     assert rows[500]["flagged"] and "reason" not in rows[500]  # 1.79 s is 30 periods, but 20% off
     assert rows[500]["first_error_pct"] == pytest.approx(20.0)
-    assert emulation.flagged(result) == {("mul", 500, "local")}
-    assert len(seen) == 2 + emulation.CORRECTIONS  # corrections up to a bound, not until it fits
-    assert "(first check +20.0%, quota corrected)" in emulation.format_calibration(result)
+    assert device_emulation.flagged(result) == {("mul", 500, "local")}
+    assert len(seen) == 2 + device_emulation.CORRECTIONS  # corrections up to a bound, not until it fits
+    assert "(first check +20.0%, quota corrected)" in device_emulation.format_calibration(result)
 
 
 def test_throttle_flags_work_shorter_than_ten_of_its_periods(scripted):
@@ -145,7 +145,7 @@ def test_throttle_flags_work_shorter_than_ten_of_its_periods(scripted):
                 {**r, "period_s": quota_period(json.loads(lab.hosts["client"].last_input)["quotas"][r["key"]])[1] / 1e6}
                 for r in host_rows(device, [500, 1200], {500: 0.0025, 1200: 0.5})]})),
     )  # fmt: skip
-    result = emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
+    result = device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
     rows = {r["size"]: r for r in result["rows"]}
     assert rows[500]["reason"] == "shorter than 10 quota periods of 714 ms"  # 1.79 s < 7.14 s
     assert rows[1200]["flagged"] is False  # 34.6 s under its own quota spans many periods
@@ -160,7 +160,7 @@ def test_a_device_faster_than_the_host_cannot_be_throttled(scripted):
                                              "rows": host_rows(device, [500, 1200], slow_host)})),
     )  # fmt: skip
     with pytest.raises(UserError, match="faster than this host"):
-        emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
+        device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
     assert "cpu.apply" not in lab.hosts["client"].verbs()
 
 
@@ -171,9 +171,9 @@ def test_the_manifest_keeps_every_calibration_and_the_quota(tmp_path, scripted):
     lab, device, _ = scripted
     exp = Experiment("cal", ("mul",), (100,), (10.0,), ("raw",), 3)
     manifest = ManifestFile(tmp_path / "manifest.json", Manifest("run", "running", exp))
-    result = emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
-    emulation.record(manifest, device, "throttle", result, "now")
-    emulation.record(manifest, device, "throttle", result, "later")
+    result = device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
+    device_emulation.record(manifest, device, "throttle", result, "now")
+    device_emulation.record(manifest, device, "throttle", result, "later")
     saved = json.loads((tmp_path / "manifest.json").read_text())["device"]
     assert saved["profile"]["name"] == DEVICE and saved["mode"] == "throttle"
     assert [c["at"] for c in saved["calibrations"]] == ["now", "later"]
@@ -188,12 +188,14 @@ def test_a_slower_host_holds_the_whole_scaled_calibration_under_a_quota_and_puts
     applied = []
     lab.hosts["client"].reply("cpu.apply", lambda name, quota: applied.append(quota))
     lab.hosts["client"].reply("cpu.read", lambda name: {"fraction": applied[-1] if applied else None})
-    result = emulation.emulate(lab, device, "scaled", Grid.of(["mul"], [500, 1200], ["raw"]), slow_host=0.3)
+    result = device_emulation.emulate(
+        lab, device, "scaled", Grid.of(["mul"], [500, 1200], ["raw"]), slow_host=0.3
+    )
     ((argv, request),) = seen
     assert argv[:3] == ["python", "-m", "client.cpulimit"]  # the calibration ran inside the extra quota
     assert "check" not in request
     assert applied == [0.3, 1.0]  # no quota before: a whole core after
     assert result["slow_host"] == 0.3
-    assert "extra quota of 0.3" in emulation.format_calibration(result)
+    assert "extra quota of 0.3" in device_emulation.format_calibration(result)
     with pytest.raises(UserError, match="scaled mode only"):
-        emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500], ["raw"]), slow_host=0.3)
+        device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500], ["raw"]), slow_host=0.3)

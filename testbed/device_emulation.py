@@ -1,7 +1,7 @@
 """The client as a fixed device: which profile a sweep emulates, and its calibration on this host.
 
 In `scaled` mode the client runs at full speed and its worker scales each client stage by the
-slowdown `client.emulation.calibrate` measured on the client host at the start of every session
+slowdown `client.scaled_calibration.calibrate` measured on the client host at the start of every session
 (this host, now: a resumed run on another machine is calibrated for that machine). The calibration
 is checked against the device's targets the way iperf3 checks the link; what misses the tolerance is
 said before the sweep runs, recorded in the manifest, and marked on every trial it affects.
@@ -77,11 +77,11 @@ def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: f
         before = lab.cpu_in_force().get("fraction") or 1.0
         limit = lab.set_client_quota(slow_host)
         try:
-            calibration = _client_emulation(lab, device, grid, limited=True)
+            calibration = _client_calibration(lab, device, grid, limited=True)
         finally:
             lab.set_client_quota(before)
         return {**calibration, "slow_host": limit.get("fraction", slow_host)}
-    calibration = _client_emulation(lab, device, grid, limited=False)
+    calibration = _client_calibration(lab, device, grid, limited=False)
     if mode == "scaled":
         return calibration
     quotas = work_quotas(calibration["rows"])
@@ -138,7 +138,7 @@ def _check_wall(lab: Lab, device: DeviceProfile, grid: Grid, quotas: dict, **ext
     work's quota in force itself; a whole core again after it, for the trial worker's start."""
     lab.set_client_quota(1.0)
     try:
-        return _client_emulation(lab, device, grid, limited=True, check="wall", quotas=quotas, **extra)
+        return _client_calibration(lab, device, grid, limited=True, check="wall", quotas=quotas, **extra)
     finally:
         lab.set_client_quota(1.0)
 
@@ -157,12 +157,12 @@ def _flag_what_a_quota_cannot(rows, quotas: dict, needs: dict) -> None:
             row["reason"] = f"shorter than {GRANULARITY_PERIODS} quota periods of {period_s * 1000:.0f} ms"
 
 
-def _client_emulation(lab: Lab, device: DeviceProfile, grid: Grid, limited: bool, **extra) -> dict:
-    """`python -m client.emulation` on the client host (inside the device's CPU limit if `limited`)."""
+def _client_calibration(lab: Lab, device: DeviceProfile, grid: Grid, limited: bool, **extra) -> dict:
+    """`python -m client.calibration` on the client host (inside the device's CPU limit if `limited`)."""
     request = {"device": device.as_dict(), "grid": grid.as_dict(), "tolerance_pct": TOLERANCE_PCT, **extra}
     client = lab.host("client")
     out = client.run(
-        client.python("client.emulation"), input=json.dumps(request), limited=limited, timeout=7200
+        client.python("client.calibration"), input=json.dumps(request), limited=limited, timeout=7200
     )
     return json.loads(out.stdout)
 

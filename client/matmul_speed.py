@@ -26,7 +26,7 @@ def measure(sizes: list[int], reps: int, seed: int = 0) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m client.calibrate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m client.matmul_speed", description=__doc__)
     parser.add_argument("--sizes", default="200,400,800")
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args(argv)

@@ -1,0 +1,34 @@
+"""`python -m client.calibration < REQUEST.json`: the device calibration on this host, as JSON.
+
+The orchestrator (`testbed.device_emulation`) sends the request: the scaled mode's calibration
+(`client.scaled_calibration`) or, with `"check": "wall"`, the throttle mode's check inside the
+device's CPU limit (`client.throttle_check`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from client.scaled_calibration import calibrate
+from client.throttle_check import check_wall
+from contracts.device import DeviceProfile, Grid
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Calibrate this host for a device, print JSON.
+
+    The request: {"device": <profile as JSON>, "grid": <Grid as JSON>, "tolerance_pct": ..., "check":
+    "wall" for throttle mode's check, "quotas": its per-work quotas, "only": the keys to check}.
+    """
+    request = json.load(sys.stdin)
+    device = DeviceProfile.from_dict(request["device"])
+    grid = Grid.from_dict(request["grid"])
+    check = check_wall if request.get("check") == "wall" else calibrate  # wall: throttle, inside the limit
+    extra = {k: request[k] for k in ("quotas", "only") if request.get(k)}
+    json.dump(check(device, grid, tolerance_pct=request["tolerance_pct"], **extra), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""A device profile written as a file of experiments/devices."""
+
+from __future__ import annotations
+
+import json
+
+from contracts.device import DeviceProfile
+
+
+def profile_yaml(device: DeviceProfile, comment: str = "") -> str:
+    """The profile as a file of experiments/devices (written by hand: a device needs no YAML library)."""
+    lines = [f"# {line}" for line in comment.splitlines()]
+    lines += [
+        f"name: {device.name}",
+        f"description: {json.dumps(device.description)}",
+        f"source: {json.dumps(device.source)}",
+        f"cores: {device.cores}",
+        f"blas_threads: {device.blas_threads}",
+        "kernels:                      # GFLOP/s of the operation's work at each size",
+    ]
+    for op, curve in device.kernels.items():
+        lines.append(f"  {op}: {{{', '.join(f'{s}: {g:g}' for s, g in curve.points)}}}")
+    lines.append("marshalling:                  # MB/s of matrix data")
+    for codec, speeds in device.marshalling.items():
+        lines.append(f"  {codec}: {{encode: {speeds['encode']:g}, decode: {speeds['decode']:g}}}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,64 @@
+"""The `scaled` mode's calibration: this host's slowdown for every kind of work, and its check.
+
+It measures the CPU seconds this host spends on exactly the work the trials will time (each
+operation at each size, each codec's encode of the request and decode of the response), turns each
+into a slowdown (the device's target time over this host's), then measures again and reports how
+close the scaled times come to the targets, as iperf3 reports how close the link comes to its rate.
+`client.scaler.Scaler` applies the slowdowns to a trial's client stages.
+
+CPU time, not wall time: a stage's CPU time does not include waiting, so what another process on a
+busy host takes does not end up in the device's times.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from client.sampling import BUDGET_S, precise, sampled
+from client.trial_work import check_row, grid_works, target_s
+from contracts.device import DeviceProfile, Grid, key
+
+
+def calibrate(
+    device: DeviceProfile,
+    grid: Grid,
+    reps: int = 10,
+    tolerance_pct: float = 10.0,
+    budget_s: float = BUDGET_S,
+) -> dict:
+    """Slowdowns for every kind of work of the grid, and the check of each against its target.
+
+    Means, not medians: a trial's scaled stage is its CPU time times the slowdown, and the analysis
+    compares the means of trials, so the slowdown is the target over the mean. The mean is also the
+    steadier of the two here: one run's CPU time is often bimodal (JSON decode of 400x400 took
+    either ~68 or ~100 ms), and a median of a few samples jumps between the modes (measured: two
+    medians of 10 samples more than 10% apart in 40-65% of draws for JSON and uJSON, two means in
+    13-36%). At least `reps` samples each for the slowdowns and the check, and more until each mean
+    is known within half the tolerance (95% CI) or the work's `budget_s` is spent: the check's error
+    is the difference of the two means, so what is left of it is the host's noise.
+    """
+    items = grid_works(grid)
+    jobs = [item[4] for item in items]
+    # two measurements, the slowdowns' and the check's, from alternate rounds: a spell of load on the
+    # host (which inflates CPU time too, through shared caches) falls on both alike rather than on
+    # one (measured: a test suite on the other core during the first of two passes taken one after
+    # the other flagged every kind of work at -13% to -46%)
+    samples = sampled(
+        jobs,
+        2 * reps,
+        seed=grid.seed,
+        enough=lambda _, s: all(precise(s[h::2], tolerance_pct / 200) for h in (0, 1)),
+        budget_s=budget_s,
+    )
+    host = [statistics.mean(s[0::2]) for s in samples]
+    again = [statistics.mean(s[1::2]) for s in samples]
+    rows, scale = [], {}
+    for (op, size, kind, codec, _, data), host_s, again_s, taken in zip(
+        items, host, again, samples, strict=True
+    ):
+        target = target_s(device, kind, op, size, codec, data)
+        factor = target / max(host_s, 1e-7)
+        scale[key(kind, op, size, codec)] = factor
+        row = check_row(kind, codec, op, size, target, again_s * factor, tolerance_pct)
+        rows.append({**row, "host_cpu_s": host_s, "slowdown": factor, "samples": len(taken)})
+    return {"device": device.name, "mode": "scaled", "rows": rows, "scale": scale}

@@ -1,0 +1,82 @@
+"""The work a trial times on the client, kind by kind, and the device's target time for each.
+
+Every kind of work of a grid: each operation at each size (`kernel`), and each method's codec
+encoding the request (`encode`) and decoding the response (`decode`), on the very operands the
+trials use. The calibration, the throttle check and a measured profile all time these.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from client.sampling import Work
+from contracts.codecs import get_codec
+from contracts.device import DeviceProfile, Grid, key
+from contracts.ops import execute
+from contracts.trials import method_codec
+
+
+def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray]:
+    """The operands every trial of (op, size, dtype) uses: the same on every host for a seed."""
+    from client.offload import make_operands
+
+    rng = np.random.default_rng([seed, size, zlib.crc32(op.encode()), zlib.crc32(dtype.encode())])
+    return make_operands(op, size, dtype, rng)
+
+
+def works(
+    op: str, size: int, dtype: str, seed: int, codecs: list[str]
+) -> list[tuple[str, str | None, Work, int]]:
+    """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the client."""
+    operands = trial_operands(op, size, dtype, seed)
+    out: list[tuple[str, str | None, Work, int]] = [("kernel", None, lambda: execute(op, operands), 0)]
+    result = execute(op, operands)
+    for name in codecs:  # a method: a codec, or a transport timed as its codec (grpc: protobuf)
+        codec = get_codec(method_codec(name))
+        body, headers = codec.encode_response(result)
+        body = bytes(body) if not isinstance(body, bytes) else body
+        out.append(
+            ("encode", name, lambda c=codec: c.encode_request(operands), sum(a.nbytes for a in operands))
+        )
+        out.append(
+            ("decode", name, lambda c=codec, b=body, h=headers: c.decode_response(b, h), result.nbytes)
+        )
+    return out
+
+
+def target_s(
+    device: DeviceProfile, kind: str, op: str, size: int, codec: str | None, data_bytes: int
+) -> float:
+    """The device's time for a kind of work, from its profile."""
+    if kind == "kernel":
+        return device.compute_s(op, size)
+    return device.marshal_s(codec, kind, data_bytes)
+
+
+def check_row(
+    kind: str, codec: str | None, op: str, size: int, target: float, achieved: float, tolerance_pct: float
+) -> dict:
+    """One row of a calibration's table: a kind of work's target, what was achieved, and the error."""
+    error = (achieved - target) / target * 100
+    return {
+        "key": key(kind, op, size, codec),
+        "work": kind if codec is None else f"{codec} {kind}",
+        "op": op,
+        "size": size,
+        "target_s": target,
+        "achieved_s": achieved,
+        "error_pct": round(error, 2),
+        "flagged": abs(error) > tolerance_pct,
+    }
+
+
+def grid_works(grid: Grid) -> list[tuple]:
+    """(op, size, kind, codec, work, bytes of matrix data) for every kind of work of the grid."""
+    return [
+        (op, size, *w)
+        for op in grid.ops
+        for size in grid.sizes
+        for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs))
+    ]
