@@ -93,17 +93,23 @@ class AgentLink:
 
     # ---------------------------------------------------------------- asking
     def ask(self, verb: str, payload: str, timeout: float) -> Result:
-        request = (json.dumps({"verb": verb, "args": json.loads(payload)}) + "\n").encode()
+        request = f'{{"verb": {json.dumps(verb)}, "args": {payload}}}\n'.encode()
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
             try:
-                self._send(request)
-            except OSError:  # it died since: the verb never reached it, so a fresh one may have it
-                self._stop()
-                self._start()
-                self._send(request)
-            line = self._read(verb, timeout)
+                if self._proc is None or self._proc.poll() is not None:
+                    self._start()
+                try:
+                    self._send(request)
+                except OSError:  # it died since: the verb never reached it, so a fresh one may have it
+                    self._stop()
+                    self._start()
+                    self._send(request)
+                line = self._read(verb, timeout)
+            except BaseException:
+                # interrupted (Ctrl-C) or failed: an answer still to come would be read as the next
+                # verb's, so this agent is done with
+                self._stop(kill=True)
+                raise
         return Result(self.host, [*self.argv, verb], 0, line.decode(errors="replace"), "")
 
     def _send(self, request: bytes) -> None:

@@ -125,6 +125,22 @@ def test_a_verb_past_its_timeout_stops_its_agent(links):
     assert time.monotonic() - start < 10 and not link.running and gone(link.pid)
 
 
+def test_a_verb_interrupted_is_never_answered_to_the_next(links, monkeypatch):
+    link = links(AGENT)
+    ask(link, "cpu.read", name="tbt-unit-none")
+    first = link.pid
+
+    def interrupted(verb, timeout):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(link, "_read", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ask(link, "service.status", dir="/nonexistent", name="x")
+    monkeypatch.undo()
+    assert not link.running and gone(first)
+    assert ask(link, "cpu.read", name="tbt-unit-none") == {} and link.starts == 2
+
+
 def test_what_a_shell_prints_before_the_agent_is_ready_is_skipped(links):
     link = links(script("print('Welcome to the lab', flush=True)\n" + READY + "sys.stdin.readline()\n"
                         "print(json.dumps({'ok': True, 'result': 7}), flush=True); sys.stdin.readline()"))  # fmt: skip
