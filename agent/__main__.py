@@ -1,45 +1,96 @@
-"""`python -m agent VERB`: read the verb's arguments as one JSON object on stdin, answer on stdout.
+"""`python -m agent --serve`: the resident host agent, one process per host for the life of a command.
 
-The answer is one JSON object: `{"ok": true, "result": ...}`, or `{"ok": false, "error": ..., "fix":
-...}` with exit status 2 for a problem the user can fix, so the orchestrator recognises errors by
-structure, never by their text. Any other exception is a bug: its traceback goes to stderr and the
-exit status is 1.
+Starting an interpreter costs ~200 ms, so the orchestrator starts the agent once and asks it verb
+after verb. The protocol is JSON lines:
+
+- the agent first says `{"ready": true, "pid": PID}`;
+- each request is one line `{"verb": VERB, "args": {...}}`, each answer one line: `{"ok": true,
+  "result": ...}`, `{"ok": false, "verb": VERB, "error": ..., "fix": ...}` for a problem the user can
+  fix (a UserError), or `{"ok": false, "verb": VERB, "bug": TRACEBACK}` for anything else, a request
+  that is not one included, so the orchestrator recognises errors by structure, never by their text,
+  and a bug keeps its traceback;
+- EOF on stdin ends the agent, so it never outlives the orchestrator that started it.
+
+The answers go to a private copy of stdout; fd 1 becomes stderr and fd 0 /dev/null, so nothing a verb
+or its children print can garble an answer or read a request.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import traceback
+from typing import TextIO
 
 from agent.verbs import VERBS
 from contracts.errors import UserError
 
+USAGE = 'usage: python -m agent --serve (JSON lines: {"verb": ..., "args": {...}} in, one answer each out)'
 
-def main(argv: list[str] | None = None, stdin=None, stdout=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    stdin = stdin or sys.stdin
-    stdout = stdout or sys.stdout
-    if len(argv) != 1 or argv[0] not in VERBS:
-        print(f"usage: python -m agent VERB (one of: {', '.join(VERBS)}) < ARGS.json", file=sys.stderr)
-        return 64
-    text = stdin.read().strip()
+
+def handle(line: str) -> dict:
+    """The answer to one request line (never raises: a bad request is answered as a bug)."""
     try:
-        args = json.loads(text) if text else {}
-        if not isinstance(args, dict):
-            raise UserError(f"{argv[0]}: the arguments must be a JSON object")
-        result = VERBS[argv[0]](**args)
+        request = json.loads(line)
     except json.JSONDecodeError as exc:
-        answer = {"ok": False, "error": f"{argv[0]}: arguments are not JSON: {exc.msg}", "fix": None}
-        status = 2
+        return {"ok": False, "verb": None, "bug": f"a request that is not JSON ({exc.msg}): {line[:200]!r}"}
+    if not isinstance(request, dict) or not isinstance(request.get("verb"), str):
+        return {
+            "ok": False,
+            "verb": None,
+            "bug": f'a request is {{"verb": ..., "args": {{...}}}}, not {line[:200]!r}',
+        }
+    verb, args = request["verb"], request.get("args", {})
+    if verb not in VERBS:
+        return {
+            "ok": False,
+            "verb": verb,
+            "bug": f"unknown verb {verb!r} (this agent has: {', '.join(VERBS)})",
+        }
+    if not isinstance(args, dict):
+        return {
+            "ok": False,
+            "verb": verb,
+            "bug": f"the arguments of {verb} must be a JSON object, not {args!r}",
+        }
+    try:
+        answer = {"ok": True, "result": VERBS[verb](**args)}
+        json.dumps(answer)  # a result that is not JSON is the verb's bug, answered as one
     except UserError as exc:
-        answer = {"ok": False, "error": exc.message, "fix": exc.fix}
-        status = 2
-    else:
-        answer = {"ok": True, "result": result}
-        status = 0
-    stdout.write(json.dumps(answer) + "\n")
-    stdout.flush()
-    return status
+        return {"ok": False, "verb": verb, "error": exc.message, "fix": exc.fix}
+    except Exception:
+        return {"ok": False, "verb": verb, "bug": traceback.format_exc()}
+    return answer
+
+
+def serve(requests: TextIO, answers: TextIO) -> int:
+    """Answer each request line until EOF."""
+    _say(answers, {"ready": True, "pid": os.getpid()})
+    for line in requests:
+        if line.strip():
+            _say(answers, handle(line))
+    return 0
+
+
+def _say(answers: TextIO, answer: dict) -> None:
+    answers.write(json.dumps(answer) + "\n")
+    answers.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["--serve"]:
+        print(USAGE, file=sys.stderr)
+        return 64
+    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return serve(requests, answers)
 
 
 if __name__ == "__main__":

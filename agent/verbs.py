@@ -1,7 +1,7 @@
 """The host agent's verbs: everything the orchestrator asks of a host, one function each.
 
 Arguments and results are JSON values, so the same verbs serve the embedded backend (`ip netns
-exec NS python -m agent VERB`) and a real lab (the same over SSH). Each verb builds what it needs on
+exec NS python -m agent --serve`) and a real lab (the same over SSH). Each verb builds what it needs on
 the host with the host's own facts (its kernel's HZ for a shaping plan, its cgroup version, its Open
 vSwitch), so what `--dry-run` prints is what the host applies.
 """

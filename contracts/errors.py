@@ -1,4 +1,4 @@
-"""The one exception type for problems a user can fix.
+"""The exception types that carry data: problems a user can fix, and bugs reported by a host.
 
 The CLI prints a UserError as one line (message and fix) with no traceback; any other exception is a
 bug and keeps its traceback.
@@ -30,3 +30,17 @@ class CommandError(UserError):
         self.argv = argv
         self.returncode = returncode
         self.output = output
+
+
+class AgentBug(Exception):
+    """A host agent's verb failed with something other than a UserError: a bug, never the user's.
+
+    Not a UserError, so the CLI keeps its traceback; its text carries the host, the verb and the
+    agent's own traceback from the host (where the bug is).
+    """
+
+    def __init__(self, host: str, verb: str, detail: str) -> None:
+        super().__init__(f"on {host}: the host agent's verb {verb} failed (a bug):\n{detail.rstrip()}")
+        self.host = host
+        self.verb = verb
+        self.detail = detail

@@ -1,9 +1,9 @@
 """The one interface the orchestrator uses to act on a host: commands, the host agent, services.
 
 A host is reached in one of two ways, and that is all a backend supplies (`_exec`, `_popen`,
-`python`): the embedded testbed enters a network namespace on this machine (`NetnsHost`), a real
-lab goes over SSH (`testbed.ssh.SshHost`). Everything else (the agent's JSON protocol, the device's
-CPU limit, services) is written once, here.
+`python`, and how its resident agent is started, `_agent_exec`): the embedded testbed enters a
+network namespace on this machine (`NetnsHost`), a real lab goes over SSH (`testbed.ssh.SshHost`).
+Everything else (the agent's answers, the device's CPU limit, services) is written once, here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from contracts.command import Result, run
-from contracts.errors import CommandError, UserError
+from contracts.errors import AgentBug, UserError
+from testbed.agent_link import AgentLink, Tail
 from testbed.inventory import HostSpec
 
 
@@ -86,12 +87,20 @@ class Host(ABC):
         return self._popen(self.limited(argv, limited), env, **kwargs)
 
     def agent(self, verb: str, *, timeout: float = 120.0, **args: Any) -> Any:
-        """Ask the host agent (`python -m agent VERB`); its answer's result, or its error raised."""
+        """Ask the host's resident agent (`python -m agent --serve`); its answer's result, a UserError
+        for the user's problem, an AgentBug for a bug."""
         result = self._agent_exec(verb, json.dumps(args, default=str), timeout)
         return agent_answer(self.name, result)
 
+    @abstractmethod
     def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
-        return self._exec(self.python("agent", verb), timeout=timeout, env={}, input=payload)
+        """The agent's answer line to `verb` with the arguments `payload` (a JSON object), as a Result
+        whose argv ends with the verb."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End what the host keeps open for the command (its agent, a connection); used again, it
+        opens them afresh."""
 
     def start(self, service: str, argv: Sequence[str]) -> int:
         """A background service (never CPU-limited) in its own session; `stop` finds it after a crash."""
@@ -111,16 +120,23 @@ class Host(ABC):
 
 
 def agent_answer(host: str, result: Result) -> Any:
-    """The agent's JSON answer: its result, a UserError for the user's problem, a CommandError for a bug."""
+    """The agent's JSON answer: its result, a UserError for the user's problem, an AgentBug for a bug.
+
+    An answer that is not one (not JSON, not an object with `ok`) breaks the protocol: a bug too.
+    """
+    verb = result.argv[-1] if result.argv else "?"
     try:
         answer = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
     except json.JSONDecodeError:
         answer = None
     if not isinstance(answer, dict) or "ok" not in answer:
-        raise CommandError(host, result.argv, result.returncode, result.stderr or result.stdout)
-    if not answer["ok"]:
-        raise UserError(f"on {host}: {answer['error']}", answer.get("fix"))
-    return answer.get("result")
+        output = (result.stdout + result.stderr).strip()[-2000:] or "(nothing)"
+        raise AgentBug(host, verb, f"not an answer (exit status {result.returncode}): {output}")
+    if answer["ok"]:
+        return answer.get("result")
+    if "bug" in answer:
+        raise AgentBug(host, answer.get("verb") or verb, answer["bug"])
+    raise UserError(f"on {host}: {answer['error']}", answer.get("fix"))
 
 
 def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
@@ -164,6 +180,9 @@ class NetnsHost(Host):
         self.state_dir = state_dir
         self.cgroup = cgroup
         self.env = {"PATH": project_path(), **(env or {})}
+        self._here: AgentLink | None = None
+        self._inside: AgentLink | None = None
+        self._inside_ns: tuple[int, int] | None = None  # which namespace of that name it is in
 
     @property
     def where(self) -> str:
@@ -195,10 +214,51 @@ class NetnsHost(Host):
         Only the network differs between this machine and its namespaces: a plan, a probe taken
         before `up` or after `down`, and the cgroup (whose file system `ip netns exec` hides) are the
         host's own here. A verb that needs the network of a namespace that is not there fails as it
-        should (no such port).
+        should (no such port). So there are two resident agents, each started on its first verb; the
+        one inside is replaced when the namespace of that name is another (removed, made again).
         """
-        argv = self.python("agent", verb)
-        inside = os.geteuid() == 0 and Path(f"/run/netns/{self.netns}").exists()
-        if inside and not verb.startswith("cpu."):
-            argv = self._netns(argv)
-        return run(argv, host=self.name, check=False, timeout=timeout, input=payload)
+        namespace = self._namespace_id() if not verb.startswith("cpu.") else None
+        if namespace is None:
+            if self._here is None:
+                self._here = self._link(self.python("agent", "--serve"))
+            return self._here.ask(verb, payload, timeout)
+        if self._inside is not None and self._inside_ns != namespace:
+            self._inside.close()
+            self._inside = None
+        if self._inside is None:
+            self._inside = self._link(self._netns(self.python("agent", "--serve")))
+            self._inside_ns = namespace
+        return self._inside.ask(verb, payload, timeout)
+
+    def _namespace_id(self) -> tuple[int, int] | None:
+        """The namespace's identity (its nsfs inode), or None where it is not there to enter."""
+        if os.geteuid() != 0:
+            return None
+        try:
+            st = os.stat(f"/run/netns/{self.netns}")
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _link(self, argv: list[str]) -> AgentLink:
+        def spawn(tail: Tail) -> subprocess.Popen:
+            # a session of its own: Ctrl-C is the orchestrator's to handle, not its agents'
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+
+        return AgentLink(self.name, argv, spawn)
+
+    @property
+    def agents(self) -> list[AgentLink]:
+        """The host's agent links (here, in the namespace) that were started."""
+        return [link for link in (self._here, self._inside) if link is not None]
+
+    def close(self) -> None:
+        for link in self.agents:
+            link.close()
+        self._here = self._inside = None

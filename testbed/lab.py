@@ -1,11 +1,12 @@
 """The testbed's life cycle: check, up, shape, status, down.
 
 `Lab` holds everything both backends share, and acts on hosts only through the host agent
-(`python -m agent VERB`): shaping, the client's CPU limit, services, the bridge, probes and counters
-are the same calls whether the host is a namespace here (`NetnsLab`) or a machine over SSH
-(`testbed.ssh_lab.SshLab`). A backend supplies only how hosts are reached and wired (veth pairs in
-namespaces, or existing NICs) and what `down` must undo. `NetnsLab.down` derives every name from the
-inventory, so it cleans up after a crash even when no state file survived.
+(`python -m agent --serve`, resident for the command; `close` ends it): shaping, the client's CPU
+limit, services, the bridge, probes and counters are the same calls whether the host is a namespace
+here (`NetnsLab`) or a machine over SSH (`testbed.ssh_lab.SshLab`). A backend supplies only how
+hosts are reached and wired (veth pairs in namespaces, or existing NICs) and what `down` must undo.
+`NetnsLab.down` derives every name from the inventory, so it cleans up after a crash even when no
+state file survived.
 """
 
 from __future__ import annotations
@@ -102,6 +103,18 @@ class Lab(ABC):
     @abstractmethod
     def switch_args(self) -> dict:
         """The bridge as the agent's bridge verbs take it: bridge, rundir, own."""
+
+    # ---------------------------------------------------------------- the hosts' agents
+    def close(self) -> None:
+        """End every host's agent (and connection): the command is done with the lab."""
+        for host in self.hosts.values():
+            host.close()
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ---------------------------------------------------------------- queries
     def host(self, role: str) -> Host:
@@ -384,6 +397,7 @@ class NetnsLab(Lab):
     def down(self) -> list[str]:
         """Remove everything of this testbed; idempotent, and works from any half-built state."""
         removed = []
+        self.close()  # the agents in the namespaces go first, of their own accord
         present = topology.existing_namespaces(self.names)
         for ns in present:
             stop_all(lambda ns=ns: _netns_pids(ns), grace=3.0, poll=0.1)

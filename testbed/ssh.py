@@ -2,7 +2,11 @@
 
 Commands stay argv lists: they are quoted with shlex.join for the remote shell, and every value in
 them comes from the validated inventory or from the tool itself. The project's roles run remotely as
-`python -m ROLE` from a copy of the code synced by `up`.
+`python -m ROLE` from a copy of the code synced by `up`. The host agent is resident: one agent per
+host on one SSH channel for the life of the command.
+
+`proxy_command` reaches a host through a command whose stdin and stdout carry the SSH connection
+(OpenSSH's ProxyCommand: a jump host, or `sshd -i` in a namespace, as the benchmark does).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from invoke.exceptions import CommandTimedOut
 
 from contracts.command import Result
 from contracts.errors import UserError
+from testbed.agent_link import AgentLink, Tail
 from testbed.hosts import Host
 from testbed.inventory import HostSpec
 
@@ -82,6 +87,7 @@ class SshHost(Host):
         code_dir: PurePosixPath,
         cgroup: str | None = None,
         env: Mapping[str, str] | None = None,
+        proxy_command: str | None = None,
     ) -> None:
         assert spec.ssh is not None
         self.spec = spec
@@ -89,7 +95,9 @@ class SshHost(Host):
         self.code_dir = code_dir
         self.cgroup = cgroup
         self.env = dict(env or {})
+        self.proxy_command = proxy_command
         self._conn: Connection | None = None
+        self._agent: AgentLink | None = None
 
     @property
     def where(self) -> str:
@@ -103,7 +111,14 @@ class SshHost(Host):
             kwargs = {"banner_timeout": 15, "auth_timeout": 15}
             if s.key:
                 kwargs.update(key_filename=s.key, look_for_keys=False, allow_agent=False)
-            conn = Connection(s.host, user=s.user, port=s.port, connect_timeout=10, connect_kwargs=kwargs)
+            conn = Connection(
+                s.host,
+                user=s.user,
+                port=s.port,
+                connect_timeout=10,
+                connect_kwargs=kwargs,
+                gateway=self.proxy_command,
+            )
             trust_host_keys(conn.client, s.known_hosts, s.host_key)
             try:
                 conn.open()
@@ -113,6 +128,9 @@ class SshHost(Host):
         return self._conn
 
     def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -150,6 +168,19 @@ class SshHost(Host):
 
     def _popen(self, argv, env, **kwargs) -> RemoteProcess:
         return RemoteProcess(self.conn, self._remote(argv, env), kwargs.get("stderr"))
+
+    def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
+        """Through the host's resident agent, on a channel of the host's one connection."""
+        if self._agent is None:
+            argv = self.python("agent", "--serve")
+            self._agent = AgentLink(self.name, argv, lambda tail: self._agent_process(argv, tail))
+        return self._agent.ask(verb, payload, timeout)
+
+    def _agent_process(self, argv: list[str], tail: Tail) -> RemoteProcess:
+        try:
+            return RemoteProcess(self.conn, self._remote(argv, {}), tail)
+        except (OSError, paramiko.SSHException) as exc:
+            raise connection_error(self.name, self.where, exc) from exc
 
     # ------------------------------------------------------------------ files (the records of `up`)
     def write(self, data: bytes, dst: str) -> None:

@@ -1,4 +1,4 @@
-"""The host agent's protocol and verbs, without root: JSON in, JSON out, errors by structure."""
+"""The host agent's protocol and verbs, without root: JSON lines in and out, errors by structure."""
 
 from __future__ import annotations
 
@@ -16,16 +16,23 @@ from agent.verbs import VERBS
 from appliance.switch import Switch
 from client import cpulimit
 from contracts.command import Result, split_command
-from contracts.errors import CommandError, UserError
+from contracts.errors import AgentBug, CommandError, UserError
 from contracts.units import kernel_hz
 from testbed.hosts import agent_answer
 
 
-def ask(verb: str, payload: str | dict) -> tuple[int, dict]:
+def serve(*lines: str) -> list[dict]:
+    """The agent's answers to request lines, after its ready line."""
     out = io.StringIO()
-    text = payload if isinstance(payload, str) else json.dumps(payload)
-    status = agent_main.main([verb], io.StringIO(text), out)
-    return status, json.loads(out.getvalue())
+    assert agent_main.serve(io.StringIO("".join(f"{line}\n" for line in lines)), out) == 0
+    ready, *answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert ready["ready"] is True and isinstance(ready["pid"], int)
+    return answers
+
+
+def ask(verb: str, args: dict) -> dict:
+    (answer,) = serve(json.dumps({"verb": verb, "args": args}))
+    return answer
 
 
 def test_split_command():
@@ -41,22 +48,37 @@ def test_limit_wrapper_without_a_command_is_refused():
         cpulimit.main(["--name", "tbt-unit"])
 
 
-def test_unknown_verb_is_a_usage_error(capsys):
-    assert agent_main.main(["no.such.verb"], io.StringIO("{}"), io.StringIO()) == 64
-    assert "one of:" in capsys.readouterr().err
+def test_anything_but_serve_is_a_usage_error(capsys):
+    assert agent_main.main(["shape.read"]) == 64
+    assert "--serve" in capsys.readouterr().err
 
 
-def test_arguments_that_are_not_json_are_a_structured_error():
-    status, answer = ask("shape.read", "{not json")
-    assert status == 2 and answer["ok"] is False and "not JSON" in answer["error"]
-    status, answer = ask("shape.read", "[1, 2]")
-    assert status == 2 and "JSON object" in answer["error"]
+def test_a_request_that_is_not_one_is_answered_as_a_bug_and_the_agent_goes_on():
+    answers = serve(
+        "{not json",
+        "[1, 2]",
+        '{"args": {}}',
+        '{"verb": "no.such.verb", "args": {}}',
+        '{"verb": "shape.read", "args": [1]}',
+        '{"verb": "cpu.read", "args": {"name": "tbt-unit-no-such-cgroup"}}',
+    )
+    assert [a["ok"] for a in answers] == [False] * 5 + [True]
+    assert all("bug" in a and "error" not in a for a in answers[:5])
+    assert "not JSON" in answers[0]["bug"] and '"verb"' in answers[1]["bug"]
+    assert answers[3]["verb"] == "no.such.verb" and "unknown verb" in answers[3]["bug"]
+    assert "JSON object" in answers[4]["bug"]
+
+
+def test_blank_lines_are_not_requests():
+    assert serve("", "  ", '{"verb": "cpu.read", "args": {"name": "tbt-unit-none"}}') == [
+        {"ok": True, "result": {}}
+    ]
 
 
 def test_shape_plan_is_built_with_this_hosts_kernel_hz():
     link = {"up_rate": 20_000_000, "down_rate": 10_000_000, "mtu": 1500}
-    status, answer = ask("shape.plan", {"link": link, "up_if": "tb-a1", "down_if": "tb-a0"})
-    assert status == 0 and answer["ok"]
+    answer = ask("shape.plan", {"link": link, "up_if": "tb-a1", "down_if": "tb-a0"})
+    assert answer["ok"]
     up, down = answer["result"]
     assert (up["ifname"], up["direction"], up["rate"]) == ("tb-a1", "up", 20_000_000)
     assert (down["ifname"], down["rate"]) == ("tb-a0", 10_000_000)
@@ -66,51 +88,90 @@ def test_shape_plan_is_built_with_this_hosts_kernel_hz():
 
 def test_a_user_error_comes_back_with_its_fix():
     link = {"up_rate": 10**6, "down_rate": 10**6}
-    status, answer = ask("shape.apply", {"link": link, "up_if": "tbt-nope1", "down_if": "tbt-nope0"})
-    assert status == 2
+    answer = ask("shape.apply", {"link": link, "up_if": "tbt-nope1", "down_if": "tbt-nope0"})
     assert answer == {
         "ok": False,
+        "verb": "shape.apply",
         "error": "appliance port tbt-nope1 does not exist",
         "fix": "run testbed up first",
     }
 
 
-def test_a_wrong_call_is_a_bug_with_a_traceback():
-    proc = subprocess.run(
-        [sys.executable, "-m", "agent", "shape.read"], input='{"wrong": 1}', capture_output=True, text=True
+def test_a_wrong_call_is_a_bug_with_its_traceback():
+    answer = ask("shape.read", {"wrong": 1})
+    assert answer["ok"] is False and answer["verb"] == "shape.read" and "error" not in answer
+    assert answer["bug"].startswith("Traceback") and "unexpected keyword argument 'wrong'" in answer["bug"]
+
+
+def test_a_result_that_is_not_json_is_the_verbs_bug(monkeypatch):
+    monkeypatch.setitem(VERBS, "cpu.read", lambda name: {1, 2})
+    answer = ask("cpu.read", {"name": "x"})
+    assert answer["ok"] is False and "not JSON serializable" in answer["bug"]
+
+
+def test_the_agent_process_answers_through_pipes_until_eof():
+    """The real entry point: a request per line, an answer per line, as they come; EOF ends it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent", "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert proc.returncode == 1 and "Traceback" in proc.stderr and proc.stdout == ""
+    try:
+        assert json.loads(proc.stdout.readline()) == {"ready": True, "pid": proc.pid}
+        for request, check in (
+            (
+                {"verb": "cpu.read", "args": {"name": "tbt-unit-none"}},
+                lambda a: a == {"ok": True, "result": {}},
+            ),
+            ({"verb": "shape.read", "args": {"wrong": 1}}, lambda a: "Traceback" in a["bug"]),
+            ({"verb": "no.such.verb"}, lambda a: "unknown verb" in a["bug"]),
+        ):
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+            assert check(json.loads(proc.stdout.readline()))
+        proc.stdin.write("garbage\n")
+        proc.stdin.flush()
+        assert "not JSON" in json.loads(proc.stdout.readline())["bug"]
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0 and proc.stdout.read() == ""
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_service_lifecycle(tmp_path):
     args = {"dir": str(tmp_path), "name": "sleeper"}
-    status, answer = ask("service.start", {**args, "argv": ["sleep", "30"], "env": {"X": "1"}})
-    pid = answer["result"]
-    assert status == 0 and isinstance(pid, int)
-    assert ask("service.status", args)[1]["result"] == pid
-    assert ask("service.stop", args)[1]["result"] is True
-    assert ask("service.status", args)[1]["result"] is None
-    assert ask("service.stop", args)[1]["result"] is False
+    pid = ask("service.start", {**args, "argv": ["sleep", "30"], "env": {"X": "1"}})["result"]
+    assert isinstance(pid, int)
+    # one agent answers the whole life cycle
+    status, stop, status_after, stop_again = serve(
+        *(
+            json.dumps({"verb": verb, "args": args})
+            for verb in ("service.status", "service.stop", "service.status", "service.stop")
+        )
+    )
+    assert status["result"] == pid and stop["result"] is True
+    assert status_after["result"] is None and stop_again["result"] is False
 
 
 def test_grpc_ready_is_false_where_nothing_listens():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
         port = s.getsockname()[1]
-        assert ask("grpc.ready", {"target": f"127.0.0.1:{port}", "wait": 0.5}) == (
-            0,
-            {"ok": True, "result": False},
-        )
+        assert ask("grpc.ready", {"target": f"127.0.0.1:{port}", "wait": 0.5}) == {
+            "ok": True,
+            "result": False,
+        }
 
 
 def test_cpu_read_of_a_missing_cgroup_is_empty():
-    assert ask("cpu.read", {"name": "tbt-unit-no-such-cgroup"}) == (0, {"ok": True, "result": {}})
+    assert ask("cpu.read", {"name": "tbt-unit-no-such-cgroup"}) == {"ok": True, "result": {}}
 
 
 def test_probe_reports_programs_and_modules():
-    status, answer = ask(
-        "probe", {"programs": ["sh", "no-such-program-x"], "interfaces": ["lo"], "cgroup": False}
-    )
+    answer = ask("probe", {"programs": ["sh", "no-such-program-x"], "interfaces": ["lo"], "cgroup": False})
     probe = answer["result"]
     assert probe["programs"]["sh"] and probe["programs"]["no-such-program-x"] is None
     assert probe["interfaces"] == {"lo": True}
@@ -132,15 +193,30 @@ def test_every_verb_the_orchestrator_calls_exists():
 
 
 def test_agent_answer_tells_user_errors_from_bugs():
-    ok = Result("h", ["python", "-m", "agent", "x"], 0, '{"ok": true, "result": [1]}\n', "")
+    argv = ["python", "-m", "agent", "--serve", "shape.read"]
+    ok = Result("h", argv, 0, '{"ok": true, "result": [1]}\n', "")
     assert agent_answer("h", ok) == [1]
-    user = Result("h", [], 2, '{"ok": false, "error": "no port a1", "fix": "run up"}\n', "")
+    user = Result(
+        "h", argv, 0, '{"ok": false, "verb": "shape.read", "error": "no port a1", "fix": "run up"}\n', ""
+    )
     with pytest.raises(UserError) as exc:
         agent_answer("h", user)
     assert str(exc.value) == "on h: no port a1 (fix: run up)" and not isinstance(exc.value, CommandError)
-    bug = Result("h", ["python"], 1, "", "Traceback ...\nTypeError: boom")
-    with pytest.raises(CommandError, match="TypeError: boom"):
+    remote = "Traceback (most recent call last):\n  File ...\nTypeError: boom\n"
+    bug = Result("h", argv, 0, json.dumps({"ok": False, "verb": "shape.read", "bug": remote}) + "\n", "")
+    with pytest.raises(AgentBug) as exc:
         agent_answer("h", bug)
+    assert not isinstance(exc.value, UserError)
+    assert (exc.value.host, exc.value.verb) == ("h", "shape.read")
+    assert "on h:" in str(exc.value) and "shape.read" in str(exc.value) and remote.strip() in str(exc.value)
+
+
+def test_an_answer_that_is_not_one_is_a_bug():
+    argv = ["python", "-m", "agent", "--serve", "counters"]
+    for stdout in ("", "garbage\n", "[1]\n", '{"result": 1}\n'):
+        with pytest.raises(AgentBug, match="counters") as exc:
+            agent_answer("h", Result("h", argv, 0, stdout, ""))
+        assert not isinstance(exc.value, UserError)
 
 
 def test_switch_on_the_systems_database_only_adds_the_bridge(tmp_path):
