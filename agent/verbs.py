@@ -8,6 +8,7 @@ vSwitch), so what `--dry-run` prints is what the host applies.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -29,6 +30,19 @@ def probe(programs: list[str] = (), interfaces: list[str] = (), cgroup: bool = F
 
 
 # ------------------------------------------------------------------ shaping (appliance)
+_netlink: list = []  # the agent's one netlink socket, opened by the first shaping verb
+
+
+def _shaper() -> Shaper:
+    """A shaper on the agent's one netlink socket, kept for the agent's life: opening one costs about
+    a millisecond, and a rate change between sweep cells is one verb (target: under 10 ms)."""
+    if not _netlink:
+        from pyroute2 import IPRoute
+
+        _netlink.append(IPRoute())
+    return Shaper(connect=lambda: contextlib.nullcontext(_netlink[0]))
+
+
 def _shape_answer(plan: list[PortShaping], ops: list[TcOp], missing: set[str] = frozenset()) -> list[dict]:
     """Per port: its plan, whether it exists, and its operations (`ops`, and as `tc` `commands`)."""
     out = []
@@ -48,7 +62,7 @@ def _shape_answer(plan: list[PortShaping], ops: list[TcOp], missing: set[str] = 
 def shape_plan(link: dict, up_if: str, down_if: str) -> list[dict]:
     """What `shape.apply` would do now: the operations planned from the ports' state in the kernel."""
     plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
-    shaper = Shaper()
+    shaper = _shaper()
     states = shaper.states(plan)
     missing = {name for name, state in states.items() if not state.exists}
     return _shape_answer(plan, shaper.plan(plan, states), missing)
@@ -57,15 +71,15 @@ def shape_plan(link: dict, up_if: str, down_if: str) -> list[dict]:
 def shape_apply(link: dict, up_if: str, down_if: str) -> list[dict]:
     """Apply the link; the answer carries the operations executed (what `shape.plan` prints)."""
     plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
-    return _shape_answer(plan, Shaper().apply(plan))
+    return _shape_answer(plan, _shaper().apply(plan))
 
 
 def shape_read(ifs: list[str]) -> dict:
-    return Shaper().read(ifs)
+    return _shaper().read(ifs)
 
 
 def shape_clear(ifs: list[str]) -> None:
-    Shaper().clear(ifs)
+    _shaper().clear(ifs)
 
 
 # ------------------------------------------------------------------ client CPU limit
@@ -148,7 +162,7 @@ def counters(bridge: str, rundir: str, ifs: list[str], own: bool = True) -> dict
     snapshot = bridge_status(bridge, rundir, own) or {}
     return {
         "at": time.time(),
-        "htb": Shaper().counters(ifs),
+        "htb": _shaper().counters(ifs),
         "ovs": {i: s for i, s in (snapshot.get("interfaces") or {}).items() if i in ifs},
     }
 

@@ -115,30 +115,37 @@ class Shaper:
         ipr.tc("del", index=lo, handle="1:")
         return True
 
-    def _check(self, ipr, plan: list[PortShaping]) -> None:
-        """Everything that can fail before anything is changed, so nothing is half-applied."""
+    def _check(self, ipr, plan: list[PortShaping]) -> dict[str, int]:
+        """Everything that can fail before anything is changed, so nothing is half-applied; returns
+        each port's interface index (looked up once: each lookup is a netlink round trip)."""
+        index = {}
         for port in plan:
-            if not ipr.link_lookup(ifname=port.ifname):
+            found = ipr.link_lookup(ifname=port.ifname)
+            if not found:
                 raise UserError(f"appliance port {port.ifname} does not exist", "run testbed up first")
+            index[port.ifname] = found[0]
         if any(p.needs_netem for p in plan) and not self._netem_available(ipr):
             raise UserError(
                 "delay/loss need netem, but this kernel has no sch_netem module (CONFIG_NET_SCH_NETEM)",
                 "drop --delay/--loss, or use a kernel with sch_netem (modprobe sch_netem)",
             )
+        return index
+
+    @classmethod
+    def _state(cls, ipr, ifname: str) -> PortState:
+        found = ipr.link_lookup(ifname=ifname)
+        return cls._state_of(ipr, found[0]) if found else FRESH
 
     @staticmethod
-    def _state(ipr, ifname: str) -> PortState:
-        found = ipr.link_lookup(ifname=ifname)
-        if not found:
-            return FRESH
-        qdiscs = ipr.get_qdiscs(found[0])
+    def _state_of(ipr, index: int) -> PortState:
+        qdiscs = ipr.get_qdiscs(index)
         htb = any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == ROOT_ID for q in qdiscs)
         return PortState(
             exists=True,
             htb=htb,
             htb_class=htb
             and any(
-                c.get_attr("TCA_KIND") == "htb" and c["handle"] == CLASS_ID for c in ipr.get_classes(found[0])
+                c.get_attr("TCA_KIND") == "htb" and c["handle"] == CLASS_ID for c in ipr.get_classes(index)
             ),
             netem=any(q.get_attr("TCA_KIND") == "netem" and q["parent"] == CLASS_ID for q in qdiscs),
         )
@@ -164,18 +171,15 @@ class Shaper:
         sweep cells is this call).
         """
         with self._ipr() as ipr:
-            self._check(ipr, plan)
-            ops = [op for port in plan for op in port_ops(port, self._state(ipr, port.ifname))]
-            self._execute(ipr, ops)
+            index = self._check(ipr, plan)
+            ops = [op for port in plan for op in port_ops(port, self._state_of(ipr, index[port.ifname]))]
+            self._execute(ipr, ops, index)
         return ops
 
     @staticmethod
-    def _execute(ipr, ops: list[TcOp]) -> None:
+    def _execute(ipr, ops: list[TcOp], index: dict[str, int]) -> None:
         """Each operation is one netlink request, in order: the only step that changes the kernel."""
-        index: dict[str, int] = {}
         for op in ops:
-            if op.ifname not in index:
-                index[op.ifname] = ipr.link_lookup(ifname=op.ifname)[0]
             ipr.tc(op.action, op.kind, index[op.ifname], **op.netlink())
 
     def clear(self, ifnames: list[str]) -> None:

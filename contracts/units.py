@@ -6,6 +6,7 @@ accepted and a bare number means Mbit/s, the unit of the paper and of the experi
 
 from __future__ import annotations
 
+import functools
 import gzip
 import re
 from pathlib import Path
@@ -57,6 +58,7 @@ def format_rate(bps: int) -> str:
     return f"{bps}bit"
 
 
+@functools.cache
 def kernel_hz(default: int = 100) -> int:
     """The kernel timer frequency, which bounds how often HTB can refill tokens.
 

@@ -294,7 +294,7 @@ def test_rates_print_exactly():
 # ------------------------------------------------------------------ the agent's verbs
 def test_the_agents_plan_answer_is_what_its_apply_executes(monkeypatch):
     kernel = Kernel(**{"tb-a1": WITH_NETEM, "tb-a0": FRESH_PORT})
-    monkeypatch.setattr(verbs, "Shaper", lambda: Shaper(connect=kernel))
+    monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=kernel))
     args = {"link": LinkSpec(30_000_000, 40_000_000).as_dict(), "up_if": "tb-a1", "down_if": "tb-a0"}
     planned = verbs.shape_plan(**args)
     assert [p["exists"] for p in planned] == [True, True]
@@ -314,7 +314,7 @@ def test_the_agents_plan_answer_is_what_its_apply_executes(monkeypatch):
 
 def test_the_agents_plan_for_a_port_that_is_not_there_says_so(monkeypatch):
     kernel = Kernel(**{"tb-a0": SHAPED})
-    monkeypatch.setattr(verbs, "Shaper", lambda: Shaper(connect=kernel))
+    monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=kernel))
     up, down = verbs.shape_plan(LinkSpec(10**7, 10**7).as_dict(), "tb-a1", "tb-a0")
     assert (up["exists"], down["exists"]) == (False, True)
     assert up["commands"][0] == "tc qdisc replace dev tb-a1 root handle 1: htb default 10"
@@ -332,7 +332,7 @@ def test_shape_dry_run_prints_what_shape_then_applies(monkeypatch, capsys):
         "shape.apply", verbs.shape_apply
     )
     kernel = Kernel(**{lab.up_if: SHAPED, lab.down_if: WITH_NETEM})
-    monkeypatch.setattr(verbs, "Shaper", lambda: Shaper(connect=kernel))
+    monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=kernel))
     monkeypatch.setattr(commands, "open_lab", lambda inv: lab)
 
     assert cli.main(["--inventory", str(inventory), "shape", "--rate", "30", "--dry-run"]) == 0
@@ -352,7 +352,7 @@ def test_shape_dry_run_says_when_a_port_is_not_there(monkeypatch, capsys):
     lab = NetnsLab(load_inventory(inventory))
     appliance = FakeHost(lab.hosts["appliance"].spec)
     lab.hosts["appliance"] = appliance.reply("shape.plan", verbs.shape_plan)
-    monkeypatch.setattr(verbs, "Shaper", lambda: Shaper(connect=Kernel()))
+    monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=Kernel()))
     monkeypatch.setattr(commands, "open_lab", lambda inv: lab)
 
     assert cli.main(["--inventory", str(inventory), "shape", "--rate", "30", "--dry-run"]) == 0
