@@ -3,8 +3,8 @@ and answers from a script, through the same JSON protocol and `Host` code paths 
 `popen` starts a scripted trial worker (`FakeWorker`) that speaks `client.worker`'s protocol.
 
 It is strict, like invoke's `MockContext`: an agent verb, a command or a process nobody scripted
-raises `Unscripted` (and is kept in `unscripted`, so code that swallows the exception still fails
-the test: `tests/unit/conftest.py` checks every fake after each test)."""
+raises `Unscripted`, and is kept (in the fake's `unscripted` and in `UNSCRIPTED`), so code that
+swallows the exception still fails its test: `tests/unit/conftest.py` checks after each one)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import signal
 import subprocess
 import threading
 import traceback
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -44,7 +43,7 @@ class Unscripted(Exception):
         super().__init__(f"fake host {host}: {what} {asked} was not scripted (scripted: {known})")
 
 
-FAKES: weakref.WeakSet[FakeHost] = weakref.WeakSet()  # every fake alive, for the check after each test
+UNSCRIPTED: list[Unscripted] = []  # everything any fake raised, for the check after each test
 
 
 class WorkerExit(Exception):
@@ -175,7 +174,6 @@ class FakeHost(Host):
         self.workers: list[FakeWorker] = []  # every process `popen` started, in order
         self.unscripted: list[Unscripted] = []  # what was asked that nobody scripted (each one raised)
         self._worker: tuple[WorkerScript, int] | None = None
-        FAKES.add(self)
 
     # ---------------------------------------------------------------- scripting
     def reply(self, verb: str, value: AgentReply) -> FakeHost:
@@ -216,6 +214,7 @@ class FakeHost(Host):
     def _unscripted(self, what: str, asked: str, scripted: list[str]) -> Unscripted:
         exc = Unscripted(self.name, what, asked, scripted)
         self.unscripted.append(exc)
+        UNSCRIPTED.append(exc)
         return exc
 
     def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
@@ -240,7 +239,7 @@ class FakeHost(Host):
             if tuple(argv[: len(prefix)]) == prefix:
                 status, out = answer(list(argv))
                 return Result(self.name, list(argv), status, out, "" if status == 0 else out)
-        scripted = [" ".join(prefix) for prefix, _ in self.commands]
+        scripted = list(dict.fromkeys(" ".join(prefix) for prefix, _ in self.commands))
         raise self._unscripted("command", json.dumps(list(argv)), scripted)
 
     def _popen(self, argv, env, **kwargs) -> FakeWorker:

@@ -11,7 +11,7 @@ from testbed import lab as lab_mod
 from testbed.inventory import load_inventory
 from testbed.lab import NetnsLab
 from tests.fakes import (
-    FAKES,
+    UNSCRIPTED,
     FakeHost,
     cgroups,
     healthy,
@@ -39,9 +39,8 @@ def pytest_runtest_makereport(item, call):
 def nothing_unscripted(request):
     """Fail a test whose code asked a fake host for something unscripted, even if it swallowed the error."""
     yield
-    asked = [str(exc) for fake in list(FAKES) for exc in fake.unscripted]
-    for fake in list(FAKES):
-        fake.unscripted.clear()
+    asked = [str(exc) for exc in UNSCRIPTED]
+    UNSCRIPTED.clear()
     if not getattr(request.node, "call_failed", False):
         assert not asked, "asked of a fake host and not scripted:\n" + "\n".join(asked)
 

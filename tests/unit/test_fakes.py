@@ -9,14 +9,15 @@ import pytest
 
 from contracts.errors import UserError
 from testbed.inventory import HostSpec
-from tests.fakes import FakeHost, Unscripted
+from tests.fakes import UNSCRIPTED, FakeHost, Unscripted
 
 
 @pytest.fixture
 def host():
     fake = FakeHost(HostSpec(role="client", name="client", address=None))
     yield fake
-    fake.unscripted.clear()  # asked on purpose: not for `nothing_unscripted` to fail on
+    for exc in fake.unscripted:  # asked on purpose: not for `nothing_unscripted` to fail on
+        UNSCRIPTED.remove(exc)
 
 
 def test_an_unscripted_agent_verb_raises_naming_the_host_verb_arguments_and_the_script(host):
@@ -68,5 +69,6 @@ def test_an_error_the_code_swallows_is_kept_for_the_check_after_the_test(host):
     except Exception:
         pass  # as careless code might
     (kept,) = host.unscripted
+    assert UNSCRIPTED[-1] is kept
     assert (kept.host, kept.what, kept.scripted) == ("client", "agent verb", [])
     assert kept.asked.startswith("service.status ")
