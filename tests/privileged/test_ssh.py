@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli, start_sweep, wait_for_rows
-from tests.isolation import Lease
+from tests.isolation import Lease, leftovers
 
 pytestmark = pytest.mark.privileged
 
@@ -298,6 +298,7 @@ def lab_hosts(tmp_path, leases):
             d.terminate()
             d.wait(timeout=10)
         remove_lab(lab)
+    assert leftovers(lab.prefix) == []  # the lab's namespaces and cables, and the tool's state here
 
 
 def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
