@@ -1,6 +1,10 @@
 """A fake host for testing the orchestration without root: it records every agent call and command
 and answers from a script, through the same JSON protocol and `Host` code paths as a real host; its
-`popen` starts a scripted trial worker (`FakeWorker`) that speaks `client.worker`'s protocol."""
+`popen` starts a scripted trial worker (`FakeWorker`) that speaks `client.worker`'s protocol.
+
+It is strict, like invoke's `MockContext`: an agent verb, a command or a process nobody scripted
+raises `Unscripted`, and is kept (in the fake's `unscripted` and in `UNSCRIPTED`), so code that
+swallows the exception still fails its test: `tests/unit/conftest.py` checks after each one)."""
 
 from __future__ import annotations
 
@@ -10,18 +14,36 @@ import signal
 import subprocess
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from contracts.command import Result
 from contracts.errors import UserError
+from contracts.units import expected_goodput
+from testbed.experiment import Experiment, Validation
 from testbed.hosts import Host
 from testbed.inventory import HostSpec
 
 AgentReply = Any | Callable[..., Any]  # a value, or a function of the verb's arguments (may raise)
 CommandReply = Callable[[list[str]], tuple[int, str]]
 WorkerScript = Callable[[dict], dict | str]  # a trial spec -> the worker's answer (a record, or a raw line)
+
+
+class Unscripted(Exception):
+    """The code asked a fake host for something no test scripted: an agent verb, a command, a process.
+
+    Not a `UserError`: it is the test's gap or the code's surprise, never the user's problem, so the
+    CLI's handler and the code's `except UserError` cannot turn it into one line and carry on."""
+
+    def __init__(self, host: str, what: str, asked: str, scripted: list[str]) -> None:
+        self.host, self.what, self.asked, self.scripted = host, what, asked, scripted
+        known = ", ".join(scripted) if scripted else "nothing"
+        super().__init__(f"fake host {host}: {what} {asked} was not scripted (scripted: {known})")
+
+
+UNSCRIPTED: list[Unscripted] = []  # everything any fake raised, for the check after each test
 
 
 class WorkerExit(Exception):
@@ -145,20 +167,24 @@ class FakeHost(Host):
         self.code_dir = PurePosixPath(code_dir)
         self.cgroup = cgroup
         self.env = dict(env or {})
-        self.calls: list[tuple] = []  # ("agent", verb, args) and ("run", argv), in order
-        self.replies: dict[str, AgentReply] = {"grpc.ready": True}  # the server's gRPC port answers
+        self.calls: list[tuple] = []  # ("agent", verb, args), ("run", argv), ("popen", argv), in order
+        self.replies: dict[str, AgentReply] = {}
         self.commands: list[tuple[tuple[str, ...], CommandReply]] = []
         self.files: dict[str, bytes] = {}
         self.workers: list[FakeWorker] = []  # every process `popen` started, in order
+        self.unscripted: list[Unscripted] = []  # what was asked that nobody scripted (each one raised)
         self._worker: tuple[WorkerScript, int] | None = None
 
     # ---------------------------------------------------------------- scripting
     def reply(self, verb: str, value: AgentReply) -> FakeHost:
+        """The agent verb `verb` answers `value` (or `value(**args)`; a UserError it raises is the
+        agent's refusal). A verb nobody scripted raises `Unscripted`."""
         self.replies[verb] = value
         return self
 
-    def on(self, *prefix: str, answer: CommandReply | tuple[int, str]) -> FakeHost:
-        """Commands starting with `prefix` get `answer` (exit status, stdout); others succeed silently."""
+    def on(self, *prefix: str, answer: CommandReply | tuple[int, str] = (0, "")) -> FakeHost:
+        """Commands starting with `prefix` get `answer` (exit status, stdout), by default success with
+        no output; the latest matching prefix wins. A command no prefix matches raises `Unscripted`."""
         self.commands.insert(0, (prefix, answer if callable(answer) else (lambda argv, a=answer: a)))
         return self
 
@@ -185,10 +211,20 @@ class FakeHost(Host):
     def python(self, module: str, *args: str) -> list[str]:
         return ["python", "-m", module, *args]
 
+    def _unscripted(self, what: str, asked: str, scripted: list[str]) -> Unscripted:
+        exc = Unscripted(self.name, what, asked, scripted)
+        self.unscripted.append(exc)
+        UNSCRIPTED.append(exc)
+        return exc
+
     def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
         args = json.loads(payload)
         self.calls.append(("agent", verb, args))
-        reply = self.replies.get(verb)
+        if verb not in self.replies:
+            raise self._unscripted(
+                "agent verb", f"{verb} {json.dumps(args, sort_keys=True)}", sorted(self.replies)
+            )
+        reply = self.replies[verb]
         try:
             result = reply(**args) if callable(reply) else reply
             answer, status = {"ok": True, "result": result}, 0
@@ -203,12 +239,13 @@ class FakeHost(Host):
             if tuple(argv[: len(prefix)]) == prefix:
                 status, out = answer(list(argv))
                 return Result(self.name, list(argv), status, out, "" if status == 0 else out)
-        return Result(self.name, list(argv), 0, "", "")
+        scripted = list(dict.fromkeys(" ".join(prefix) for prefix, _ in self.commands))
+        raise self._unscripted("command", json.dumps(list(argv)), scripted)
 
     def _popen(self, argv, env, **kwargs) -> FakeWorker:
         self.calls.append(("popen", list(argv)))
         if self._worker is None:
-            raise NotImplementedError("no worker scripted: call host.worker(script) first")
+            raise self._unscripted("process", json.dumps(list(argv)), [])
         if kwargs.get("stdin") != subprocess.PIPE or kwargs.get("stdout") != subprocess.PIPE:
             raise NotImplementedError("the fake worker speaks through pipes: stdin=PIPE, stdout=PIPE")
         script, interrupt = self._worker
@@ -246,3 +283,130 @@ def probe_reply(**overrides) -> Callable[..., dict]:
         return {**out, **overrides}
 
     return probe
+
+
+# ------------------------------------------------------------------ scripts for the hosts of a testbed
+HEALTH = ("python", "-m", "client", "health")
+IPERF = ("python", "-m", "client.iperf")
+CAPTURED = Path(__file__).resolve().parent / "data" / "captured"
+
+
+def shell(host: FakeHost, python_version: str = "Python 3.11.2") -> FakeHost:
+    """The commands the SSH backend runs on a host, answered as a root shell there would, over the
+    fake's files: `id -u`, `python --version`, `mkdir -p`, `rm -rf`, `rmdir`, `test -d` and the code's
+    extraction (which makes its directory). Scripting a prefix again overrides one of them."""
+    dirs: set[str] = set()
+
+    def under(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip("/") + "/")
+
+    def mkdir(argv: list[str]) -> tuple[int, str]:
+        dirs.update(argv[2:])
+        return 0, ""
+
+    def rm(argv: list[str]) -> tuple[int, str]:
+        for root in argv[2:]:
+            dirs.difference_update([d for d in dirs if under(d, root)])
+            for path in [p for p in host.files if under(p, root)]:
+                del host.files[path]
+        return 0, ""
+
+    def extract(argv: list[str]) -> tuple[int, str]:
+        dirs.add(argv[-1])
+        return 0, ""
+
+    python = host.spec.python
+    host.on("id", "-u", answer=(0, "0\n")).on(python, "--version", answer=(0, python_version + "\n"))
+    host.on("mkdir", "-p", answer=mkdir).on("rm", "-rf", answer=rm).on("rmdir", "--ignore-fail-on-non-empty")
+    host.on("test", "-d", answer=lambda argv: (0 if argv[2] in dirs else 1, ""))
+    return host.on(python, "-m", "tarfile", "-e", answer=extract)
+
+
+def healthy(host: FakeHost) -> FakeHost:
+    """The client's `python -m client health` finds the offload server."""
+    return host.on(*HEALTH, answer=(0, json.dumps({"status": "ok"})))
+
+
+def cgroups(host: FakeHost, quota: dict[str, float] | None = None) -> dict[str, float]:
+    """The client's agent keeps CPU limits as the real one does: `cpu.apply` makes one, `cpu.read`
+    reads it ({} where there is none), `cpu.remove` says whether there was one. Returns the limits."""
+    limits: dict[str, float] = dict(quota or {})
+
+    def read(name: str) -> dict:
+        if name not in limits:
+            return {}
+        period = 100_000
+        quota_us = round(limits[name] * period)
+        return {
+            "cgroup": f"/sys/fs/cgroup/{name}",
+            "quota_us": quota_us,
+            "period_us": period,
+            "fraction": limits[name],
+        }
+
+    def apply(name: str, quota: float) -> dict:
+        limits[name] = quota
+        return read(name)
+
+    host.reply("cpu.apply", apply).reply("cpu.read", read)
+    host.reply("cpu.remove", lambda name: limits.pop(name, None) is not None)
+    return limits
+
+
+def services(host: FakeHost, first_pid: int = 4242) -> dict[str, int]:
+    """The host's agent keeps services as the real one does: `service.start` gives a pid,
+    `service.status` the pid of one running (None otherwise), `service.stop` whether one ran."""
+    running: dict[str, int] = {}
+    pids = iter(range(first_pid, first_pid + 10_000))
+
+    def start(dir: str, name: str, argv: list[str], env: dict | None = None) -> int:
+        running[name] = next(pids)
+        return running[name]
+
+    host.reply("service.start", start)
+    host.reply("service.status", lambda dir, name: running.get(name))
+    host.reply("service.stop", lambda dir, name: running.pop(name, None) is not None)
+    return running
+
+
+def offloads_off(host: FakeHost, *ifnames: str) -> FakeHost:
+    """`ethtool -K IF tx off` succeeds on these interfaces (the embedded testbed's veths)."""
+    for ifname in ifnames:
+        host.on("ethtool", "-K", ifname, "tx", "off")
+    return host
+
+
+def link(lab, efficiency: Callable[[float, int], float] = lambda rate_mbps, run: 0.99) -> None:
+    """The client's iperf3 measures what the appliance was last shaped to: the link's TCP goodput times
+    `efficiency(rate in Mbit/s, how many iperf3 runs at that rate so far, this one included)`."""
+    appliance = lab.hosts["appliance"]
+    runs = Counter()
+
+    def iperf(argv: list[str]) -> tuple[int, str]:
+        reverse = "--reverse" in argv
+        rate = appliance.args("shape.apply")[-1]["link"]["down_rate" if reverse else "up_rate"]
+        runs[rate] += 1
+        data = json.loads((CAPTURED / f"iperf3-{'down' if reverse else 'up'}-100mbit.json").read_text())
+        goodput = expected_goodput(rate, lab.inv.link.mtu) * efficiency(rate / 1e6, runs[rate])
+        data["end"]["sum_received"]["bits_per_second"] = goodput
+        return 0, json.dumps(data)
+
+    lab.hosts["client"].on(*IPERF, answer=iperf)
+
+
+def healthy_worker(spec: dict) -> dict:
+    """What a healthy trial worker reports (the time says which trial it was)."""
+    return {"trial": spec["trial"], "ok": True, "t_total": spec["size"] / 1000, "started_at": "now"}
+
+
+FAKE_SWEEP = Experiment(  # the fake sweeps' experiment: 4 local trials, then 8 per rate
+    name="fake",
+    ops=("mul",),
+    sizes=(100, 200),
+    rates_mbps=(10.0, 40.0),
+    methods=("json", "raw"),
+    reps=2,
+    seed=3,
+    validation=Validation(duration=1, retries=1),
+    trial_timeout=5.0,
+)

@@ -6,30 +6,11 @@ workers together and then check that none of them is left. No root needed.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-from benchmarks.loopback import LoopbackServer, start, stop
+from benchmarks.loopback import stop
 from contracts.processes import group_alive
-
-# Starts the server like `python -m server`, after adding an operation that always fails: the only
-# way to reach the catch-all 500 of a real server without putting a fault switch into the server.
-FAILING_OP = """
-import sys
-from contracts.ops import OPS, Op
-def boom(a):
-    raise RuntimeError("deliberate test failure")
-OPS["boom"] = Op("boom", 1, lambda operands: None, boom, "test only: always fails")
-from server.__main__ import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def start_server(tmp: Path, *args: str, failing_op: bool = False, timeout: float = 30.0) -> LoopbackServer:
-    head = [sys.executable, "-c", FAILING_OP] if failing_op else None
-    return start(tmp, *args, head=head, timeout=timeout)
+from tests.servers import start_server
 
 
 def _served(tmp_path_factory, *args: str, failing_op: bool = False):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import requests
 
-from benchmarks.loopback import free_port
+from benchmarks.loopback import free_port, stop
 from client.__main__ import main as client_main
 from client.grpc_offload import GrpcOffloadClient, ready
 from client.offload import OffloadError, check_result, local, make_operands
@@ -30,9 +30,9 @@ from contracts.errors import UserError
 from contracts.processes import alive, group_alive
 from contracts.protobuf_codec import EXECUTE
 from contracts.trials import parse_server_timing
-from tests.integration.conftest import start_server, stop
+from tests.helpers import REPO
+from tests.servers import start_server
 
-REPO = Path(__file__).resolve().parents[2]
 STAGES = {"decode", "compute", "encode"}
 
 # The foreign client: only grpcio, protobuf, requests and what protoc generated next to it.

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,24 +21,8 @@ from contracts.codecs import CODECS
 from contracts.errors import UserError
 from contracts.ops import OPS
 from contracts.trials import parse_server_timing
-
-REPO = Path(__file__).resolve().parents[2]
-A = np.array([[1.0, 2.0], [3.0, 4.0]])
-B = np.array([[5.0, 6.0], [7.0, 8.0]])
-EXPECTED = {"mul": A @ B, "inv": np.linalg.inv(A), "log": np.log(A)}
-
-
-def post(url: str, op: str, body: bytes, codec: str | None = "json", **headers: str) -> requests.Response:
-    if codec is not None:
-        headers["X-Codec"] = codec
-    return requests.post(f"{url}/v1/ops/{op}", data=body, headers=headers, timeout=30)
-
-
-def assert_healthy(url: str) -> None:
-    health = requests.get(f"{url}/v1/health", timeout=10)
-    assert health.status_code == 200 and health.json()["status"] == "ok"
-    ok = post(url, "mul", json.dumps({"operands": [A.tolist(), B.tolist()]}).encode())
-    assert ok.status_code == 200 and ok.json()["result"] == EXPECTED["mul"].tolist()
+from tests.helpers import REPO
+from tests.servers import EXPECTED, A, B, assert_healthy, post
 
 
 def test_health(server):

@@ -9,7 +9,7 @@ import pytest
 
 from contracts.profiles import quota_period
 from testbed.devices import load_device
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.privileged
 

@@ -8,24 +8,24 @@ as a real lab's cables would be.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.privileged.test_sweep_e2e import start_sweep, wait_for_rows
+from tests.helpers import run_cli, start_sweep, wait_for_rows
+from tests.isolation import Lease, leftovers
 
 pytestmark = pytest.mark.privileged
 
 HOSTS = {"client": 1, "appliance": 2, "server": 3}
-PREFIX = "tbs"
+DATA = {"client": 1, "server": 2}  # data-plane addresses' host parts
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -35,79 +35,113 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def remove_lab() -> None:
+@dataclass(frozen=True)
+class Lab:
+    """One test's three SSH "machines": their names and addresses come from its lease (the tool's
+    prefix; the data plane in its first subnet; a /29 management link per host in its second)."""
+
+    lease: Lease
+    tmp: Path
+    key: Path
+
+    @property
+    def prefix(self) -> str:
+        return self.lease.prefix
+
+    def ns(self, role: str) -> str:
+        return self.lease.name(f"ssh-{role}")
+
+    def cable(self, role: str) -> str:
+        """The root namespace's end of the host's management veth."""
+        return self.lease.name(f"m{role[0]}")
+
+    def control(self, role: str) -> str:
+        """The root namespace's address on the host's management link."""
+        return self.lease.address(8 * HOSTS[role] + 1, subnet=1)
+
+    def host(self, role: str, nobody: bool = False) -> str:
+        """The host's address on its management link (what SSH reaches), or with `nobody` one on the
+        same link that no machine answers."""
+        return self.lease.address(8 * HOSTS[role] + (3 if nobody else 2), subnet=1)
+
+    def data(self, role: str) -> str:
+        return f"{self.lease.address(DATA[role])}/24"
+
+    def where(self, role: str, nobody: bool = False) -> str:
+        """How the tool names the host in its messages."""
+        return f"{role} (root@{self.host(role, nobody)}:22)"
+
+
+def remove_lab(lab: Lab) -> None:
     """Remove the lab's namespaces and cables, also those a killed earlier run left behind."""
     for role in HOSTS:
-        for pid in sh("ip", "netns", "pids", ns(role), check=False).stdout.split():
+        for pid in sh("ip", "netns", "pids", lab.ns(role), check=False).stdout.split():
             sh("kill", "-9", pid, check=False)
-        sh("ip", "netns", "delete", ns(role), check=False)
-        sh("ip", "link", "delete", f"sshm-{role[0]}", check=False)
-
-
-def ns(role: str) -> str:
-    return f"sshlab-{role}"
+        sh("ip", "netns", "delete", lab.ns(role), check=False)
+        sh("ip", "link", "delete", lab.cable(role), check=False)
 
 
 def inventory_text(
-    tmp: Path,
-    key: Path,
+    lab: Lab,
     *,
-    client_host: str = "10.97.1.2",
+    client_host: str | None = None,
     appliance_ports=("eth1", "eth2"),
     server_python: str | None = None,
     client_key: Path | None = None,
     host_key: str = "accept-new",
 ) -> str:
     python = sys.executable
-    trust = f"known_hosts: {tmp / 'known_hosts'}, host_key: {host_key}"
+    trust = f"known_hosts: {lab.tmp / 'known_hosts'}, host_key: {host_key}"
+    server_port, iperf_port, grpc_port = lab.lease.ports[:3]
     return textwrap.dedent(f"""\
         backend: ssh
-        prefix: {PREFIX}
+        prefix: {lab.prefix}
         hosts:
           - role: client
             name: client
-            address: 10.96.0.1/24
+            address: {lab.data("client")}
             interface: eth1
             python: {python}
-            ssh: {{host: {client_host}, user: root, key: {client_key or key}, {trust}}}
+            ssh: {{host: {client_host or lab.host("client")}, user: root, key: {client_key or lab.key}, {trust}}}
           - role: appliance
             name: appliance
             ports: [{appliance_ports[0]}, {appliance_ports[1]}]
             python: {python}
-            ssh: {{host: 10.97.2.2, user: root, key: {key}, {trust}}}
+            ssh: {{host: {lab.host("appliance")}, user: root, key: {lab.key}, {trust}}}
           - role: server
             name: server
-            address: 10.96.0.2/24
+            address: {lab.data("server")}
             interface: eth1
             python: {server_python or python}
-            ssh: {{host: 10.97.3.2, user: root, key: {key}, {trust}}}
+            ssh: {{host: {lab.host("server")}, user: root, key: {lab.key}, {trust}}}
         link:
           rate: 100mbit
         client_cpu:
           cpu_quota: 0.5
         services:
-          server_port: 18090
-          iperf3_port: 15210
+          server_port: {server_port}
+          iperf3_port: {iperf_port}
+          grpc_port: {grpc_port}
         """)
 
 
-def host_leftovers() -> list[str]:
+def host_leftovers(lab: Lab) -> list[str]:
     """What the tool left on the lab's hosts (the lab's own sshd and cables do not count)."""
     found = []
     for role in HOSTS:
-        for line in sh("ip", "netns", "pids", ns(role), check=False).stdout.split():
+        for line in sh("ip", "netns", "pids", lab.ns(role), check=False).stdout.split():
             cmd = Path(f"/proc/{line}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if "sshd" not in cmd:
                 found.append(f"{role}: process {cmd.strip()}")
-        addrs = sh("ip", "-n", ns(role), "-o", "-4", "addr", "show", check=False).stdout
-        found += [f"{role}: address {a}" for a in ("10.96.0.1/24", "10.96.0.2/24") if a in addrs]
+        addrs = sh("ip", "-n", lab.ns(role), "-o", "-4", "addr", "show", check=False).stdout
+        found += [f"{role}: address {a}" for a in (lab.data("client"), lab.data("server")) if a in addrs]
     for dev in ("eth1", "eth2"):
-        if "htb" in sh("ip", "netns", "exec", ns("appliance"), "tc", "qdisc", "show", "dev", dev).stdout:
+        if "htb" in sh("ip", "netns", "exec", lab.ns("appliance"), "tc", "qdisc", "show", "dev", dev).stdout:
             found.append(f"appliance: htb on {dev}")
     for path in (
-        f"/run/testbed/{PREFIX}",
-        f"/var/lib/testbed/{PREFIX}",
-        f"/sys/fs/cgroup/cpu/{PREFIX}-client",
+        f"/run/testbed/{lab.prefix}",
+        f"/var/lib/testbed/{lab.prefix}",
+        f"/sys/fs/cgroup/cpu/{lab.prefix}-client",
     ):
         if Path(path).exists():
             found.append(path)
@@ -115,12 +149,12 @@ def host_leftovers() -> list[str]:
 
 
 @pytest.fixture
-def lab_hosts(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("privileged: needs root (CI runs as root)")
+def lab_hosts(tmp_path, leases):
+    """Three namespaces, each running an sshd of its own on its management link, wired as a lab."""
+    lab = Lab(leases(subnets=2), tmp_path, tmp_path / "id_ed25519")
+    key = lab.key
     if not Path("/usr/sbin/sshd").exists():
         pytest.fail("sshd is missing: scripts/setup.sh installs openssh-server")
-    key = tmp_path / "id_ed25519"
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "hostkey"))
     shutil.copy(f"{key}.pub", tmp_path / "authorized_keys")
@@ -137,35 +171,36 @@ def lab_hosts(tmp_path):
         Subsystem sftp internal-sftp
         """)
     )
-    made_privsep = not Path("/run/sshd").exists()
+    # sshd's privilege-separation directory stays: another run's sshd may need it (and openssh-server's
+    # own service makes it too)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     daemons = []
-    remove_lab()
+    remove_lab(lab)
     try:
-        for role, n in HOSTS.items():
-            sh("ip", "netns", "add", ns(role))
+        for role in HOSTS:
+            sh("ip", "netns", "add", lab.ns(role))
             sh(
                 "ip",
                 "link",
                 "add",
-                f"sshm-{role[0]}",
+                lab.cable(role),
                 "type",
                 "veth",
                 "peer",
                 "name",
                 "mgmt0",
                 "netns",
-                ns(role),
+                lab.ns(role),
             )
-            sh("ip", "addr", "add", f"10.97.{n}.1/24", "dev", f"sshm-{role[0]}")
-            sh("ip", "link", "set", f"sshm-{role[0]}", "up")
-            sh("ip", "-n", ns(role), "addr", "add", f"10.97.{n}.2/24", "dev", "mgmt0")
-            sh("ip", "-n", ns(role), "link", "set", "mgmt0", "up")
-            sh("ip", "-n", ns(role), "link", "set", "lo", "up")
+            sh("ip", "addr", "add", f"{lab.control(role)}/29", "dev", lab.cable(role))
+            sh("ip", "link", "set", lab.cable(role), "up")
+            sh("ip", "-n", lab.ns(role), "addr", "add", f"{lab.host(role)}/29", "dev", "mgmt0")
+            sh("ip", "-n", lab.ns(role), "link", "set", "mgmt0", "up")
+            sh("ip", "-n", lab.ns(role), "link", "set", "lo", "up")
         sh(
             "ip",
             "-n",
-            ns("client"),
+            lab.ns("client"),
             "link",
             "add",
             "eth1",
@@ -175,12 +210,12 @@ def lab_hosts(tmp_path):
             "name",
             "eth1",
             "netns",
-            ns("appliance"),
+            lab.ns("appliance"),
         )
         sh(
             "ip",
             "-n",
-            ns("server"),
+            lab.ns("server"),
             "link",
             "add",
             "eth1",
@@ -190,7 +225,7 @@ def lab_hosts(tmp_path):
             "name",
             "eth2",
             "netns",
-            ns("appliance"),
+            lab.ns("appliance"),
         )
         for role, dev in (
             ("client", "eth1"),
@@ -198,8 +233,8 @@ def lab_hosts(tmp_path):
             ("appliance", "eth1"),
             ("appliance", "eth2"),
         ):
-            sh("ip", "-n", ns(role), "link", "set", dev, "up")
-        for role, n in HOSTS.items():
+            sh("ip", "-n", lab.ns(role), "link", "set", dev, "up")
+        for role in HOSTS:
             # `ip netns exec` gives the host a sysfs of its own; mount the cgroup cpu hierarchy in it, as a
             # real machine has, then run sshd there
             boot = (
@@ -214,7 +249,7 @@ def lab_hosts(tmp_path):
                         "ip",
                         "netns",
                         "exec",
-                        ns(role),
+                        lab.ns(role),
                         "sh",
                         "-c",
                         boot,
@@ -224,16 +259,16 @@ def lab_hosts(tmp_path):
                         "-f",
                         str(tmp_path / "sshd_config"),
                         "-o",
-                        f"ListenAddress=10.97.{n}.2",
+                        f"ListenAddress={lab.host(role)}",
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
             )
         deadline = time.monotonic() + 20
-        for n in HOSTS.values():
+        for role in HOSTS:
             while (
-                sh("ip", "netns", "exec", ns("client"), "true").returncode == 0
+                sh("ip", "netns", "exec", lab.ns("client"), "true").returncode == 0
                 and time.monotonic() < deadline
             ):
                 probe = subprocess.run(
@@ -249,7 +284,7 @@ def lab_hosts(tmp_path):
                         "BatchMode=yes",
                         "-o",
                         "ConnectTimeout=2",
-                        f"root@10.97.{n}.2",
+                        f"root@{lab.host(role)}",
                         "true",
                     ],
                     capture_output=True,
@@ -257,23 +292,23 @@ def lab_hosts(tmp_path):
                 if probe.returncode == 0:
                     break
                 time.sleep(0.3)
-        yield tmp_path, key
+        yield lab
     finally:
         for d in daemons:
             d.terminate()
             d.wait(timeout=10)
-        remove_lab()
-        if made_privsep:
-            shutil.rmtree("/run/sshd", ignore_errors=True)
+        remove_lab(lab)
+    assert leftovers(lab.prefix) == []  # the lab's namespaces and cables, and the tool's state here
 
 
 def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
-    tmp, key = lab_hosts
+    lab = lab_hosts
+    tmp = lab.tmp
     inv = tmp / "inventory.yaml"
-    inv.write_text(inventory_text(tmp, key))
+    inv.write_text(inventory_text(lab))
     try:
         out = run_cli(inv, "up").stdout
-        assert "root@10.97.2.2:22" in out
+        assert f"root@{lab.host('appliance')}:22" in out
         status = json.loads(run_cli(inv, "status", "--json").stdout)
         assert status["up"] and status["backend"] == "ssh"
         # the kernel datapath where the appliance's kernel has Open vSwitch's module, else the userspace one
@@ -285,7 +320,7 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
 
         run_cli(inv, "shape", "--rate", "20mbit")
         for dev in ("eth1", "eth2"):
-            shown = sh("ip", "netns", "exec", ns("appliance"), "tc", "class", "show", "dev", dev).stdout
+            shown = sh("ip", "netns", "exec", lab.ns("appliance"), "tc", "class", "show", "dev", dev).stdout
             assert "rate 20Mbit" in shown
         # 3 s: in 1 s, TCP's start under the client's quota once measured 5.2% short on a noisy host
         checks = (
@@ -295,7 +330,9 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
         )
         assert [c["ok"] for c in checks] == [True, True]
         # the client's processes run under the limit on the client host
-        assert f"/{PREFIX}-client" in run_cli(inv, "exec", "client", "--", "cat", "/proc/self/cgroup").stdout
+        assert (
+            f"/{lab.prefix}-client" in run_cli(inv, "exec", "client", "--", "cat", "/proc/self/cgroup").stdout
+        )
 
         results = tmp / "results"
         run_cli(
@@ -338,70 +375,73 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
         assert "Traceback" not in out and "Exception ignored" not in out, out
     finally:
         run_cli(inv, "down", check=False)
-    assert host_leftovers() == []
+    assert host_leftovers(lab) == []
 
 
 def test_every_problem_is_reported_at_once_and_nothing_is_left(lab_hosts):
-    tmp, key = lab_hosts
+    lab = lab_hosts
+    tmp = lab.tmp
     inv = tmp / "bad.yaml"
     inv.write_text(
-        inventory_text(tmp, key, appliance_ports=("eth1", "eth9"), server_python="/nonexistent/python3")
+        inventory_text(lab, appliance_ports=("eth1", "eth9"), server_python="/nonexistent/python3")
     )
     proc = run_cli(inv, "up", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "appliance (root@10.97.2.2:22): no interface eth9" in proc.stderr
-    assert "server (root@10.97.3.2:22): no Python at '/nonexistent/python3'" in proc.stderr
-    assert host_leftovers() == []
+    assert f"{lab.where('appliance')}: no interface eth9" in proc.stderr
+    assert f"{lab.where('server')}: no Python at '/nonexistent/python3'" in proc.stderr
+    assert host_leftovers(lab) == []
 
 
 def test_unreachable_host_and_wrong_key(lab_hosts):
-    tmp, key = lab_hosts
+    lab = lab_hosts
+    tmp = lab.tmp
     other = tmp / "other_key"
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other))
     inv = tmp / "wrongkey.yaml"
-    inv.write_text(inventory_text(tmp, key, client_key=other))
+    inv.write_text(inventory_text(lab, client_key=other))
     proc = run_cli(inv, "up", check=False)
-    assert proc.returncode == 2 and "client (root@10.97.1.2:22): SSH authentication failed" in proc.stderr
+    assert proc.returncode == 2 and f"{lab.where('client')}: SSH authentication failed" in proc.stderr
 
-    inv.write_text(inventory_text(tmp, key, client_host="10.97.1.99"))
+    inv.write_text(inventory_text(lab, client_host=lab.host("client", nobody=True)))
     proc = run_cli(inv, "up", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "client (root@10.97.1.99:22)" in proc.stderr
-    assert host_leftovers() == []
+    assert lab.where("client", nobody=True) in proc.stderr
+    assert host_leftovers(lab) == []
 
 
 def test_host_keys_are_checked_like_openssh(lab_hosts):
     """strict: an unknown host is refused; accept-new records its key on first contact; a key that
     changed is refused whatever the policy."""
-    tmp, key = lab_hosts
+    lab = lab_hosts
+    tmp = lab.tmp
     known = tmp / "known_hosts"
     known.unlink(missing_ok=True)
     inv = tmp / "keys.yaml"
-    inv.write_text(inventory_text(tmp, key, host_key="strict"))
+    inv.write_text(inventory_text(lab, host_key="strict"))
     # `down` of a lab that is not up reaches every host and changes nothing
     proc = run_cli(inv, "down", check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    for host in ("client (root@10.97.1.2:22)", "appliance (root@10.97.2.2:22)", "server (root@10.97.3.2:22)"):
+    for host in (lab.where("client"), lab.where("appliance"), lab.where("server")):
         assert f"{host}: its host key is not in {known}" in proc.stderr
     assert "accept-new" in proc.stderr
 
-    inv.write_text(inventory_text(tmp, key, host_key="accept-new"))
+    inv.write_text(inventory_text(lab, host_key="accept-new"))
     run_cli(inv, "down")
     recorded = known.read_text().splitlines()
-    assert {line.split()[0] for line in recorded} == {"10.97.1.2", "10.97.2.2", "10.97.3.2"}
+    assert {line.split()[0] for line in recorded} == {lab.host(role) for role in HOSTS}
 
-    inv.write_text(inventory_text(tmp, key, host_key="strict"))
+    inv.write_text(inventory_text(lab, host_key="strict"))
     run_cli(inv, "down")  # now known: passes
 
     impostor = tmp / "impostor"
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(impostor))
     fake = impostor.with_suffix(".pub").read_text().split()[:2]
     known.write_text("\n".join(
-        f"{line.split()[0]} {' '.join(fake)}" if line.startswith("10.97.1.2 ") else line for line in recorded
+        f"{line.split()[0]} {' '.join(fake)}" if line.startswith(f"{lab.host('client')} ") else line for line in recorded
     ) + "\n")  # fmt: skip
     for policy in ("strict", "accept-new"):
-        inv.write_text(inventory_text(tmp, key, host_key=policy))
+        inv.write_text(inventory_text(lab, host_key=policy))
         proc = run_cli(inv, "down", check=False)
-        assert proc.returncode == 2 and "client (root@10.97.1.2:22): its host key changed" in proc.stderr
-        assert "ssh-keygen -R 10.97.1.2" in proc.stderr
-    assert host_leftovers() == []
+        assert proc.returncode == 2 and f"{lab.where('client')}: its host key changed" in proc.stderr
+        assert f"ssh-keygen -R {lab.host('client')}" in proc.stderr
+    assert host_leftovers(lab) == []

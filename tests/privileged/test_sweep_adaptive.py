@@ -17,8 +17,7 @@ from analysis.stopping import MAX_REPS, PRECISE, SIGNIFICANT, Rule, stop_reason
 from contracts.run import read_manifest
 from testbed.devices import load_device
 from testbed.estimate import model_for
-from tests.conftest import run_cli
-from tests.privileged.test_sweep_e2e import rows, start_sweep, wait_for_rows
+from tests.helpers import rows, run_cli, start_sweep, wait_for_rows
 
 pytestmark = pytest.mark.privileged
 

@@ -5,46 +5,16 @@ from __future__ import annotations
 import csv
 import json
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, leftovers, run_cli
+from tests.helpers import rows, run_cli, start_sweep, wait_for_rows
+from tests.isolation import leftovers
 
 pytestmark = pytest.mark.privileged
 
 GRID = ["--ops", "mul", "--sizes", "64,96", "--methods", "json,raw", "--reps", "3", "--warmup", "1"]
-
-
-def start_sweep(inventory: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "testbed", "--inventory", str(inventory), "sweep", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
-    )
-
-
-def rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "trials.csv", newline="") as f:
-        return list(csv.DictReader(line for line in f if not line.startswith("#")))  # after the format's mark
-
-
-def wait_for_rows(proc: subprocess.Popen, results: Path, n: int, timeout: float = 300) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        runs = list(results.glob("*/trials.csv"))
-        if runs and len(rows(runs[0].parent)) >= n:
-            return runs[0].parent
-        if proc.poll() is not None:
-            pytest.fail(f"the sweep ended before {n} trials:\n{proc.stdout.read()}")
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail(f"no {n} trials within {timeout} s")
 
 
 def assert_every_trial_once(run_dir: Path) -> list[dict]:
@@ -99,7 +69,7 @@ def test_kill_9_mid_sweep_then_resume_gives_every_trial_once(inventory, tmp_path
     assert len(manifest["sessions"]) == 2 and manifest["sessions"][1]["skipped_done"] == len(before)
 
 
-def test_sigterm_tears_down_and_resume_validates_and_analyzes(inventory, tmp_path):
+def test_sigterm_tears_down_and_resume_validates_and_analyzes(inventory, lease, tmp_path):
     exp = tmp_path / "tiny.yaml"
     exp.write_text(
         "name: tiny\nops: [mul]\nsizes: [64, 96]\nrates: [20, 50]\nmethods: [json, raw]\nreps: 3\n"
@@ -112,12 +82,12 @@ def test_sigterm_tears_down_and_resume_validates_and_analyzes(inventory, tmp_pat
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     assert f"testbed sweep --resume {run_dir}" in out
-    assert leftovers("tbt") == [], "a sweep that brought the testbed up takes it down when stopped"
+    assert leftovers(lease.prefix) == [], "a sweep that brought the testbed up takes it down when stopped"
     assert len(rows(run_dir)) >= 8
 
     out = run_cli(inventory, "sweep", "--resume", str(run_dir)).stdout
     assert "analysis:" in out
-    assert leftovers("tbt") == []
+    assert leftovers(lease.prefix) == []
     got = assert_every_trial_once(run_dir)
     assert all(r["ok"] == "true" for r in got)
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import leftovers, run_cli
+from tests.helpers import run_cli
+from tests.isolation import leftovers
 
 pytestmark = pytest.mark.privileged
 
@@ -22,12 +23,13 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
-def test_sweep_with_protobuf_and_grpc_through_the_testbed(inventory, tmp_path):
+def test_sweep_with_protobuf_and_grpc_through_the_testbed(inventory, lease, tmp_path):
     run_cli(inventory, "up")
     status = json.loads(run_cli(inventory, "status", "--json").stdout)
     assert status["services"] == {"iperf3": True, "offload": True, "grpc": True}
-    assert status["grpc_target"] == "10.78.0.2:50051"
-    assert "gRPC 10.78.0.2:50051" in run_cli(inventory, "status").stdout
+    target = f"{lease.address(2)}:{lease.ports[2]}"  # the server's address, the inventory's grpc_port
+    assert status["grpc_target"] == target
+    assert f"gRPC {target}" in run_cli(inventory, "status").stdout
 
     results = tmp_path / "results"
     out = run_cli(
@@ -77,4 +79,4 @@ def test_sweep_with_protobuf_and_grpc_through_the_testbed(inventory, tmp_path):
     assert "grpc" in report and "protobuf" in report
 
     run_cli(inventory, "down")
-    assert leftovers("tbt") == []
+    assert leftovers(lease.prefix) == []

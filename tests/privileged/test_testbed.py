@@ -11,7 +11,8 @@ import time
 import pytest
 
 from contracts.units import expected_goodput
-from tests.conftest import REPO, leftovers, run_cli, write_inventory
+from tests.helpers import REPO, run_cli
+from tests.isolation import leftovers, write_inventory
 
 pytestmark = pytest.mark.privileged
 
@@ -25,11 +26,11 @@ def tc_class(ns: str, dev: str) -> str:
     ).stdout
 
 
-def test_up_shape_validate_down(inventory, tmp_path):
+def test_up_shape_validate_down(inventory, lease, tmp_path):
     run_cli(inventory, "up", "--no-server")
     run_cli(inventory, "shape", "--rate", "20mbit")
-    for dev in ("tbt-a0", "tbt-a1"):
-        assert "rate 20Mbit ceil 20Mbit" in tc_class("tbt-appliance", dev)
+    for dev in (lease.name("a0"), lease.name("a1")):
+        assert "rate 20Mbit ceil 20Mbit" in tc_class(lease.name("appliance"), dev)
 
     out = tmp_path / "validate.json"
     proc = run_cli(inventory, "validate", "--rates", "20", "--duration", "3", "--json", str(out))
@@ -38,7 +39,7 @@ def test_up_shape_validate_down(inventory, tmp_path):
     assert [c["direction"] for c in checks] == ["up", "down"]
     assert all(c["ok"] for c in checks)
     # validation leaves the link as it found it
-    assert "rate 20Mbit" in tc_class("tbt-appliance", "tbt-a1")
+    assert "rate 20Mbit" in tc_class(lease.name("appliance"), lease.name("a1"))
 
     # a plain iperf3 run by hand between the namespaces agrees
     by_hand = subprocess.run(
@@ -46,12 +47,12 @@ def test_up_shape_validate_down(inventory, tmp_path):
             "ip",
             "netns",
             "exec",
-            "tbt-client",
+            lease.name("client"),
             "iperf3",
             "-c",
-            "10.78.0.2",
+            lease.address(2),
             "-p",
-            "15201",
+            str(lease.ports[1]),
             "-t",
             "2",
             "-O",
@@ -66,37 +67,40 @@ def test_up_shape_validate_down(inventory, tmp_path):
     assert abs(measured - expected_goodput(20_000_000)) / expected_goodput(20_000_000) < 0.05
 
     proc = run_cli(inventory, "down")
-    assert "netns tbt-client" in proc.stdout
-    assert leftovers("tbt") == []
+    assert f"netns {lease.name('client')}" in proc.stdout
+    assert leftovers(lease.prefix) == []
     assert "nothing to remove" in run_cli(inventory, "down").stdout
 
 
-def test_status_shows_bridge_shaping_and_cpu_limit(inventory):
+def test_status_shows_bridge_shaping_and_cpu_limit(inventory, lease):
     run_cli(inventory, "up", "--no-server")
     run_cli(inventory, "shape", "--up-rate", "10mbit", "--down-rate", "40mbit")
     status = json.loads(run_cli(inventory, "status", "--json").stdout)
     assert status["up"] is True
     assert status["bridge"]["datapath_type"] == "netdev"
-    assert sorted(status["bridge"]["ports"]) == ["tbt-a0", "tbt-a1"]
+    assert sorted(status["bridge"]["ports"]) == [lease.name("a0"), lease.name("a1")]
     assert status["shaping"]["up (client->server)"]["htb"]["rate"] == 10_000_000
     assert status["shaping"]["down (server->client)"]["htb"]["rate"] == 40_000_000
     assert status["client_cpu"]["in_force"]["fraction"] == pytest.approx(0.5)
-    assert status["hosts"]["server"]["address"] == "10.78.0.2/24"
+    assert status["hosts"]["server"]["address"] == f"{lease.address(2)}/24"
     # the client's processes run in the limited cgroup; --unlimited ones do not
-    assert "/tbt-client" in run_cli(inventory, "exec", "client", "--", "cat", "/proc/self/cgroup").stdout
     assert (
-        "/tbt-client"
+        "/" + lease.name("client")
+        in run_cli(inventory, "exec", "client", "--", "cat", "/proc/self/cgroup").stdout
+    )
+    assert (
+        "/" + lease.name("client")
         not in run_cli(inventory, "exec", "--unlimited", "client", "--", "cat", "/proc/self/cgroup").stdout
     )
     # a rate change is in place: the qdisc stays, only the class changes
-    before = tc_class("tbt-appliance", "tbt-a1")
+    before = tc_class(lease.name("appliance"), lease.name("a1"))
     run_cli(inventory, "shape", "--rate", "60mbit")
-    after = tc_class("tbt-appliance", "tbt-a1")
+    after = tc_class(lease.name("appliance"), lease.name("a1"))
     assert "rate 10Mbit" in before and "rate 60Mbit" in after
     assert "Sent" in after
 
 
-def test_bad_input_is_one_line_and_changes_nothing(inventory):
+def test_bad_input_is_one_line_and_changes_nothing(inventory, lease):
     proc = run_cli(inventory, "shape", "--rate", "20mbit", check=False)
     assert proc.returncode == 2 and "not up" in proc.stderr and "Traceback" not in proc.stderr
     run_cli(inventory, "up", "--no-server")
@@ -112,15 +116,15 @@ def test_bad_input_is_one_line_and_changes_nothing(inventory):
         assert proc.returncode == 2, bad
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     # nothing was half-applied: the rate from before the failed commands is still in force
-    for dev in ("tbt-a0", "tbt-a1"):
-        assert "rate 30Mbit" in tc_class("tbt-appliance", dev)
+    for dev in (lease.name("a0"), lease.name("a1")):
+        assert "rate 30Mbit" in tc_class(lease.name("appliance"), dev)
     proc = run_cli(inventory, "exec", "nosuchhost", "--", "true", check=False)
     assert proc.returncode == 2 and "unknown host" in proc.stderr
 
 
-def kernel_has_netem() -> bool:
+def kernel_has_netem(lease) -> bool:
     """Whether this kernel can make a netem qdisc (tried on a throw-away namespace's loopback)."""
-    ns = "tbt-netemprobe"
+    ns = lease.name("netemprobe")
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         probe = [
@@ -143,10 +147,23 @@ def kernel_has_netem() -> bool:
         subprocess.run(["ip", "netns", "delete", ns], check=True)
 
 
-def ping_rtt_ms(count: int = 10) -> tuple[float, float]:
+def ping_rtt_ms(lease, count: int = 10) -> tuple[float, float]:
     """Mean round-trip time and loss (%) from the client to the server."""
     out = subprocess.run(
-        ["ip", "netns", "exec", "tbt-client", "ping", "-q", "-n", "-i", "0.2", "-c", str(count), "10.78.0.2"],
+        [
+            "ip",
+            "netns",
+            "exec",
+            lease.name("client"),
+            "ping",
+            "-q",
+            "-n",
+            "-i",
+            "0.2",
+            "-c",
+            str(count),
+            lease.address(2),
+        ],
         capture_output=True,
         text=True,
     ).stdout
@@ -155,32 +172,32 @@ def ping_rtt_ms(count: int = 10) -> tuple[float, float]:
     return rtt, loss
 
 
-def test_delay_and_loss_are_applied_where_the_kernel_has_netem(inventory):
+def test_delay_and_loss_are_applied_where_the_kernel_has_netem(inventory, lease):
     """With sch_netem: the delay is measured in the round trip and the loss in the pings lost.
     Without it: one line naming the module, and the link is left as it was."""
     run_cli(inventory, "up", "--no-server")
     run_cli(inventory, "shape", "--rate", "30mbit")
     proc = run_cli(inventory, "shape", "--rate", "20mbit", "--delay", "25", "--loss", "20", check=False)
-    if not kernel_has_netem():
+    if not kernel_has_netem(lease):
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
         assert "sch_netem" in proc.stderr
-        for dev in ("tbt-a0", "tbt-a1"):
-            assert "rate 30Mbit" in tc_class("tbt-appliance", dev)
+        for dev in (lease.name("a0"), lease.name("a1")):
+            assert "rate 30Mbit" in tc_class(lease.name("appliance"), dev)
         return
     assert proc.returncode == 0, proc.stderr
-    assert "netem" in tc_class("tbt-appliance", "tbt-a1") or "netem" in subprocess.run(
-        ["ip", "netns", "exec", "tbt-appliance", "tc", "qdisc", "show", "dev", "tbt-a1"],
+    assert "netem" in tc_class(lease.name("appliance"), lease.name("a1")) or "netem" in subprocess.run(
+        ["ip", "netns", "exec", lease.name("appliance"), "tc", "qdisc", "show", "dev", lease.name("a1")],
         capture_output=True, text=True,
     ).stdout  # fmt: skip
-    rtt, loss = ping_rtt_ms(count=100)
+    rtt, loss = ping_rtt_ms(lease, count=100)
     assert 45 <= rtt <= 80, rtt  # 25 ms each way
     assert 15 <= loss <= 65, loss  # 20% each way: about 36% of round trips lost
     run_cli(inventory, "shape", "--rate", "20mbit")  # no delay or loss: netem goes away
-    rtt, loss = ping_rtt_ms()
+    rtt, loss = ping_rtt_ms(lease)
     assert rtt < 20 and loss < 15, (rtt, loss)
 
 
-def test_kill_9_of_the_orchestrator_then_down_leaves_nothing(inventory):
+def test_kill_9_of_the_orchestrator_then_down_leaves_nothing(inventory, lease):
     run_cli(inventory, "up", "--no-server")
     proc = subprocess.Popen(
         [
@@ -202,21 +219,23 @@ def test_kill_9_of_the_orchestrator_then_down_leaves_nothing(inventory):
     time.sleep(3)  # iperf3 is running by now
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert leftovers("tbt") != []
+    assert leftovers(lease.prefix) != []
     run_cli(inventory, "down")
-    assert leftovers("tbt") == []
+    assert leftovers(lease.prefix) == []
 
 
-def test_another_testbed_and_foreign_namespaces_are_not_touched(inventory, tmp_path):
-    other = write_inventory(tmp_path / "other.yaml", prefix="tbx", net=79, port=18081, iperf_port=15202)
-    subprocess.run(["ip", "netns", "add", "foreign-ns"], check=True)
+def test_another_testbed_and_foreign_namespaces_are_not_touched(inventory, lease, leases, tmp_path):
+    second = leases()
+    other = write_inventory(tmp_path / "other.yaml", second)
+    foreign = f"foreign-{lease.prefix}"  # a namespace of no testbed
+    subprocess.run(["ip", "netns", "add", foreign], check=True)
     try:
         subprocess.run(
             [
                 "ip",
                 "netns",
                 "exec",
-                "foreign-ns",
+                foreign,
                 "tc",
                 "qdisc",
                 "add",
@@ -233,20 +252,20 @@ def test_another_testbed_and_foreign_namespaces_are_not_touched(inventory, tmp_p
         run_cli(other, "shape", "--rate", "7mbit")
         run_cli(inventory, "up", "--no-server")
         run_cli(inventory, "down")
-        assert leftovers("tbt") == []
-        assert "foreign-ns" in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert leftovers(lease.prefix) == []
+        assert foreign in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert (
             "htb"
             in subprocess.run(
-                ["ip", "netns", "exec", "foreign-ns", "tc", "qdisc", "show", "dev", "lo"],
+                ["ip", "netns", "exec", foreign, "tc", "qdisc", "show", "dev", "lo"],
                 capture_output=True,
                 text=True,
             ).stdout
         )
         status = json.loads(run_cli(other, "status", "--json").stdout)
-        assert status["up"] and status["bridge"]["ports"] == ["tbx-a0", "tbx-a1"]
-        assert "rate 7Mbit" in tc_class("tbx-appliance", "tbx-a1")
+        assert status["up"] and status["bridge"]["ports"] == [second.name("a0"), second.name("a1")]
+        assert "rate 7Mbit" in tc_class(second.name("appliance"), second.name("a1"))
     finally:
         run_cli(other, "down", check=False)
-        subprocess.run(["ip", "netns", "delete", "foreign-ns"], check=False)
-    assert leftovers("tbx") == []
+        subprocess.run(["ip", "netns", "delete", foreign], check=False)
+    assert leftovers(second.prefix) == []

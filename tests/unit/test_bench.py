@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import json
-import math
 import subprocess
 import sys
-from pathlib import Path
 
 from benchmarks.common import INFO, MISS, PASS, SKIPPED, Row
 from benchmarks.runner import complete, expected, format_table, key
-from tests.conftest import REPO
+from tests.helpers import REPO, check_bench_outputs
 
 TESTBED_SECTIONS = {"efficiency", "orchestration"}
 
@@ -38,34 +34,6 @@ def test_missing_rows_are_skipped_with_the_reason_in_table_order():
     assert f"targets: 1 of {sum(1 for r in rows if r.target)} met" in table
 
 
-def check_outputs(out: Path, quick: bool) -> list[dict]:
-    """bench.json, bench.csv and table.txt exist and hold every expected row; measured ones are sane."""
-    doc = json.loads((out / "bench.json").read_text())
-    rows = doc["rows"]
-    assert [key(r["section"], r["figure"], r["case"]) for r in rows] == [
-        key(s, f, c) for s, f, c, _, _ in expected(quick)
-    ]
-    for r in rows:
-        assert r["status"] in (PASS, MISS, INFO, SKIPPED), r
-        if r["status"] == SKIPPED:
-            assert r["value"] is None and r["note"], r
-        else:
-            assert isinstance(r["value"], float) and math.isfinite(r["value"]) and r["value"] > 0, r
-            assert (r["status"] == INFO) == (r["target"] is None), r
-    with open(out / "bench.csv", newline="") as f:
-        table = list(csv.DictReader(f))
-    assert [(t["figure"], t["case"], t["status"]) for t in table] == [
-        (r["figure"], r["case"], r["status"]) for r in rows
-    ]
-    for t, r in zip(table, rows, strict=True):
-        assert (float(t["value"]) if t["value"] else None) == r["value"]
-        assert json.loads(t["details"]) == r["details"]
-    text = (out / "table.txt").read_text()
-    assert all(r["case"] in text for r in rows)
-    assert doc["environment"]["cpus"] and doc["summary"]["targets"] > 0
-    return rows
-
-
 def test_bench_quick_without_the_testbed(tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run(
@@ -76,7 +44,7 @@ def test_bench_quick_without_the_testbed(tmp_path):
         cwd=REPO,
     )
     assert "targets:" in proc.stdout and str(out / "bench.json") in proc.stdout
-    rows = check_outputs(out, quick=True)
+    rows = check_bench_outputs(out, quick=True)
     missed = [key(r["section"], r["figure"], r["case"]) for r in rows if r["status"] == MISS]
     assert proc.returncode == (3 if missed else 0), proc.stderr  # the verdict is the exit status
     assert ("target(s) missed" in proc.stderr) == bool(missed)

@@ -12,7 +12,6 @@ from contracts.errors import UserError
 from contracts.profiles import quota_period
 from testbed import device_emulation
 from testbed.devices import load_device
-from tests.unit.test_labs_fake import netns  # noqa: F401 - the fake embedded testbed (fixture)
 
 DEVICE = "paper-p4"
 HOST_S = {500: 0.03, 1200: 0.5}  # CPU seconds of mul on this (fake) host at full speed
@@ -38,7 +37,7 @@ def host_rows(device, sizes, host_s):
 
 
 @pytest.fixture
-def scripted(netns):  # noqa: F811 - the fixture imported above
+def scripted(netns):
     """The client answers `python -m client.calibration` from the request it reads on stdin."""
     device = load_device(DEVICE)
     client = netns.hosts["client"]

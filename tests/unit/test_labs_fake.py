@@ -9,52 +9,9 @@ import textwrap
 import pytest
 
 from contracts.errors import UserError
-from testbed import lab as lab_mod
 from testbed.inventory import load_inventory
-from testbed.lab import NetnsLab
 from testbed.ssh_lab import SshLab
-from tests.conftest import write_inventory
-from tests.fakes import FakeHost, probe_reply
-
-HEALTH = ("python", "-m", "client", "health")
-
-
-def healthy(host: FakeHost) -> FakeHost:
-    return host.on(*HEALTH, answer=(0, json.dumps({"status": "ok"})))
-
-
-# ------------------------------------------------------------------ embedded backend
-@pytest.fixture
-def netns(tmp_path, monkeypatch):
-    """A NetnsLab whose hosts are fakes and whose wiring (pyroute2, ip) is recorded, not applied."""
-    inv = load_inventory(write_inventory(tmp_path / "inventory.yaml", prefix="tbf", quota=0.25))
-    lab = NetnsLab(inv)
-    lab.state_dir = tmp_path / "state"
-    for role, host in list(lab.hosts.items()):
-        fake = FakeHost(host.spec, str(lab.state_dir), cgroup=host.cgroup, env=host.env)
-        lab.hosts[role] = fake.reply("probe", probe_reply())
-    healthy(lab.hosts["client"])
-    lab.hosts["server"].reply("service.start", 4242).reply("service.status", 4242)
-    wiring = {"namespaces": [], "applied": [], "commands": []}
-    monkeypatch.setattr(lab_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(lab_mod.topology, "existing_namespaces", lambda names: list(wiring["namespaces"]))
-
-    def apply(steps):
-        wiring["applied"] += steps
-        wiring["namespaces"] = list(lab.names.namespaces)
-
-    monkeypatch.setattr(lab_mod.topology, "apply", apply)
-    monkeypatch.setattr(lab_mod.topology, "remove_root_leftovers", lambda names: [])
-    monkeypatch.setattr(lab_mod, "_netns_pids", lambda ns: [])
-
-    def run(argv, **kwargs):
-        wiring["commands"].append(list(argv))
-        if argv[:3] == ["ip", "netns", "delete"]:
-            wiring["namespaces"].remove(argv[3])
-
-    monkeypatch.setattr(lab_mod, "run", run)
-    lab.wiring = wiring
-    return lab
+from tests.fakes import FakeHost, cgroups, healthy, probe_reply, services, shell
 
 
 def test_netns_up_asks_each_host_agent_in_order(netns):
@@ -153,19 +110,29 @@ client_cpu: {cpu_quota: 0.5}
 
 @pytest.fixture
 def ssh(tmp_path):
+    """An SshLab whose hosts are fakes scripted for up and down: a root shell over the fake's files,
+    agents that keep services and CPU limits, eth1 (and the appliance's eth2) with TX offload on."""
     path = tmp_path / "inventory.yaml"
     path.write_text(textwrap.dedent(SSH_INVENTORY))
     lab = SshLab(load_inventory(path))
     for role, host in list(lab.hosts.items()):
         fake = FakeHost(host.spec, str(host.state_dir), str(host.code_dir), host.cgroup, host.env)
-        fake.reply("probe", probe_reply())
-        fake.on("ethtool", "-k", answer=(0, "tx-checksumming: on\n"))
+        shell(fake).reply("probe", probe_reply())
+        services(fake)  # `down` asks every host to stop its services
+        for ifname in host.spec.ports or (host.spec.interface,):
+            fake.on("ethtool", "-k", ifname, answer=(0, "tx-checksumming: on\n"))
+            fake.on("ethtool", "-K", ifname, "tx")
         lab.hosts[role] = fake
-    healthy(lab.hosts["client"])
-    lab.hosts["server"].reply("service.start", 99).reply("service.stop", True)
-    lab.hosts["client"].reply("cpu.remove", True)
+    client, appliance, server = (lab.hosts[r] for r in ("client", "appliance", "server"))
+    healthy(client).reply("grpc.ready", True)
+    cgroups(client)
+    appliance.reply("bridge.up", lambda **args: {"name": args["bridge"], "ports": args["ports"]})
+    appliance.reply("shape.apply", lambda link, up_if, down_if: [{"ifname": up_if}, {"ifname": down_if}])
+    appliance.reply("shape.clear", None).reply("bridge.down", None)
     # the server has its data-plane address already; the client does not
-    lab.hosts["server"].on("ip", "-o", "-4", "addr", answer=(0, "2: eth1    inet 10.77.0.2/24 brd ...\n"))
+    server.on("ip", "-o", "-4", "addr", answer=(0, "2: eth1    inet 10.77.0.2/24 brd ...\n"))
+    client.on("ip", "-o", "-4", "addr", answer=(0, ""))
+    client.on("ip", "addr")  # add and del
     return lab
 
 

@@ -21,10 +21,10 @@ from testbed.bookkeeping import start_run
 from testbed.plan import plan_trials
 from testbed.results import ManifestFile
 from testbed.sweep import run_sweep
-from tests.unit.test_labs_fake import netns  # noqa: F401 - the fake embedded testbed (fixture)
-from tests.unit.test_sweep_fake import EXP, lab, link, rows, saved, timed  # noqa: F401 - fixtures
+from tests.fakes import FAKE_SWEEP, link
+from tests.helpers import saved, timed, trials_by_id
 
-ADAPTIVE = replace(EXP, name="adaptive", reps=8, min_reps=3)
+ADAPTIVE = replace(FAKE_SWEEP, name="adaptive", reps=8, min_reps=3)
 PLAN = {t.trial: t for t in plan_trials(ADAPTIVE)}  # 80 trials at the most: 10 cells x 8
 NOISE = (0.05, -0.05, 0.03, -0.03, 0.01, -0.01, 0.04, -0.04)
 BORDERLINE = ("mul", 100, 10.0, "json")
@@ -44,14 +44,14 @@ def answer(spec: dict) -> dict:
 
 
 @pytest.fixture
-def run(lab, tmp_path):  # noqa: F811 - the fixture imported above
+def run(lab, tmp_path):
     lab.hosts["client"].worker(answer)
     run_dir = tmp_path / "run"
     return run_dir, start_run(run_dir, "adaptive-1", ADAPTIVE, lab)
 
 
 def per_cell(run_dir) -> Counter:
-    return Counter(PLAN[i].cell for i in rows(run_dir))
+    return Counter(PLAN[i].cell for i in trials_by_id(run_dir))
 
 
 EXPECTED = {
@@ -123,7 +123,7 @@ def test_an_interrupted_adaptive_sweep_resumes_where_each_cell_stopped(lab, run,
     lab.hosts["client"].worker(stop_after, interrupt=signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(lab, ADAPTIVE, run_dir, manifest)
-    assert sorted(rows(run_dir)) == sorted(answered)
+    assert sorted(trials_by_id(run_dir)) == sorted(answered)
 
     manifest = ManifestFile.load(run_dir / "manifest.json")
     exp = manifest.manifest.experiment
@@ -141,7 +141,7 @@ def test_a_rate_that_fails_validation_closes_its_cells_as_failed_after_min(lab, 
     run_dir, manifest = run
     link(lab, lambda rate, n: 0.8 if rate == 10.0 else 0.99)
     summary = run_sweep(lab, ADAPTIVE, run_dir, manifest)
-    written = rows(run_dir)
+    written = trials_by_id(run_dir)
     at_10 = [i for i in written if PLAN[i].rate_mbps == 10.0]
     assert len(at_10) == 4 * 3 and all(written[i]["ok"] == "false" for i in at_10)
     assert summary["failed"] == 12

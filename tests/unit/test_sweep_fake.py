@@ -4,85 +4,37 @@ whose trial worker is a `FakeWorker` answering from a script."""
 
 from __future__ import annotations
 
-import csv
-import itertools
-import json
 import signal
-from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from contracts.errors import UserError
-from contracts.run import FORMAT_VERSION, TRIALS_MARK, Validation
-from contracts.units import expected_goodput
+from contracts.run import Validation
 from testbed.bookkeeping import start_run
-from testbed.experiment import Experiment
 from testbed.plan import phases, plan_trials
 from testbed.results import ManifestFile
 from testbed.sweep import run_sweep
 from testbed.worker_link import WorkerLink
-from tests.fakes import FakeHost, WorkerExit, WorkerHang, probe_reply
-from tests.unit.test_labs_fake import HEALTH, netns  # noqa: F401 - the fake embedded testbed (fixture)
-
-CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured"
-IPERF = ("python", "-m", "client.iperf")
-
-EXP = Experiment(
-    name="fake",
-    ops=("mul",),
-    sizes=(100, 200),
-    rates_mbps=(10.0, 40.0),
-    methods=("json", "raw"),
-    reps=2,
-    seed=3,
-    validation=Validation(duration=1, retries=1),
-    trial_timeout=5.0,
+from tests.fakes import (
+    FAKE_SWEEP,
+    HEALTH,
+    IPERF,
+    WorkerExit,
+    WorkerHang,
+    healthy_worker,
+    link,
+    probe_reply,
 )
-PLAN = {t.trial: t for t in plan_trials(EXP)}  # 4 local trials, then 8 per rate
+from tests.helpers import saved, timed, trials_by_id
+
+EXP = FAKE_SWEEP  # 4 local trials, then 8 per rate
+
+PLAN = {t.trial: t for t in plan_trials(EXP)}
 
 
 def at_rate(rate) -> list[int]:
     return [i for i, t in PLAN.items() if t.rate_mbps == rate]
-
-
-def answer(spec: dict) -> dict:
-    """What a healthy worker reports (the time says which trial it was)."""
-    return {"trial": spec["trial"], "ok": True, "t_total": spec["size"] / 1000, "started_at": "now"}
-
-
-def link(lab, efficiency=lambda rate_mbps, run: 0.99) -> None:
-    """The client's iperf3 measures what the appliance was last shaped to: the link's TCP goodput times
-    `efficiency(rate in Mbit/s, how many iperf3 runs at that rate so far, this one included)`."""
-    appliance = lab.hosts["appliance"]
-    runs = Counter()
-
-    def iperf(argv: list[str]) -> tuple[int, str]:
-        reverse = "--reverse" in argv
-        rate = appliance.args("shape.apply")[-1]["link"]["down_rate" if reverse else "up_rate"]
-        runs[rate] += 1
-        data = json.loads((CAPTURED / f"iperf3-{'down' if reverse else 'up'}-100mbit.json").read_text())
-        goodput = expected_goodput(rate, lab.inv.link.mtu) * efficiency(rate / 1e6, runs[rate])
-        data["end"]["sum_received"]["bits_per_second"] = goodput
-        return 0, json.dumps(data)
-
-    lab.hosts["client"].on(*IPERF, answer=iperf)
-
-
-@pytest.fixture
-def lab(netns):  # noqa: F811 - the fixture imported above
-    """The fake embedded testbed, down, with a healthy worker, a link that validates and counters."""
-    link(netns)
-    netns.hosts["client"].worker(answer)
-    ticks = itertools.count()
-
-    def counters(ifs, bridge, rundir, own):
-        n = next(ticks)
-        return {"at": n, "htb": {i: {"bytes": 1000 * n} for i in ifs}, "ovs": {i: {} for i in ifs}}
-
-    netns.hosts["appliance"].reply("counters", counters)
-    return netns
 
 
 @pytest.fixture
@@ -90,24 +42,6 @@ def run(lab, tmp_path):
     """A new run of EXP: its directory and manifest, as `testbed sweep` starts one."""
     run_dir = tmp_path / "run"
     return run_dir, start_run(run_dir, "fake-1", EXP, lab)
-
-
-def rows(run_dir: Path) -> dict[int, dict]:
-    """trials.csv's rows as written (text), by trial; the file begins with its format's mark."""
-    lines = (run_dir / "trials.csv").read_text().splitlines(keepends=True)
-    assert lines[0] == f"{TRIALS_MARK}{FORMAT_VERSION}\n"
-    found = [dict(r) for r in csv.DictReader(lines[1:])]
-    by_trial = {int(r["trial"]): r for r in found}
-    assert len(by_trial) == len(found), "a trial has two rows"
-    return by_trial
-
-
-def timed(specs: list[dict]) -> list[int]:
-    return [s["trial"] for s in specs if s["trial"] >= 0]
-
-
-def saved(run_dir: Path) -> dict:
-    return ManifestFile.load(run_dir / "manifest.json").manifest.as_dict()
 
 
 def applied_rates(lab) -> list[int]:
@@ -122,7 +56,7 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
     summary = run_sweep(lab, EXP, run_dir, manifest)
 
     assert summary == {"run_dir": str(run_dir), "trials": 20, "ran": 20, "failed": 0, "status": "complete"}
-    written = rows(run_dir)
+    written = trials_by_id(run_dir)
     assert sorted(written) == sorted(PLAN) == list(range(20))
     for i, row in written.items():
         t = PLAN[i]
@@ -195,14 +129,14 @@ def test_an_interrupted_sweep_resumes_with_exactly_the_missing_trials(lab, run, 
             if len(answered) == 7:
                 raise KeyboardInterrupt  # the user stops the sweep during the 8th trial
             answered.append(spec["trial"])
-        return answer(spec)
+        return healthy_worker(spec)
 
     lab.hosts["client"].worker(until_seven, interrupt=stop)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(lab, EXP, run_dir, manifest)
     first = timed(lab.hosts["client"].workers[0].specs)
     assert (
-        len(first) == 8 and first[:7] == answered and sorted(rows(run_dir)) == sorted(answered)
+        len(first) == 8 and first[:7] == answered and sorted(trials_by_id(run_dir)) == sorted(answered)
     )  # the one in flight left no row
     assert not lab.is_up()  # the sweep brought it up, and takes it down however it ends
     data = saved(run_dir)
@@ -215,13 +149,13 @@ def test_an_interrupted_sweep_resumes_with_exactly_the_missing_trials(lab, run, 
     manifest = ManifestFile.load(run_dir / "manifest.json")  # what `testbed sweep --resume` does
     exp = manifest.manifest.experiment
     assert exp == EXP
-    lab.hosts["client"].worker(answer)
+    lab.hosts["client"].worker(healthy_worker)
     summary = run_sweep(lab, exp, run_dir, manifest)
 
     second = timed(lab.hosts["client"].workers[-1].specs)
     assert sorted(second) == sorted(set(PLAN) - set(answered))  # the missing ones, each once
     assert first[7] in second
-    assert sorted(rows(run_dir)) == sorted(PLAN)
+    assert sorted(trials_by_id(run_dir)) == sorted(PLAN)
     assert (summary["ran"], summary["failed"], summary["status"]) == (13, 0, "complete")
     data = saved(run_dir)
     assert [(s["status"], s["skipped_done"]) for s in data["sessions"]] == [
@@ -258,13 +192,13 @@ def test_a_trial_that_loses_the_worker_is_a_failed_row_and_a_new_worker_runs_the
             if isinstance(failure, Exception):
                 raise failure
             return failure
-        return answer(spec)
+        return healthy_worker(spec)
 
     client = lab.hosts["client"]
     client.worker(fail_once)
     summary = run_sweep(lab, EXP, run_dir, manifest)
 
-    written = rows(run_dir)
+    written = trials_by_id(run_dir)
     assert sorted(written) == sorted(PLAN)
     assert [i for i, r in written.items() if r["ok"] != "true"] == [VICTIM]
     assert written[VICTIM]["error"].startswith(error)
@@ -297,13 +231,13 @@ def test_a_failed_remote_trial_with_the_server_gone_restarts_the_server(lab, run
             alive["server-offload"] = False  # the server dies in the middle of this trial
         if not alive["server-offload"] and spec["method"] != "local":
             return {"trial": spec["trial"], "ok": False, "error": "ConnectionError: refused"}
-        return answer(spec)
+        return healthy_worker(spec)
 
     server.reply("service.status", status).reply("service.start", start)
     client.worker(crash_once)
     summary = run_sweep(lab, EXP, run_dir, manifest)
 
-    written = rows(run_dir)
+    written = trials_by_id(run_dir)
     assert [i for i, r in written.items() if r["ok"] != "true"] == [VICTIM]
     assert written[VICTIM]["error"] == "ConnectionError: refused"
     assert (summary["failed"], summary["status"]) == (1, "complete")
@@ -339,7 +273,7 @@ def test_a_failed_grpc_trial_with_the_grpc_child_gone_restarts_the_server(lab, t
         if spec["trial"] == victim:
             grpc_up["answers"] = False  # only the gRPC child died: HTTP still answers
             return {"trial": spec["trial"], "ok": False, "error": "UNAVAILABLE: connection refused"}
-        return answer(spec)
+        return healthy_worker(spec)
 
     client.worker(child_dies)
     summary = run_sweep(lab, exp, run_dir, manifest)
@@ -347,7 +281,7 @@ def test_a_failed_grpc_trial_with_the_grpc_child_gone_restarts_the_server(lab, t
     assert (summary["failed"], summary["status"]) == (1, "complete")
     assert [a["name"] for a in server.args("service.stop")] == ["server-offload"]
     assert [a["name"] for a in server.args("service.start")][-1] == "server-offload"
-    assert [i for i, r in rows(run_dir).items() if r["ok"] != "true"] == [victim]
+    assert [i for i, r in trials_by_id(run_dir).items() if r["ok"] != "true"] == [victim]
 
 
 # ------------------------------------------------------------------ validation
@@ -356,7 +290,7 @@ def test_a_rate_that_fails_validation_is_skipped_as_failed_rows_and_the_next_rat
     link(lab, lambda rate, n: 0.8 if rate == 10.0 else 0.99)  # 20% short at 10 Mbit/s, every attempt
     summary = run_sweep(lab, EXP, run_dir, manifest)
 
-    written = rows(run_dir)
+    written = trials_by_id(run_dir)
     assert sorted(written) == sorted(PLAN)
     failed = sorted(i for i, r in written.items() if r["ok"] != "true")
     assert failed == at_rate(10.0)
@@ -431,7 +365,7 @@ def test_an_interrupted_sweep_on_a_testbed_that_was_up_still_restores_its_link(l
     lab.hosts["client"].worker(stop)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(lab, EXP, run_dir, manifest)
-    assert lab.is_up() and rows(run_dir) == {}
+    assert lab.is_up() and trials_by_id(run_dir) == {}
     assert lab.hosts["appliance"].args("shape.apply")[-1]["link"] == lab.inv.link.as_dict()
 
 
@@ -455,9 +389,3 @@ def test_a_testbed_that_cannot_come_up_reports_why(lab, run):
         run_sweep(lab, EXP, run_dir, manifest)
     assert lab.hosts["appliance"].args("shape.apply") == []
     assert saved(run_dir)["sessions"][0]["status"] == "interrupted"
-
-
-def test_fake_host_without_a_scripted_worker_refuses_to_start_one(lab):
-    host: FakeHost = lab.hosts["server"]
-    with pytest.raises(NotImplementedError, match="no worker scripted"):
-        host.popen(["python", "-m", "client.worker"])

@@ -1,0 +1,109 @@
+"""Fixtures shared by the unit tests (no root): the fake embedded testbed, and the check that no test's
+code asked a fake host for something nobody scripted."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from testbed import lab as lab_mod
+from testbed.inventory import load_inventory
+from testbed.lab import NetnsLab
+from tests.fakes import (
+    UNSCRIPTED,
+    FakeHost,
+    cgroups,
+    healthy,
+    healthy_worker,
+    link,
+    offloads_off,
+    probe_reply,
+    services,
+)
+from tests.isolation import Lease, write_inventory
+
+# the fake testbed's identity: nothing is made on the machine, so it needs no lease of its own
+FAKE_LEASE = Lease("tbf", ("10.78.0",), (18080, 15201, 50051))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.call_failed = report.failed  # a failed test has said what went wrong already
+    return report
+
+
+@pytest.fixture(autouse=True)
+def nothing_unscripted(request):
+    """Fail a test whose code asked a fake host for something unscripted, even if it swallowed the error."""
+    yield
+    asked = [str(exc) for exc in UNSCRIPTED]
+    UNSCRIPTED.clear()
+    if not getattr(request.node, "call_failed", False):
+        assert not asked, "asked of a fake host and not scripted:\n" + "\n".join(asked)
+
+
+@pytest.fixture
+def netns(tmp_path, monkeypatch):
+    """A NetnsLab whose hosts are fakes scripted for up, status and down (their agents keep services
+    and CPU limits as the real ones do), and whose wiring (pyroute2, ip) is recorded, not applied."""
+    inv = load_inventory(write_inventory(tmp_path / "inventory.yaml", FAKE_LEASE, quota=0.25))
+    lab = NetnsLab(inv)
+    lab.state_dir = tmp_path / "state"
+    for role, host in list(lab.hosts.items()):
+        fake = FakeHost(host.spec, str(lab.state_dir), cgroup=host.cgroup, env=host.env)
+        lab.hosts[role] = fake.reply("probe", probe_reply())
+    client, appliance, server = (lab.hosts[r] for r in ("client", "appliance", "server"))
+    names = lab.names
+    offloads_off(client, names.client_if)
+    offloads_off(server, names.server_if)
+    offloads_off(appliance, names.to_client, names.to_server)
+    healthy(client).reply("grpc.ready", True)  # the server's gRPC port answers
+    lab.cpu_limits = cgroups(client)
+    lab.services = services(server)
+    ports = [names.to_client, names.to_server]
+    bridge = {"name": names.bridge, "datapath_type": "netdev", "ports": ports}
+    appliance.reply("bridge.up", lambda **args: bridge).reply("bridge.status", lambda **args: bridge)
+    appliance.reply(
+        "shape.apply",
+        lambda link, up_if, down_if: [{"ifname": i, "commands": []} for i in (up_if, down_if)],
+    )
+    appliance.reply("shape.read", lambda ifs: {i: {} for i in ifs})
+    wiring = {"namespaces": [], "applied": [], "commands": []}
+    monkeypatch.setattr(lab_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(lab_mod.topology, "existing_namespaces", lambda names: list(wiring["namespaces"]))
+
+    def apply(steps):
+        wiring["applied"] += steps
+        wiring["namespaces"] = list(lab.names.namespaces)
+
+    monkeypatch.setattr(lab_mod.topology, "apply", apply)
+    monkeypatch.setattr(lab_mod.topology, "remove_root_leftovers", lambda names: [])
+    monkeypatch.setattr(lab_mod, "_netns_pids", lambda ns: [])
+
+    def run(argv, **kwargs):
+        wiring["commands"].append(list(argv))
+        if argv[:3] == ["ip", "netns", "delete"]:
+            wiring["namespaces"].remove(argv[3])
+
+    monkeypatch.setattr(lab_mod, "run", run)
+    lab.wiring = wiring
+    return lab
+
+
+@pytest.fixture
+def lab(netns):
+    """The fake embedded testbed for sweeps, down, with a healthy worker, a link that validates and
+    the appliance's counters."""
+    link(netns)
+    netns.hosts["client"].worker(healthy_worker)
+    ticks = itertools.count()
+
+    def counters(ifs, bridge, rundir, own):
+        n = next(ticks)
+        return {"at": n, "htb": {i: {"bytes": 1000 * n} for i in ifs}, "ovs": {i: {} for i in ifs}}
+
+    netns.hosts["appliance"].reply("counters", counters)
+    return netns
