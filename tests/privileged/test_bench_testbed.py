@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchmarks.common import SKIPPED
-from tests.helpers import check_bench_outputs, run_cli
+from tests.helpers import run_bench, run_cli
 from tests.isolation import leftovers
 
 pytestmark = pytest.mark.privileged
@@ -16,10 +16,9 @@ pytestmark = pytest.mark.privileged
 
 def test_bench_quick_brings_the_testbed_up_and_takes_it_down(inventory, lease, tmp_path):
     out = tmp_path / "bench"
-    proc = run_cli(inventory, "bench", "--quick", "--out", str(out), timeout=900)
+    proc, rows = run_bench(inventory, out)
     assert "targets:" in proc.stdout
     assert f"bringing testbed {lease.prefix} up" in proc.stderr
-    rows = check_bench_outputs(out, quick=True)
     assert [r for r in rows if r["status"] == SKIPPED] == []
     assert {r["section"] for r in rows} == {"codecs", "efficiency", "memory", "orchestration"}
     assert leftovers(lease.prefix) == [], "a testbed the bench brought up is down again"
@@ -30,8 +29,7 @@ def test_bench_leaves_a_running_testbed_up_with_its_shaping(inventory, tmp_path)
     run_cli(inventory, "up", "--no-server")
     run_cli(inventory, "shape", "--up-rate", "30mbit", "--down-rate", "20mbit")
     out = tmp_path / "bench"
-    run_cli(inventory, "bench", "--quick", "--out", str(out), timeout=900)
-    rows = check_bench_outputs(out, quick=True)
+    _, rows = run_bench(inventory, out)
     assert [r for r in rows if r["status"] == SKIPPED] == []
     status = json.loads(run_cli(inventory, "status", "--json").stdout)
     assert status["up"] is True
