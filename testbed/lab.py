@@ -162,8 +162,11 @@ class Lab(ABC):
             self.shape(self.inv.link)
             self.start_services(start_server)
             self._mark_up()
-        except BaseException:
-            self.down()
+        except BaseException as failure:
+            try:
+                self.down()
+            except Exception as cleanup:  # the failure that stopped `up` is the one to report
+                failure.add_note(f"taking the testbed down again also failed: {cleanup!r}")
             raise
         return True
 

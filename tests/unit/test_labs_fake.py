@@ -86,6 +86,20 @@ def test_netns_failed_up_is_taken_down(netns):
     assert not netns.state_dir.exists() and not netns.is_up()
 
 
+def test_a_failed_up_whose_clean_up_fails_too_reports_what_stopped_up(netns):
+    def refuse(**args):
+        raise UserError("appliance port tbf-a1 does not exist")
+
+    def broken(name):
+        raise RuntimeError("cgroup file system gone")
+
+    netns.hosts["appliance"].reply("shape.apply", refuse)
+    netns.hosts["client"].reply("cpu.remove", broken)
+    with pytest.raises(UserError, match="tbf-a1") as failure:
+        netns.up()
+    assert any("cgroup file system gone" in note for note in failure.value.__notes__)
+
+
 def test_netns_down_after_a_crash_needs_no_state(netns):
     netns.wiring["namespaces"] = list(netns.names.namespaces)
     cgroups = ["tbf-client"]
