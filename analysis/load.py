@@ -43,7 +43,7 @@ def load_run(run_dir: Path) -> Run:
         raise UserError(f"{path} does not exist", "pass the directory of a run made by `testbed sweep`")
     manifest_path = run_dir / MANIFEST_FILE
     manifest = run_files.read_manifest(manifest_path) if manifest_path.is_file() else None
-    return Run(run_dir, read_trials(path), manifest)
+    return Run(run_dir, trials_frame(path), manifest)
 
 
 def output_dir(run: Run) -> Path:
@@ -58,7 +58,7 @@ def output_dir(run: Run) -> Path:
     return out_dir
 
 
-def read_trials(path: Path) -> pd.DataFrame:
+def trials_frame(path: Path) -> pd.DataFrame:
     """trials.csv through the contract's one reader, as the frame the analysis works on."""
     trials = run_files.read_trials(path)
     if not trials.records:

@@ -86,7 +86,15 @@ def replay(fixed_dir: Path, min_reps: int, precision: float | None = None) -> tu
                 raise UserError(f"{fixed_dir} lacks {key}", "replay a complete fixed run")
             ok = measured[key] is not None
             rounds.record(
-                TrialRecord(trial.op, trial.size, trial.method, ok, trial=trial.trial, t_total=measured[key])
+                TrialRecord(
+                    trial.op,
+                    trial.size,
+                    trial.method,
+                    ok,
+                    trial=trial.trial,
+                    rate_mbps=trial.rate_mbps,
+                    t_total=measured[key],
+                )
             )
             chosen.add(key)
     taken = t[[k in chosen for k in keys]]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,9 @@ def appliance_over_ssh(lab: Lab) -> Iterator[Lab]:
         _keygen(tmp / "id_ed25519")
         _keygen(tmp / "hostkey")
         shutil.copy(tmp / "id_ed25519.pub", tmp / "authorized_keys")
+        # the host key is ours: known before the first contact, and checked (strict), as in a lab
+        key_type, key = (tmp / "hostkey.pub").read_text().split()[:2]
+        (tmp / "known_hosts").write_text(f"{appliance.netns} {key_type} {key}\n")
         (tmp / "sshd_config").write_text(SSHD_CONFIG.format(tmp=tmp))
         privsep.mkdir(mode=0o755, exist_ok=True)
         spec = HostSpec(
@@ -76,7 +80,7 @@ def appliance_over_ssh(lab: Lab) -> Iterator[Lab]:
                 host=appliance.netns,
                 key=str(tmp / "id_ed25519"),
                 known_hosts=str(tmp / "known_hosts"),
-                host_key="accept-new",
+                host_key="strict",
             ),
             ports=appliance.spec.ports,
             python=sys.executable,
@@ -85,7 +89,9 @@ def appliance_over_ssh(lab: Lab) -> Iterator[Lab]:
             spec,
             PurePosixPath(appliance.state_dir),
             PurePosixPath(REPO),
-            proxy_command=f"ip netns exec {appliance.netns} {sshd} -i -f {tmp / 'sshd_config'}",
+            proxy_command=shlex.join(
+                ["ip", "netns", "exec", appliance.netns, sshd, "-i", "-f", str(tmp / "sshd_config")]
+            ),
         )
         view = copy.copy(lab)
         view.hosts = {**lab.hosts, "appliance": host}

@@ -82,6 +82,20 @@ class TrialRecord:
     cpu_total: float | None = None
     emulation_flagged: bool = False
 
+    def __post_init__(self) -> None:
+        """What every row must hold, checked where a record is made: by the sweep from the worker's
+        answer (a violation is a bug there) and by the reader from a file (which names the line)."""
+        for name in ("op", "method"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} is empty")
+        if self.method != LOCAL and (self.rate_mbps is None or self.rate_mbps <= 0):
+            rate = "empty" if self.rate_mbps is None else repr(self.rate_mbps)
+            raise ValueError(f"rate_mbps is {rate}; a remote trial needs a positive rate in Mbit/s")
+        if self.ok and self.t_total is None:
+            raise ValueError("t_total is empty in a successful trial (ok=true)")
+        if self.ok and self.t_total < 0:
+            raise ValueError(f"t_total is {self.t_total!r}, a negative completion time")
+
 
 COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
@@ -112,6 +126,8 @@ class TrialWriter:
         self.path = path
         repair(path)
         new = not path.exists() or path.stat().st_size == 0
+        if not new:
+            _upgrade(path)  # a resumed run of an older version: its rows in this version's columns
         self._file = open(path, "a", newline="")  # noqa: SIM115 - held open for the whole sweep
         self._buf = io.StringIO()
         self._csv = csv.writer(self._buf)
@@ -139,6 +155,30 @@ class TrialWriter:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
+
+
+def _upgrade(path: Path) -> None:
+    """Rewrite an older trials.csv as this version's (atomically), so appended rows match its header.
+
+    Only a file the sweep wrote can be continued: columns it never writes are refused, not dropped.
+    """
+    trials = read_trials(path)
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        header = next(csv.reader(line for line in f if not line.startswith(TRIALS_MARK)), [])
+    unknown = [c.strip() for c in header if c.strip() not in COLUMNS]
+    if unknown:
+        raise UserError(
+            f"{path} has column(s) {', '.join(unknown)} the sweep does not write",
+            "resume only runs written by testbed sweep",
+        )
+    if trials.version == FORMAT_VERSION and [c.strip() for c in header] == list(COLUMNS):
+        return
+    tmp = path.with_suffix(".csv.tmp")
+    writer = TrialWriter(tmp)
+    for record in trials.records:
+        writer.write(record)
+    writer.close()
+    os.replace(tmp, path)
 
 
 def repair(path: Path) -> None:
@@ -191,7 +231,7 @@ def read_trials(path: Path) -> Trials:
         first = 2
     reader = csv.reader(io.StringIO(text))
     try:
-        records, lines = _read_rows(reader, path, first)
+        records, lines = _read_rows(reader, path, first, version)
     except csv.Error as exc:
         raise UserError(
             f"{path} line {reader.line_num + first}: not readable as CSV ({exc})", _FIX_FORMAT
@@ -199,7 +239,7 @@ def read_trials(path: Path) -> Trials:
     return Trials(path, version, records, lines)
 
 
-def _read_rows(reader, path: Path, first: int) -> tuple[list[TrialRecord], list[int]]:
+def _read_rows(reader, path: Path, first: int, version: int) -> tuple[list[TrialRecord], list[int]]:
     header = next(reader, None)
     if header is None:
         raise UserError(f"{path} is empty", "run the sweep first, or pass the directory of a finished run")
@@ -207,7 +247,12 @@ def _read_rows(reader, path: Path, first: int) -> tuple[list[TrialRecord], list[
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise UserError(f"{path} lacks column(s) {', '.join(missing)}", _FIX_FORMAT)
-    index = {name: header.index(name) for name in COLUMNS if name in header}  # others: ignored
+    unknown = [c for c in header if c not in COLUMNS]
+    if unknown and version >= 2:  # version 1 files were also written by hand: extra columns are notes
+        raise UserError(
+            f"{path} has column(s) {', '.join(unknown)} that format {version} does not have", _FIX_FORMAT
+        )
+    index = {name: header.index(name) for name in COLUMNS if name in header}
     records, lines = [], []
     for fields_ in reader:
         if not any(x.strip() for x in fields_):
@@ -241,24 +286,18 @@ def _parse_row(raw: dict[str, str], path: Path, line: int) -> TrialRecord:
             values[column] = int(number) if number is not None and column in _INTS else number
         else:
             values[column] = text or None
-    for column in ("op", "method"):
-        if not values.get(column):
-            raise bad(column, "is empty")
     if values.get("size") is None:
         raise bad("size", "is empty")
     size = values["size"]
     values["size"] = int(size) if float(size).is_integer() else size
     values["run_id"] = values.get("run_id") or ""
     values["dtype"] = values.get("dtype") or ""
-    if values["method"].lower() == LOCAL:
+    if (values.get("method") or "").lower() == LOCAL:
         values["method"], values["rate_mbps"] = LOCAL, None  # the baseline does not use the network
-    elif values["rate_mbps"] is None or values["rate_mbps"] <= 0:
-        raise bad("rate_mbps", f"is {raw['rate_mbps']!r}; a remote trial needs a positive rate in Mbit/s")
-    if values["ok"] and values["t_total"] is None:
-        raise bad("t_total", "is empty in a successful trial (ok=true)")
-    if values["ok"] and values["t_total"] < 0:
-        raise bad("t_total", f"is {raw['t_total']!r}, a negative completion time")
-    return TrialRecord(**values)
+    try:
+        return TrialRecord(**values)
+    except ValueError as exc:  # the record's own checks, the same for the sweep and every reader
+        raise UserError(f"{path} line {line}: {exc}", _FIX_FORMAT) from None
 
 
 def _number(text: str) -> float | None:
@@ -333,7 +372,7 @@ class Session:
 
     started_at: str
     skipped_done: int
-    status: str  # running, completed, interrupted, failed
+    status: str  # running, then complete or interrupted
     pid: int | None = None
     hostname: str | None = None
     ended_at: str | None = None
@@ -378,7 +417,7 @@ class Calibration:
     quota: float | None = None
     period_s: float | None = None
     quotas: dict | None = None
-    host: dict | None = None
+    host: list[dict] | None = None  # throttle: the host's own time for each work (its rows)
 
 
 @dataclass(slots=True)
@@ -395,7 +434,7 @@ class Manifest:
     """manifest.json: what was planned, on what, and what happened to the run."""
 
     run_id: str
-    status: str  # running, completed, interrupted, failed
+    status: str  # running, then complete or interrupted
     experiment: Experiment
     inventory: str = ""
     client_cpu: dict | None = None  # the inventory's CpuProfile, as a dict
@@ -408,7 +447,7 @@ class Manifest:
     sessions: list[Session] = field(default_factory=list)
     estimate_s: list[float] | None = None  # the duration estimated before the first session
     device: Device | None = None
-    format_version: int = FORMAT_VERSION
+    format_version: int = FORMAT_VERSION  # as read (1: written before versioning); saved as this one
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -429,7 +468,7 @@ class Manifest:
             return cls(
                 **{
                     **data,
-                    "format_version": FORMAT_VERSION,  # converted: what it says now is this version's
+                    "format_version": version,
                     "experiment": Experiment.from_dict(data["experiment"]),
                     "validation": [LinkCheck(**v) for v in data.get("validation") or []],
                     "counters": [Counters(**c) for c in data.get("counters") or []],
@@ -483,6 +522,7 @@ def read_manifest(path: Path) -> Manifest:
 
 def write_manifest(path: Path, manifest: Manifest) -> None:
     """Rewritten whole and atomically, so a reader never sees half a manifest."""
+    manifest.format_version = FORMAT_VERSION  # converted: what is written is this version's
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest.as_dict(), indent=2, default=str))
+    tmp.write_text(json.dumps(manifest.as_dict(), indent=2))  # a value JSON cannot hold is a bug
     os.replace(tmp, path)

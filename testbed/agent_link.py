@@ -19,6 +19,7 @@ import atexit
 import collections
 import json
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -33,6 +34,10 @@ START_TIMEOUT = 60.0  # an agent's start: an interpreter and its imports, over S
 CLOSE_TIMEOUT = 5.0
 STDERR_LINES = 20  # of an agent's stderr, kept to tell why it died
 MISSING = (126, 127)  # the shell's "cannot execute" and "not found"
+# what a host runs of the project: one of these missing below the top is a bug (a module renamed or
+# left out), not a dependency the user has to install
+PROJECT_PACKAGES = ("contracts", "agent", "appliance", "client", "server")
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
 
 class Process(Protocol):
@@ -179,7 +184,12 @@ class AgentLink:
         status = self._exit_status()
         self._stop()
         stderr = self._tail.text()
-        if status in MISSING or "ModuleNotFoundError" in stderr:
+        missing = _MISSING_MODULE.search(stderr)
+        if missing and missing.group(1).partition(".")[0] in PROJECT_PACKAGES and missing.group(1) != "agent":
+            return AgentBug(
+                self.host, "(start)", f"the agent cannot import the project's own code:\n{stderr}"
+            )
+        if status in MISSING or missing:
             return CommandError(
                 self.host,
                 self.argv,

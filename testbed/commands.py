@@ -1,5 +1,5 @@
-"""The testbed's own commands (up, down, shape, validate, status, exec, calibrate): their parsers and
-handlers, each handler turning parsed arguments into library calls and printing the outcome."""
+"""The testbed's own commands (up, down, shape, validate, status, exec, speed-table, calibrate): their
+parsers and handlers, each handler turning parsed arguments into library calls and printing the outcome."""
 
 from __future__ import annotations
 
@@ -62,25 +62,27 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_exec)
 
     p = sub.add_parser(
-        "calibrate",
-        help="local matrix multiplication times on client and server; with --device, how closely the "
-        "client host emulates a device profile",
+        "speed-table", help="local matrix multiplication times and GFLOP/s on client and server"
     )
     p.add_argument("--sizes", default="200,400,800", help="matrix sizes (default 200,400,800)")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--device", help="a device profile (name in experiments/devices, or a file)")
-    p.add_argument("--mode", default="scaled", help="with --device: scaled (default) or throttle")
-    p.add_argument("--ops", default="mul", help="with --device: operations (default mul)")
+    p.set_defaults(handler=cmd_speed_table, busy=always)
+
+    p = sub.add_parser("calibrate", help="how closely the client host emulates a device profile")
     p.add_argument(
-        "--codecs", default="json,ujson,raw", help="with --device: codecs (default json,ujson,raw)"
+        "--device", required=True, help="a device profile (name in experiments/devices, or a file)"
     )
-    p.add_argument("--json", action="store_true", help="with --device: print one JSON object")
+    p.add_argument("--sizes", default="200,400,800", help="matrix sizes (default 200,400,800)")
+    p.add_argument("--mode", default="scaled", help="scaled (default) or throttle")
+    p.add_argument("--ops", default="mul", help="operations (default mul)")
+    p.add_argument("--codecs", default="json,ujson,raw", help="codecs (default json,ujson,raw)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--slow-host",
         type=float,
         metavar="FRACTION",
-        help="with --device and --mode scaled: hold the calibration under an extra CPU quota of this "
-        "fraction of a core, to show the device's times do not depend on the host's speed",
+        help="with --mode scaled: hold the calibration under an extra CPU quota of this fraction of a "
+        "core, to show the device's times do not depend on the host's speed",
     )
     p.set_defaults(handler=cmd_calibrate, busy=always)
 
@@ -282,19 +284,24 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from testbed.speed_table import format_speed_table, speed_table
-
+def _sizes(text: str) -> list[int]:
     try:
-        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+        sizes = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         sizes = []
     if not sizes or min(sizes) < 2:
-        raise UserError(
-            f"--sizes {args.sizes!r} must be matrix sizes of at least 2", "e.g. --sizes 200,400,800"
-        )
-    if args.device:
-        return calibrate_device(args, sizes)
+        raise UserError(f"--sizes {text!r} must be matrix sizes of at least 2", "e.g. --sizes 200,400,800")
+    return sizes
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    return calibrate_device(args, _sizes(args.sizes))
+
+
+def cmd_speed_table(args: argparse.Namespace) -> int:
+    from testbed.speed_table import format_speed_table, speed_table
+
+    sizes = _sizes(args.sizes)
     require_root()
     lab = open_lab(load(args))
     lab.require_up()

@@ -1,5 +1,4 @@
-"""`testbed calibrate` without a device: the speed table, how fast the client and the server multiply
-matrices.
+"""`testbed speed-table`: how fast the client and the server multiply matrices.
 
 The client runs under its CPU limit, the server does not; their ratio is the speed-up offloading can
 buy, which together with the link rate decides where offloading pays.

@@ -17,6 +17,22 @@ from benchmarks.runner import expected, key
 from contracts.run import FORMAT_VERSION, TRIALS_MARK, read_manifest
 
 REPO = Path(__file__).resolve().parent.parent
+AGENT = [sys.executable, "-m", "agent", "--serve"]  # the resident host agent, on this machine
+
+
+def agent_popen(argv: list[str]):
+    """How an `AgentLink` starts its process: `argv` with pipes, in a session of its own."""
+
+    def spawn(tail) -> subprocess.Popen:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    return spawn
 
 
 # ------------------------------------------------------------------ the testbed CLI, as a user runs it

@@ -14,24 +14,12 @@ import time
 import pytest
 
 from contracts.errors import AgentBug, CommandError, UserError
-from testbed.agent_link import AgentLink, Tail
+from testbed.agent_link import AgentLink
 from testbed.hosts import agent_answer
+from tests.helpers import AGENT, REPO
+from tests.helpers import agent_popen as popen
 
-AGENT = [sys.executable, "-m", "agent", "--serve"]
 READY = 'import json, os, sys; print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)\n'
-
-
-def popen(argv: list[str]):
-    def spawn(tail: Tail) -> subprocess.Popen:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-
-    return spawn
 
 
 @pytest.fixture
@@ -163,12 +151,14 @@ def test_an_agent_that_fails_at_its_start_otherwise_is_a_bug(links):
         ask(links(script("1 / 0")), "probe")
     with pytest.raises(AgentBug, match="not `ready`"):
         ask(links(script("print('{\"hello\": 1}', flush=True); import time; time.sleep(30)")), "probe")
+    with pytest.raises(AgentBug, match="project's own code"):  # a module renamed or left out: ours
+        ask(links(script("import client.no_such_module")), "probe")
 
 
 ORCHESTRATOR = """
 import json, sys, time
 from testbed.agent_link import AgentLink
-from tests.unit.test_agent_link import AGENT, popen
+from tests.helpers import AGENT, agent_popen as popen
 link = AgentLink("h", AGENT, popen(AGENT))
 link.ask("cpu.read", json.dumps({"name": "tbt-unit-none"}), 30.0)
 print(link.pid, flush=True)
@@ -181,7 +171,7 @@ if sys.argv[1] == "hang":
 def test_an_agent_never_outlives_its_orchestrator(end):
     """An orchestrator that exits closes its agents; one that is killed leaves them EOF, and they go."""
     orchestrator = subprocess.Popen(
-        [sys.executable, "-c", ORCHESTRATOR, end], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+        [sys.executable, "-c", ORCHESTRATOR, end], stdout=subprocess.PIPE, text=True, cwd=REPO
     )
     try:
         pid = int(orchestrator.stdout.readline())

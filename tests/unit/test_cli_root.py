@@ -18,7 +18,8 @@ ROOT_COMMANDS = [
     ["validate", "--rates", "20"],
     ["status"],
     ["exec", "client", "--", "true"],
-    ["calibrate"],
+    ["speed-table"],
+    ["calibrate", "--device", "paper-p4"],
     ["sweep", "experiments/smoke.yaml"],
 ]
 

@@ -58,7 +58,7 @@ def test_the_stored_v1_run_loads_and_its_analysis_is_unchanged(v1_run):
     trials = read_trials(v1_run / "trials.csv")
     assert trials.version == 1 and len(trials.records) == 42
     manifest = read_manifest(v1_run / "manifest.json")
-    assert manifest.format_version == FORMAT_VERSION  # converted on load
+    assert manifest.format_version == 1  # as read; saved again, it is this version's
     assert manifest.device is not None and manifest.device.calibrations
     assert {c.rate_mbps for c in manifest.validation} == {20.0, 100.0}
     out = analyze(v1_run, plots=False, out=open("/dev/null", "w"))
@@ -136,3 +136,67 @@ def test_a_manifest_is_typed_through_and_through():
     assert manifest.experiment.methods == ("json", "raw", "grpc") and manifest.experiment.reps == 3
     assert all(s.status for s in manifest.sessions)
     assert TrialRecord.__dataclass_params__.frozen
+
+
+def test_resuming_a_v1_run_upgrades_its_trials_before_appending(v1_run):
+    """The v1 header's column order is not this version's: appending under it would shift every cell."""
+    path = v1_run / "trials.csv"
+    before = read_trials(path).records
+    writer = TrialWriter(path)  # what a resumed sweep opens
+    writer.write(TrialRecord("mul", 200, "raw", False, run_id="r", trial=99, rate_mbps=20.0, error="late"))
+    writer.close()
+    after = read_trials(path)
+    assert after.version == FORMAT_VERSION and after.records == [*before, after.records[-1]]
+    assert after.records[-1].trial == 99 and after.records[-1].error == "late"
+
+
+def test_resuming_a_file_with_columns_the_sweep_never_writes_is_refused(v1_run):
+    path = v1_run / "trials.csv"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0] + ",notes", *(line + ",x" for line in lines[1:])]) + "\n")
+    assert len(read_trials(path).records) == 42  # version 1: read, the notes column left aside
+    with pytest.raises(UserError, match="notes"):
+        TrialWriter(path)
+
+
+def test_a_version_2_file_with_a_column_it_does_not_have_is_refused(tmp_path):
+    path = tmp_path / "trials.csv"
+    writer = TrialWriter(path)
+    writer.write(TrialRecord("mul", 200, "raw", True, trial=0, rate_mbps=20.0, t_total=1.0))
+    writer.close()
+    mark, header, row = path.read_text().splitlines()
+    path.write_text(f"{mark}\n{header},gpu\n{row},1\n")
+    with pytest.raises(UserError, match="gpu"):
+        read_trials(path)
+
+
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ({"ok": True}, "t_total is empty"),
+        ({"ok": True, "t_total": -1.0}, "negative"),
+        ({"ok": False, "rate_mbps": None}, "positive rate"),
+        ({"ok": False, "method": ""}, "method is empty"),
+    ],
+)
+def test_a_record_no_reader_would_accept_cannot_be_made(fields, why):
+    """The sweep cannot write a row its own reader refuses: the checks live in the record."""
+    base = {"op": "mul", "size": 200, "method": "raw", "rate_mbps": 20.0}
+    with pytest.raises(ValueError, match=why):
+        TrialRecord(**{**base, **fields})
+
+
+def test_what_the_real_worker_reports_is_a_row_the_schema_knows():
+    """The trial worker's own answers (a local trial, and a remote one whose server is not there) become
+    rows without a field the schema lacks."""
+    from client.worker import TrialWorker
+
+    exp = read_manifest(V1 / "manifest.json").experiment
+    trials = [t for t in plan_trials(exp) if t.size == 200]
+    local = next(t for t in trials if t.method == "local")
+    remote = next(t for t in trials if t.method == "raw")
+    worker = TrialWorker("http://127.0.0.1:9/", seed=1, timeout=2.0)
+    for t in (local, remote):
+        spec = {"trial": t.trial, "op": t.op, "size": t.size, "dtype": t.dtype, "method": t.method}
+        row = trial_row("r", t, worker.run(spec))
+        assert row.ok == (t is local), row.error
