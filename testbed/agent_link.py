@@ -73,6 +73,24 @@ class Tail:
 
 
 Spawn = Callable[[Tail], Process]
+
+
+def local_spawn(argv: list[str]) -> Spawn:
+    """How an agent on this machine (or in one of its namespaces) starts: pipes, and a session of its
+    own, so Ctrl-C is the orchestrator's to handle, not its agents'."""
+
+    def spawn(tail: Tail) -> subprocess.Popen:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    return spawn
+
+
 _open: weakref.WeakSet[AgentLink] = weakref.WeakSet()
 
 

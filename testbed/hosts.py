@@ -19,7 +19,7 @@ from typing import Any
 
 from contracts.command import Result, run
 from contracts.errors import AgentBug, UserError
-from testbed.agent_link import AgentLink, Tail
+from testbed.agent_link import AgentLink, local_spawn
 from testbed.inventory import HostSpec
 
 
@@ -241,17 +241,7 @@ class NetnsHost(Host):
         return (st.st_dev, st.st_ino)
 
     def _link(self, argv: list[str]) -> AgentLink:
-        def spawn(tail: Tail) -> subprocess.Popen:
-            # a session of its own: Ctrl-C is the orchestrator's to handle, not its agents'
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-
-        return AgentLink(self.name, argv, spawn)
+        return AgentLink(self.name, argv, local_spawn(argv))
 
     @property
     def agents(self) -> list[AgentLink]:

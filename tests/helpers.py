@@ -20,21 +20,6 @@ REPO = Path(__file__).resolve().parent.parent
 AGENT = [sys.executable, "-m", "agent", "--serve"]  # the resident host agent, on this machine
 
 
-def agent_popen(argv: list[str]):
-    """How an `AgentLink` starts its process: `argv` with pipes, in a session of its own."""
-
-    def spawn(tail) -> subprocess.Popen:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-
-    return spawn
-
-
 # ------------------------------------------------------------------ the testbed CLI, as a user runs it
 def run_cli(
     inventory: Path, *args: str, check: bool = True, timeout: float = 600

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from contracts.processes import alive
+
 LEASE_DIR = Path(os.environ.get("TESTBED_TEST_LEASES", "/run/testbed-tests"))
 # inventory.py takes a prefix of at most 6 characters (interface names are limited to 15, and the
 # longest the tool makes is PREFIX-client); "t" and 5 letters/digits leave ~60 million prefixes
@@ -61,16 +63,6 @@ def _locked() -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _live_leases(directory: Path) -> list[Lease]:
     """The leases of live processes; those of dead ones are removed (their process cannot release them)."""
     live = []
@@ -79,7 +71,7 @@ def _live_leases(directory: Path) -> list[Lease]:
             record = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if _alive(record["pid"]):
+        if alive(record["pid"]):
             live.append(Lease(record["prefix"], tuple(record["subnets"]), tuple(record["ports"])))
         else:
             path.unlink(missing_ok=True)

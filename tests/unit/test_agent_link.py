@@ -14,10 +14,9 @@ import time
 import pytest
 
 from contracts.errors import AgentBug, CommandError, UserError
-from testbed.agent_link import AgentLink
+from testbed.agent_link import AgentLink, local_spawn
 from testbed.hosts import agent_answer
 from tests.helpers import AGENT, REPO
-from tests.helpers import agent_popen as popen
 
 READY = 'import json, os, sys; print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)\n'
 
@@ -28,7 +27,7 @@ def links():
     made: list[AgentLink] = []
 
     def make(argv: list[str]) -> AgentLink:
-        made.append(AgentLink("h", argv, popen(argv)))
+        made.append(AgentLink("h", argv, local_spawn(argv)))
         return made[-1]
 
     yield make
@@ -157,9 +156,10 @@ def test_an_agent_that_fails_at_its_start_otherwise_is_a_bug(links):
 
 ORCHESTRATOR = """
 import json, sys, time
-from testbed.agent_link import AgentLink
-from tests.helpers import AGENT, agent_popen as popen
-link = AgentLink("h", AGENT, popen(AGENT))
+from testbed.agent_link import AgentLink, local_spawn
+from testbed.agent_link import local_spawn
+from tests.helpers import AGENT
+link = AgentLink("h", AGENT, local_spawn(AGENT))
 link.ask("cpu.read", json.dumps({"name": "tbt-unit-none"}), 30.0)
 print(link.pid, flush=True)
 if sys.argv[1] == "hang":
