@@ -28,6 +28,7 @@ from testbed.lab import Lab
 from testbed.ssh import SshHost
 
 REPO = Path(__file__).resolve().parent.parent
+# an sshd of ours, started per connection (`sshd -i`) or as a daemon by the SSH tests: keys in `tmp`
 SSHD_CONFIG = """\
 HostKey {tmp}/hostkey
 AuthorizedKeysFile {tmp}/authorized_keys
@@ -37,6 +38,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PidFile none
+Subsystem sftp internal-sftp
 """
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ssh_appliance import SSHD_CONFIG
 from tests.helpers import run_cli, start_sweep, wait_for_rows
 from tests.isolation import Lease, leftovers
 
@@ -158,19 +159,7 @@ def lab_hosts(tmp_path, leases):
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "hostkey"))
     shutil.copy(f"{key}.pub", tmp_path / "authorized_keys")
-    (tmp_path / "sshd_config").write_text(
-        textwrap.dedent(f"""\
-        HostKey {tmp_path}/hostkey
-        AuthorizedKeysFile {tmp_path}/authorized_keys
-        PermitRootLogin prohibit-password
-        PasswordAuthentication no
-        KbdInteractiveAuthentication no
-        UsePAM no
-        StrictModes no
-        PidFile none
-        Subsystem sftp internal-sftp
-        """)
-    )
+    (tmp_path / "sshd_config").write_text(SSHD_CONFIG.format(tmp=tmp_path))
     # sshd's privilege-separation directory stays: another run's sshd may need it (and openssh-server's
     # own service makes it too)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
