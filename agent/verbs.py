@@ -74,6 +74,11 @@ def shape_apply(link: dict, up_if: str, down_if: str) -> list[dict]:
     return _shape_answer(plan, _shaper().apply(plan))
 
 
+def shape_classes(ifs: list[str]) -> dict:
+    """Our HTB class per port: rate, ceil and counters (the sweep's check after every trial)."""
+    return _shaper().classes(ifs)
+
+
 def shape_read(ifs: list[str]) -> dict:
     return _shaper().read(ifs)
 
@@ -172,6 +177,7 @@ VERBS: dict[str, Callable] = {
     "shape.plan": shape_plan,
     "shape.apply": shape_apply,
     "shape.read": shape_read,
+    "shape.classes": shape_classes,
     "shape.clear": shape_clear,
     "cpu.apply": cpu_apply,
     "cpu.read": cpu_read,

@@ -82,6 +82,16 @@ def class_counters(stats2) -> dict[str, int]:
     }
 
 
+def _class_rates(cls) -> dict[str, int]:
+    """An HTB class's rate and ceil in bits/s, from its TCA_OPTIONS."""
+    opts = cls.get_attr("TCA_OPTIONS")
+    parms = opts.get_attr("TCA_HTB_PARMS")
+    # above 32 bits of bytes/s the kernel keeps the rate in a 64-bit attribute of its own
+    rate = opts.get_attr("TCA_HTB_RATE64") or parms["rate"]
+    ceil = opts.get_attr("TCA_HTB_CEIL64") or parms["ceil"]
+    return {"rate": rate * 8, "ceil": ceil * 8}
+
+
 class Shaper:
     """Plans, applies and reads shaping in one network namespace (None: the current one).
 
@@ -206,6 +216,21 @@ class Shaper:
                         out[ifname] = class_counters(cls.get_attr("TCA_STATS2"))
         return out
 
+    def classes(self, ifnames: list[str]) -> dict[str, dict]:
+        """Per port with our HTB class: its rate and ceil (bits/s) and what it has sent so far: what a
+        sweep reads after every trial to know the trial went through the shaping it asked for.
+
+        Two netlink requests per port (its index, its classes): this runs once per trial.
+        """
+        out: dict[str, dict] = {}
+        with self._ipr() as ipr:
+            for ifname in ifnames:
+                found = ipr.link_lookup(ifname=ifname)
+                for cls in ipr.get_classes(found[0]) if found else ():
+                    if cls.get_attr("TCA_KIND") == "htb" and cls["handle"] == CLASS_ID:
+                        out[ifname] = {**_class_rates(cls), **class_counters(cls.get_attr("TCA_STATS2"))}
+        return out
+
     def read(self, ifnames: list[str]) -> dict[str, dict]:
         """The shaping in force per port, as the kernel reports it (rates in bits/s)."""
         out: dict[str, dict] = {}
@@ -218,12 +243,7 @@ class Shaper:
                 for cls in ipr.get_classes(found[0]):
                     if cls.get_attr("TCA_KIND") != "htb" or cls["handle"] != CLASS_ID:
                         continue
-                    opts = cls.get_attr("TCA_OPTIONS")
-                    parms = opts.get_attr("TCA_HTB_PARMS")
-                    # above 32 bits of bytes/s the kernel keeps the rate in a 64-bit attribute of its own
-                    rate = opts.get_attr("TCA_HTB_RATE64") or parms["rate"]
-                    ceil = opts.get_attr("TCA_HTB_CEIL64") or parms["ceil"]
-                    info["htb"] = {"rate": rate * 8, "ceil": ceil * 8}
+                    info["htb"] = _class_rates(cls)
                 for q in ipr.get_qdiscs(found[0]):
                     if q.get_attr("TCA_KIND") == "netem":
                         info["netem"] = True

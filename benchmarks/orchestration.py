@@ -7,8 +7,9 @@
   (`benchmarks.ssh_appliance`: `sshd -i` in the appliance's namespace); the SSH protocol and its
   channel are the backend's own, only the network hop is a pipe. Target: under 100 ms.
 - Bookkeeping: per trial, the worker's JSON round trip (request line to the client host, answer line
-  back, parsed: the time `WorkerLink.run` takes beyond the trial's own completion time) plus appending
-  and flushing its row with the sweep's `TrialWriter`. Against a 400x400 raw trial at 100 Mbit/s;
+  back, parsed: the time `WorkerLink.run` takes beyond the trial's own completion time), the check of
+  the shaping the trial ran through (`testbed.shaping_guard`: the appliance's classes read back), and
+  appending and flushing its row with the sweep's `TrialWriter`. Against a 400x400 raw trial at 100 Mbit/s;
   target: under 1% of the trial's completion time.
 """
 
@@ -26,6 +27,7 @@ from contracts.errors import UserError
 from contracts.run import TrialWriter
 from testbed.bookkeeping import trial_row
 from testbed.lab import Lab
+from testbed.sweep import shaping_guard
 from testbed.worker_link import WorkerLink
 
 SECTION = "orchestration"
@@ -80,7 +82,8 @@ def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> Row:
     (figure, case, unit, target) = cases(False)[2]
     lab.set_rate(int(BOOKKEEPING_RATE * 1e6))
     run_ok(worker, trial(0, BOOKKEEPING_SIZE, BOOKKEEPING_RATE))  # warm-up
-    round_trips, writes, totals = [], [], []
+    round_trips, checks, writes, totals = [], [], [], []
+    guard = shaping_guard(lab, BOOKKEEPING_RATE)
     with tempfile.TemporaryDirectory(prefix="bench-bookkeeping-") as tmp:
         writer = TrialWriter(Path(tmp) / "trials.csv")
         try:
@@ -90,12 +93,17 @@ def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> Row:
                 record = run_ok(worker, t)
                 round_trips.append(time.perf_counter() - start - record["t_total"])
                 start = time.perf_counter()
+                wrong = guard.check(lab.shaping_classes(), record)  # the sweep's check of the shaping
+                checks.append(time.perf_counter() - start)
+                if wrong:
+                    raise BenchError(f"the shaping was wrong during a bookkeeping trial: {wrong}")
+                start = time.perf_counter()
                 writer.write(trial_row("bench", t, record))
                 writes.append(time.perf_counter() - start)
                 totals.append(record["t_total"])
         finally:
             writer.close()
-    cost = median(round_trips) + median(writes)
+    cost = median(round_trips) + median(checks) + median(writes)
     return Row(
         SECTION,
         figure,
@@ -103,12 +111,14 @@ def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> Row:
         100 * cost / median(totals),
         unit,
         target,
-        note=f"{cost * 1e3:.3f} ms (worker round trip {median(round_trips) * 1e3:.3f} ms, row "
-        f"{median(writes) * 1e3:.3f} ms) per {median(totals) * 1e3:.0f} ms trial (median of {n})",
+        note=f"{cost * 1e3:.3f} ms (worker round trip {median(round_trips) * 1e3:.3f} ms, shaping check "
+        f"{median(checks) * 1e3:.3f} ms, row {median(writes) * 1e3:.3f} ms) per {median(totals) * 1e3:.0f} ms "
+        f"trial (median of {n})",
         details={
             "n": n,
             "bookkeeping_ms": cost * 1e3,
             "round_trip_ms": median(round_trips) * 1e3,
+            "shaping_check_ms": median(checks) * 1e3,
             "row_write_ms": median(writes) * 1e3,
             "trial_ms": median(totals) * 1e3,
         },

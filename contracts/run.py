@@ -408,6 +408,18 @@ class Counters:
 
 
 @dataclass(slots=True)
+class Repair:
+    """Something the sweep found broken while it ran, and what it did about it."""
+
+    at: str
+    part: str  # what was broken: shaping
+    why: str  # what was measured
+    done: str  # what the sweep did
+    ok: bool  # whether that repaired it (if not, the part's remaining trials failed with the reason)
+    trials: list[int] = field(default_factory=list)  # the trials it affected (not kept as ok)
+
+
+@dataclass(slots=True)
 class Calibration:
     """One calibration of the emulated device against its profile (rows: work, target, achieved...)."""
 
@@ -447,6 +459,7 @@ class Manifest:
     sessions: list[Session] = field(default_factory=list)
     estimate_s: list[float] | None = None  # the duration estimated before the first session
     device: Device | None = None
+    repairs: list[Repair] = field(default_factory=list)
     format_version: int = FORMAT_VERSION  # as read (1: written before versioning); saved as this one
 
     def as_dict(self) -> dict:
@@ -473,6 +486,7 @@ class Manifest:
                     "validation": [LinkCheck(**v) for v in data.get("validation") or []],
                     "counters": [Counters(**c) for c in data.get("counters") or []],
                     "sessions": [Session(**s) for s in data.get("sessions") or []],
+                    "repairs": [Repair(**r) for r in data.get("repairs") or []],
                     "device": None
                     if device is None
                     else Device(

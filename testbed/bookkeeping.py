@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from contracts.errors import UserError
-from contracts.run import MANIFEST_FILE, Counters, LinkCheck, Manifest, Session, TrialRecord
+from contracts.run import MANIFEST_FILE, Counters, LinkCheck, Manifest, Repair, Session, TrialRecord
 from testbed.experiment import Experiment
 from testbed.lab import Lab
 from testbed.plan import Trial, plan_trials
@@ -70,6 +70,11 @@ def end_session(manifest: ManifestFile, session: Session, status: str) -> None:
 
 def add_validation(manifest: ManifestFile, *entries: LinkCheck) -> None:
     manifest.manifest.validation.extend(entries)
+    manifest.save()
+
+
+def add_repair(manifest: ManifestFile, repair: Repair) -> None:
+    manifest.manifest.repairs.append(repair)
     manifest.save()
 
 

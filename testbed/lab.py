@@ -237,6 +237,10 @@ class Lab(ABC):
         """The sweep's in-place rate change between cells: both directions, nothing else altered."""
         self.shape(replace(self.inv.link, up_rate=rate_bps, down_rate=rate_bps, ceil=None, burst=None))
 
+    def shaping_classes(self) -> dict[str, dict]:
+        """The appliance's HTB class per port now: rate, ceil (bits/s) and counters (bytes sent...)."""
+        return self.host("appliance").agent("shape.classes", ifs=[self.up_if, self.down_if])
+
     def read_shaping(self) -> dict[str, dict]:
         return self.host("appliance").agent("shape.read", ifs=[self.up_if, self.down_if])
 

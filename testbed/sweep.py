@@ -16,10 +16,11 @@ import logging
 from pathlib import Path
 
 from contracts.device import DeviceProfile
-from contracts.run import TRIALS_FILE, LinkCheck, TrialWriter, read_trials
+from contracts.run import TRIALS_FILE, LinkCheck, Repair, TrialWriter, read_trials
 from contracts.trials import GRPC, LOCAL
 from testbed import device_emulation
 from testbed.bookkeeping import (
+    add_repair,
     add_validation,
     counters_after,
     counters_before,
@@ -36,6 +37,7 @@ from testbed.plan import Trial, phases, plan_trials
 from testbed.progress import Progress
 from testbed.results import ManifestFile
 from testbed.rounds import Rounds
+from testbed.shaping_guard import ShapingGuard
 from testbed.signals import sigterm_as_interrupt
 from testbed.validate import validate_rate
 from testbed.worker_link import WorkerDied, WorkerLink
@@ -131,17 +133,31 @@ def run_sweep(
                     worker = warm_up(lab, exp, worker, run_dir, phase)
                     warmed.add(rate)
                 counters = counters_before(manifest, lab, rate) if rate is not None else None
+                guard = None if rate is None else shaping_guard(lab, rate)
                 for t in phase:
-                    progress.show(cell_label(t))
-                    record, worker = run_trial(lab, exp, worker, run_dir, t)
+                    if problems.get(rate):  # the shaping broke and could not be repaired
+                        record = {"ok": False, "error": problems[rate]}
+                    else:
+                        progress.show(cell_label(t))
+                        record, worker = run_trial(lab, exp, worker, run_dir, t)
                     if device is not None:
                         record["emulation_flagged"] = (t.op, t.size, t.method) in marks
+                    wrong = (
+                        guard.check(lab.shaping_classes(), record)
+                        if guard and not problems.get(rate)
+                        else None
+                    )
+                    if wrong:
+                        record = not_kept(record, wrong)
                     row = trial_row(run_id, t, record)
                     writer.write(row)
                     failed += not row.ok
                     progress.show(cell_label(t), t)
                     if rounds:
                         rounds.record(row)
+                    if wrong:
+                        problems[rate] = repair_shaping(lab, exp, rate, manifest, wrong, t.trial)
+                        guard = None if problems[rate] else shaping_guard(lab, rate)
                 if counters is not None:
                     counters_after(manifest, counters, lab, [t.trial for t in phase])
                 if rounds:
@@ -195,6 +211,36 @@ def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Ma
         f"{c.direction} measured {c.measured_mbps} vs {c.expected_mbps} Mbit/s" for c in checks if not c.ok
     )
     return f"link validation failed at {rate_mbps:g} Mbit/s ({bad}); rate skipped"
+
+
+def shaping_guard(lab: Lab, rate_mbps: float) -> ShapingGuard:
+    """The check of every trial of a rate group against the shaping it asked for (from the classes now)."""
+    return ShapingGuard(int(round(rate_mbps * 1e6)), lab.up_if, lab.down_if, lab.shaping_classes())
+
+
+def not_kept(record: dict, wrong: str) -> dict:
+    """The trial's record, failed: it ran through a link that was not shaped as asked."""
+    own = f" (the trial itself: {record['error']})" if record.get("error") else ""
+    return {**record, "ok": False, "error": f"not kept, the shaping was wrong while it ran: {wrong}{own}"}
+
+
+def repair_shaping(
+    lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile, why: str, trial: int
+) -> str | None:
+    """Shape and validate the rate again after a trial found its shaping wrong; recorded in the
+    manifest. Returns why the rate's remaining trials cannot run (None: repaired)."""
+    log.warning(
+        "rate %g Mbit/s: shaping wrong after trial %d (%s); shaping and validating again",
+        rate_mbps,
+        trial,
+        why,
+    )
+    reason = shape_and_validate(lab, exp, rate_mbps, manifest)
+    done = "shaped and validated the link again" + (f", which failed: {reason}" if reason else "")
+    add_repair(
+        manifest, Repair(at=now(), part="shaping", why=why, done=done, ok=reason is None, trials=[trial])
+    )
+    return reason
 
 
 def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, phase: list[Trial]) -> WorkerLink:

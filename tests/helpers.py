@@ -52,6 +52,8 @@ def start_sweep(inventory: Path, *args: str) -> subprocess.Popen:
 def rows(run_dir: Path) -> list[dict]:
     """trials.csv's rows as written (text), in file order; the file begins with its format's mark."""
     lines = (run_dir / "trials.csv").read_text().splitlines(keepends=True)
+    if not lines:
+        return []  # the sweep has just created it
     assert lines[0] == f"{TRIALS_MARK}{FORMAT_VERSION}\n", lines[0]
     return list(csv.DictReader(lines[1:]))
 

@@ -45,6 +45,29 @@ def nothing_unscripted(request):
         assert not asked, "asked of a fake host and not scripted:\n" + "\n".join(asked)
 
 
+class FakeShaping:
+    """The appliance's HTB classes as the agent reports them: at the rate last applied, each reading's
+    byte counters ahead of the last by more than any trial moves (`broken` ports have no class)."""
+
+    def __init__(self) -> None:
+        self.rates: dict[str, int] = {}
+        self.sent = itertools.count(step=10**9)
+        self.broken: set[str] = set()
+
+    def apply(self, link: dict, up_if: str, down_if: str) -> list[dict]:
+        self.rates = {up_if: link["up_rate"], down_if: link["down_rate"]}
+        self.broken.clear()
+        return [{"ifname": i, "commands": []} for i in (up_if, down_if)]
+
+    def classes(self, ifs: list[str]) -> dict[str, dict]:
+        sent = next(self.sent)
+        return {
+            i: {"rate": self.rates[i], "ceil": self.rates[i], "bytes": sent}
+            for i in ifs
+            if i not in self.broken
+        }
+
+
 @pytest.fixture
 def netns(tmp_path, monkeypatch):
     """A NetnsLab whose hosts are fakes scripted for up, status and down (their agents keep services
@@ -64,12 +87,10 @@ def netns(tmp_path, monkeypatch):
     lab.cpu_limits = cgroups(client)
     lab.services = services(server)
     ports = [names.to_client, names.to_server]
+    shaping = lab.shaping = FakeShaping()
     bridge = {"name": names.bridge, "datapath_type": "netdev", "ports": ports}
     appliance.reply("bridge.up", lambda **args: bridge).reply("bridge.status", lambda **args: bridge)
-    appliance.reply(
-        "shape.apply",
-        lambda link, up_if, down_if: [{"ifname": i, "commands": []} for i in (up_if, down_if)],
-    )
+    appliance.reply("shape.apply", shaping.apply).reply("shape.classes", shaping.classes)
     appliance.reply("shape.read", lambda ifs: {i: {} for i in ifs})
     wiring = {"namespaces": [], "applied": [], "commands": []}
     monkeypatch.setattr(lab_mod.os, "geteuid", lambda: 0)

@@ -185,7 +185,7 @@ def test_probe_reports_a_missing_parent_package_as_missing():
 
 def test_every_verb_the_orchestrator_calls_exists():
     called = {
-        "probe", "shape.plan", "shape.apply", "shape.read", "shape.clear", "cpu.apply", "cpu.read",
+        "probe", "shape.plan", "shape.apply", "shape.read", "shape.classes", "shape.clear", "cpu.apply", "cpu.read",
         "cpu.remove", "service.start", "service.stop", "service.status", "bridge.up", "bridge.down",
         "bridge.status", "counters", "grpc.ready",
     }  # fmt: skip

@@ -389,3 +389,59 @@ def test_a_testbed_that_cannot_come_up_reports_why(lab, run):
         run_sweep(lab, EXP, run_dir, manifest)
     assert lab.hosts["appliance"].args("shape.apply") == []
     assert saved(run_dir)["sessions"][0]["status"] == "interrupted"
+
+
+# ------------------------------------------------------------------ the shaping checked after every trial
+def test_a_trial_that_ran_while_the_shaping_was_gone_is_not_kept_and_the_shaping_is_repaired(lab, run):
+    """The qdiscs deleted mid-rate: the trial in flight is failed with what was read back, the sweep
+    shapes and validates again (recorded in the manifest) and the rate's other trials are kept."""
+    run_dir, manifest = run
+    appliance, shaping = lab.hosts["appliance"], lab.shaping
+
+    def vanish(spec):
+        if spec["trial"] == VICTIM:
+            shaping.broken = {lab.up_if, lab.down_if}  # `tc qdisc del ... root` while it runs
+        return healthy_worker(spec)
+
+    lab.hosts["client"].worker(vanish)
+    summary = run_sweep(lab, EXP, run_dir, manifest)
+
+    written = trials_by_id(run_dir)
+    assert [i for i, r in written.items() if r["ok"] != "true"] == [VICTIM]
+    error = written[VICTIM]["error"]
+    assert (
+        error.startswith("not kept, the shaping was wrong while it ran:") and "has no HTB class 1:10" in error
+    )
+    assert "None" not in error
+    assert (summary["failed"], summary["status"]) == (1, "complete")
+    (repair,) = saved(run_dir)["repairs"]
+    assert (repair["part"], repair["ok"], repair["trials"]) == ("shaping", True, [VICTIM])
+    assert lab.up_if in repair["why"] and "validated the link again" in repair["done"]
+    rates = [a["link"]["up_rate"] for a in appliance.args("shape.apply")]
+    assert rates.count(10_000_000) >= 2, "the 10 Mbit/s shaping was applied again"
+
+
+def test_a_trial_shaped_at_the_wrong_rate_is_not_kept_and_an_unrepairable_link_fails_the_rest(lab, run):
+    """Someone reshapes the link mid-rate, and the link then no longer validates: the trial is failed
+    naming both rates, the repair is recorded as failed, and the rate's remaining trials fail with why."""
+    run_dir, manifest = run
+    shaping = lab.shaping
+    at_10 = [t.trial for t in phases(EXP, plan_trials(EXP))[1][1]]
+
+    def reshape(spec):
+        if spec["trial"] == VICTIM:
+            shaping.rates = dict.fromkeys(shaping.rates, 100_000_000)
+        return healthy_worker(spec)
+
+    link(lab, lambda rate_mbps, run: 0.99 if run <= 2 else 0.5)  # validates once (up, down), never again
+    lab.hosts["client"].worker(reshape)
+    run_sweep(lab, EXP, run_dir, manifest)
+
+    written = trials_by_id(run_dir)
+    assert "is shaped at 100mbit, not 10mbit" in written[VICTIM]["error"]
+    after = at_10[at_10.index(VICTIM) + 1 :]
+    assert after and all(written[i]["ok"] == "false" for i in after)
+    assert all("link validation failed at 10 Mbit/s" in written[i]["error"] for i in after)
+    assert all(written[i]["ok"] == "true" for i in at_10[: at_10.index(VICTIM)])
+    (repair,) = saved(run_dir)["repairs"]
+    assert repair["ok"] is False and "which failed" in repair["done"]
