@@ -4,6 +4,8 @@ left its namespace's list and its command line, so neither `ip netns pids` nor `
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -41,3 +43,20 @@ def test_down_returns_after_the_ovs_daemons_and_services_have_exited(inventory, 
     procs = subprocess.run(["pgrep", "-a", "-f", "|".join(DAEMONS)], capture_output=True, text=True).stdout
     assert not [line for line in procs.splitlines() if f"/run/testbed/{lease.prefix}/" in line]
     assert leftovers(lease.prefix) == []
+
+
+def test_down_stops_the_ovs_daemons_of_an_appliance_whose_namespace_is_gone(inventory, lease):
+    """The namespace's name removed by hand (`ip -all netns delete`): its daemons run on in it, and
+    only their pid files still name them."""
+    run_cli(inventory, "up", "--no-server")
+    rundir = Path(f"/run/testbed/{lease.prefix}/ovs")
+    daemons = [int((rundir / f"{program}.pid").read_text()) for program in DAEMONS]
+    try:
+        subprocess.run(["ip", "netns", "delete", lease.name("appliance")], check=True)
+        run_cli(inventory, "down")
+        running = {pid: threads_of(pid) for pid in daemons if alive(pid)}
+        assert running == {}, f"still running after down returned: {running}"
+    finally:
+        for pid in daemons:  # whatever happened, nothing of the test is left running
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
