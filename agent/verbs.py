@@ -155,7 +155,14 @@ def bridge_up(bridge: str, ports: list[str], rundir: str, datapath: str = "netde
 
 
 def bridge_down(bridge: str, rundir: str, own: bool = True) -> None:
-    _switch(bridge, rundir, own=own).down()
+    """Returns once our OVS daemons have exited; refuses if one outlived SIGKILL."""
+    switch = _switch(bridge, rundir, own=own)
+    if not switch.down():
+        raise UserError(
+            f"Open vSwitch daemons of {rundir} still run after SIGKILL: pids "
+            + ", ".join(map(str, switch.daemons())),
+            "a process stuck in the kernel: see `ps -o pid,stat,wchan -p PIDS`, then run testbed down again",
+        )
 
 
 def bridge_status(bridge: str, rundir: str, own: bool = True) -> dict | None:

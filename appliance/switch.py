@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.command import run
+from contracts.processes import daemon_pids, stop_all, watch
 
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 SYSTEM_DB = "unix:/var/run/openvswitch/db.sock"
 PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")
+DAEMONS = ("ovs-vswitchd", "ovsdb-server")  # what runs, each with RUNDIR/PROGRAM.pid when `own`
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,15 @@ class Switch:
         for argv in self.plan_up():
             run(argv, host="appliance", env=self.env(), timeout=60)
 
-    def down(self) -> None:
-        """Best effort: a bridge or daemon that is already gone is fine."""
+    def daemons(self) -> list[int]:
+        """The pids of our own ovsdb-server and ovs-vswitchd that run (from their pid files)."""
+        return daemon_pids(self.rundir, DAEMONS) if self.own else []
+
+    def down(self, grace: float = 5.0) -> bool:
+        """Best effort: a bridge or daemon that is already gone is fine. Returns once our daemons have
+        exited: `ovs-appctl exit` returns before they do, so they get `grace` s, then SIGTERM, then
+        SIGKILL. False if one outlived even that."""
+        daemons = [(pid, watch(pid)) for pid in self.daemons()]
         for argv in self.plan_down():
             run(argv, host="appliance", env=self.env(), timeout=30, check=False)
+        return stop_all(lambda: [pid for pid, running in daemons if running()], grace=grace, asked=True)

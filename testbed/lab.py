@@ -21,7 +21,7 @@ from pathlib import Path
 
 from contracts.command import run
 from contracts.errors import UserError
-from contracts.processes import stop_all
+from contracts.processes import daemon_pids, stop_all, watch
 from contracts.profiles import LinkSpec
 from testbed import topology
 from testbed.hosts import Host, NetnsHost, blas_env
@@ -406,8 +406,17 @@ class NetnsLab(Lab):
         removed = []
         self.close()  # the agents in the namespaces go first, of their own accord
         present = topology.existing_namespaces(self.names)
-        for ns in present:
-            stop_all(lambda ns=ns: _netns_pids(ns), grace=3.0, poll=0.1)
+        # every process in the namespaces, and the OVS daemons by their pid files: a daemon already
+        # exiting has left its namespace's list, and is waited for all the same
+        daemons = {pid: watch(pid) for pid in self.ovs_daemons()}
+
+        def ours(ns: str | None) -> list[int]:
+            return (_netns_pids(ns) if ns else []) + [pid for pid, running in daemons.items() if running()]
+
+        stuck = []
+        for ns in present or [None]:
+            if not stop_all(lambda ns=ns: ours(ns), grace=3.0, poll=0.1):
+                stuck += ours(ns) or ["?"]
         for ns in present:
             run(["ip", "netns", "delete", ns], check=False)
             removed.append(f"netns {ns}")
@@ -416,10 +425,20 @@ class NetnsLab(Lab):
         # runs here, where the cgroup is
         if self.host("client").agent("cpu.remove", name=self.cgroup):
             removed.append(f"cgroup {self.cgroup}")
+        if stuck:  # the state stays: its pid files name the daemons for the next `down`
+            raise UserError(
+                f"processes of the testbed outlived SIGKILL: pids {', '.join(map(str, stuck))} "
+                f"(removed: {', '.join(removed) or 'nothing'})",
+                "a process stuck in the kernel: see `ps -o pid,stat,wchan -p PIDS`, then run testbed down again",
+            )
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir, ignore_errors=True)
             removed.append(f"state {self.state_dir}")
         return removed
+
+    def ovs_daemons(self) -> list[int]:
+        """The appliance's ovsdb-server and ovs-vswitchd that run, by their pid files in our run dir."""
+        return daemon_pids(Path(self.switch_args()["rundir"]), ("ovs-vswitchd", "ovsdb-server"))
 
 
 def _netns_pids(ns: str) -> list[int]:

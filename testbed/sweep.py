@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from contracts.device import DeviceProfile
-from contracts.run import TRIALS_FILE, LinkCheck, Repair, TrialWriter, read_trials
+from contracts.run import TRIALS_FILE, LinkCheck, Repair, TrialRecord, TrialWriter, read_trials
 from contracts.trials import GRPC, LOCAL
 from testbed import device_emulation
 from testbed.bookkeeping import (
@@ -180,7 +182,29 @@ def run_sweep(
         "ran": progress.ran,
         "failed": failed,
         "status": status,
+        "unusable": unusable_cells(trials, read_trials(csv_path).records if csv_path.exists() else []),
     }
+
+
+def unusable_cells(trials: list[Trial], records: Iterable[TrialRecord]) -> list[tuple[str, str]]:
+    """The cells of the plan without a single ok trial, each with why: how many of its trials failed
+    and their most common error, or that none ran. In the plan's order."""
+    rows = {r.trial: r for r in records if r.trial is not None}
+    by_cell: dict[tuple, list[Trial]] = {}
+    for t in trials:
+        by_cell.setdefault(t.cell, []).append(t)
+    unusable = []
+    for cell_trials in by_cell.values():
+        ran = [rows[t.trial] for t in cell_trials if t.trial in rows]
+        if any(r.ok for r in ran):
+            continue
+        if not ran:
+            why = "no trial ran"
+        else:
+            error, _ = Counter(r.error or "no error recorded" for r in ran).most_common(1)[0]
+            why = f"{len(ran)} trial(s), all failed; most common error: {error}"
+        unusable.append((cell_label(cell_trials[0]), why))
+    return unusable
 
 
 def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:
@@ -207,9 +231,7 @@ def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Ma
             attempt + 1,
             [c.as_dict() for c in checks if not c.ok],
         )
-    bad = "; ".join(
-        f"{c.direction} measured {c.measured_mbps} vs {c.expected_mbps} Mbit/s" for c in checks if not c.ok
-    )
+    bad = "; ".join(c.describe() for c in checks if not c.ok)
     return f"link validation failed at {rate_mbps:g} Mbit/s ({bad}); rate skipped"
 
 

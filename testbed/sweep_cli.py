@@ -10,9 +10,24 @@ from analysis.predict import add_arguments as add_predict_arguments
 from contracts.errors import UserError
 from testbed.cli_args import RESULTS, always, load, open_lab, require_root
 
+EXIT_UNUSABLE = 4  # the sweep finished, but some cells have no usable (ok) trial
+SHOWN_CELLS = 10  # unusable cells named one a line at the end of a sweep; the rest counted
+SWEEP_EXIT = f"""\
+exit status:
+  0    the sweep finished and every cell has at least one usable (ok) trial
+  2    a problem to fix first (one line says what and how)
+  {EXIT_UNUSABLE}    the sweep finished, but some cells have no usable trial (every trial of the cell
+       failed or none ran); the summary names them and their most common error
+  130  interrupted (Ctrl-C or SIGTERM); continue with --resume RUN_DIR"""
+
 
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="run op x size x rate x method x repetitions, then analyze")
+    p = sub.add_parser(
+        "sweep",
+        help="run op x size x rate x method x repetitions, then analyze",
+        epilog=SWEEP_EXIT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("experiment", nargs="?", type=Path, help="experiment file, e.g. experiments/smoke.yaml")
     p.add_argument("--ops", help="comma-separated, e.g. mul,inv,log")
     p.add_argument("--sizes", help="e.g. 400,800 or 400-1200:100")
@@ -114,7 +129,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         out = analyze(run_dir)
         print(f"analysis: {out} (open {out / 'report.html'})")
-    return 0
+    unusable = summary["unusable"]
+    if not unusable:
+        return 0
+    print(unusable_report(unusable, run_dir))
+    return EXIT_UNUSABLE
+
+
+def unusable_report(unusable: list[tuple[str, str]], run_dir: Path, shown: int = SHOWN_CELLS) -> str:
+    """The end of a sweep that left cells without a usable trial: one line per cell (at most `shown`)."""
+    lines = [f"{len(unusable)} cell(s) have no usable trial:"]
+    lines += [f"  {label}: {_clip(why)}" for label, why in unusable[:shown]]
+    if len(unusable) > shown:
+        lines.append(f"  ... and {len(unusable) - shown} more")
+    lines.append(f"every failed trial's error is in {run_dir / 'trials.csv'}")
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int = 200) -> str:
+    line = " ".join(text.split())  # a traceback's lines on one
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def _count(span: tuple[int, int]) -> str:

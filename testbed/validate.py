@@ -11,6 +11,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from contracts.command import Result
 from contracts.errors import UserError
 from contracts.units import expected_goodput
 from testbed.lab import Lab
@@ -30,6 +31,12 @@ class Check:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def describe(self) -> str:
+        """What was measured, in words: the goodput against its target, or why iperf3 measured nothing."""
+        if self.measured_mbps is None:
+            return f"{self.direction}: iperf3 failed: {self.error or 'no result'}"
+        return f"{self.direction} measured {self.measured_mbps} vs {self.expected_mbps} Mbit/s"
+
 
 def parse_iperf3(data: dict) -> tuple[float, int | None]:
     """Receiver-side goodput (bits/s) and sender retransmits from iperf3's JSON result."""
@@ -39,6 +46,20 @@ def parse_iperf3(data: dict) -> tuple[float, int | None]:
     received = end["sum_received"]["bits_per_second"]
     retransmits = end.get("sum_sent", {}).get("retransmits")
     return float(received), retransmits
+
+
+def iperf3_result(result: Result) -> tuple[float, int | None] | str:
+    """Goodput and retransmits from one run of `client.iperf`, or why there are none: iperf3's own
+    error, else the tail of what the command said, else its exit status (never just "no value")."""
+    try:
+        return parse_iperf3(json.loads(result.stdout or "{}"))
+    except json.JSONDecodeError:
+        said = result.stderr.strip() or result.stdout.strip()
+    except ValueError as exc:  # the `error` iperf3 reported
+        said = str(exc) or result.stderr.strip()
+    except (KeyError, TypeError, AttributeError):  # JSON, but not iperf3's result
+        said = result.stderr.strip()
+    return said[-200:] or f"no result (exit status {result.returncode})"
 
 
 def validate_rate(
@@ -66,13 +87,12 @@ def validate_rate(
         for attempt in range(3):  # the iperf3 server takes one test at a time and may still be busy
             # the link is measured, not the device: iperf3 runs outside the client's CPU limit
             result = client.run(argv, check=False, limited=False, timeout=duration + 60)
-            try:
-                measured, retrans = parse_iperf3(json.loads(result.stdout or "{}"))
-                err = None
+            outcome = iperf3_result(result)
+            if not isinstance(outcome, str):
+                (measured, retrans), err = outcome, None
                 break
-            except (ValueError, KeyError) as exc:
-                err = str(exc) or result.stderr.strip()[-200:] or "no result"
-                time.sleep(1 + attempt)
+            err = outcome
+            time.sleep(1 + attempt)
         if measured is None:
             checks.append(Check(rate_bps / 1e6, direction, expected / 1e6, None, None, False, None, err))
             continue

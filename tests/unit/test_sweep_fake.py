@@ -55,7 +55,14 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
     link(lab, lambda rate, n: 0.9 if (rate, n) == (10.0, 1) else 0.99)
     summary = run_sweep(lab, EXP, run_dir, manifest)
 
-    assert summary == {"run_dir": str(run_dir), "trials": 20, "ran": 20, "failed": 0, "status": "complete"}
+    assert summary == {
+        "run_dir": str(run_dir),
+        "trials": 20,
+        "ran": 20,
+        "failed": 0,
+        "status": "complete",
+        "unusable": [],
+    }
     written = trials_by_id(run_dir)
     assert sorted(written) == sorted(PLAN) == list(range(20))
     for i, row in written.items():
