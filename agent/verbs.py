@@ -40,7 +40,7 @@ def _shaper() -> Shaper:
         from pyroute2 import IPRoute
 
         _netlink.append(IPRoute())
-    return Shaper(connect=lambda: contextlib.nullcontext(_netlink[0]))
+    return Shaper(connect=lambda: contextlib.nullcontext(_netlink[0]), local=True)
 
 
 def _shape_answer(plan: list[PortShaping], ops: list[TcOp], missing: set[str] = frozenset()) -> list[dict]:

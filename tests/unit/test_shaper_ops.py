@@ -4,6 +4,7 @@ netlink double that holds the ports' qdiscs and classes as the kernel would."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -359,3 +360,12 @@ def test_shape_dry_run_says_when_a_port_is_not_there(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert f"# {lab.up_if} does not exist on {appliance.where} (testbed down)" in out
     assert f"on {appliance.where}: tc qdisc replace dev {lab.up_if} root handle 1: htb default 10" in out
+
+
+def test_the_agents_shaper_resolves_its_own_ports_without_netlink():
+    """In the agent's own namespace a port's index is the kernel's `if_nametoindex` (no request: the
+    sweep reads the classes after every trial); a port that is not there reads as absent."""
+    local = Shaper(connect=Kernel(), local=True)
+    assert local._lookup(None, "lo") == socket.if_nametoindex("lo")
+    assert local._lookup(None, "tbz-no-such-port") is None
+    assert Shaper(connect=Kernel(a1=SHAPED))._lookup(Kernel(a1=SHAPED), "a1") == 2  # elsewhere: netlink
