@@ -174,7 +174,7 @@ def counters(bridge: str, rundir: str, ifs: list[str], own: bool = True) -> dict
     snapshot = bridge_status(bridge, rundir, own) or {}
     return {
         "at": time.time(),
-        "htb": _shaper().counters(ifs),
+        "htb": _shaper().classes(ifs),  # per port: rate, ceil and counters
         "ovs": {i: s for i, s in (snapshot.get("interfaces") or {}).items() if i in ifs},
     }
 

@@ -220,17 +220,6 @@ class Shaper:
                     if exc.code not in (2, 22):
                         raise
 
-    def counters(self, ifnames: list[str]) -> dict[str, dict]:
-        """Per port, what our HTB class has sent and dropped so far (exact, read from the kernel)."""
-        out: dict[str, dict] = {}
-        with self._ipr() as ipr:
-            for ifname in ifnames:
-                found = ipr.link_lookup(ifname=ifname)
-                for cls in ipr.get_classes(found[0]) if found else ():
-                    if cls.get_attr("TCA_KIND") == "htb" and cls["handle"] == CLASS_ID:
-                        out[ifname] = class_counters(cls.get_attr("TCA_STATS2"))
-        return out
-
     def classes(self, ifnames: list[str]) -> dict[str, dict]:
         """Per port with our HTB class: its rate and ceil (bits/s) and what it has sent so far: what a
         sweep reads after every trial to know the trial went through the shaping it asked for.

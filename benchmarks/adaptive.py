@@ -26,7 +26,8 @@ from analysis.cells import KEYS, cell_table
 from analysis.load import load_run
 from analysis.stopping import PRECISE, SIGNIFICANT
 from contracts.errors import UserError
-from contracts.run import Manifest, TrialRecord
+from contracts.run import Manifest
+from testbed.bookkeeping import trial_row
 from testbed.experiment import Experiment, load_experiment
 from testbed.plan import plan_trials
 from testbed.rounds import Rounds
@@ -84,17 +85,8 @@ def replay(fixed_dir: Path, min_reps: int, precision: float | None = None) -> tu
             key = (*trial.cell, trial.rep)
             if key not in measured:
                 raise UserError(f"{fixed_dir} lacks {key}", "replay a complete fixed run")
-            ok = measured[key] is not None
             rounds.record(
-                TrialRecord(
-                    trial.op,
-                    trial.size,
-                    trial.method,
-                    ok,
-                    trial=trial.trial,
-                    rate_mbps=trial.rate_mbps,
-                    t_total=measured[key],
-                )
+                trial_row("replay", trial, {"ok": measured[key] is not None, "t_total": measured[key]})
             )
             chosen.add(key)
     taken = t[[k in chosen for k in keys]]

@@ -13,6 +13,7 @@ from contracts.command import Result
 from contracts.run import TrialRecord
 from testbed import sweep_cli
 from testbed import validate as validate_mod
+from testbed.bookkeeping import trial_row
 from testbed.cli import build_parser
 from testbed.plan import plan_trials
 from testbed.sweep import unusable_cells
@@ -111,16 +112,8 @@ PLAN = plan_trials(replace(FAKE_SWEEP, reps=3))  # 3 trials a cell
 
 
 def record(t, ok: bool, error: str | None = None) -> TrialRecord:
-    return TrialRecord(
-        trial=t.trial,
-        op=t.op,
-        size=t.size,
-        rate_mbps=t.rate_mbps,
-        method=t.method,
-        ok=ok,
-        t_total=0.1 if ok else None,
-        error=error,
-    )
+    """The row the sweep writes for trial `t` from the worker's answer."""
+    return trial_row("r", t, {"ok": ok, "t_total": 0.1 if ok else None, "error": error})
 
 
 def test_a_cell_is_unusable_when_no_trial_of_it_is_ok_and_says_its_most_common_error():
