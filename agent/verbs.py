@@ -165,6 +165,27 @@ def bridge_down(bridge: str, rundir: str, own: bool = True) -> None:
         )
 
 
+def bridge_restart(
+    bridge: str, ports: list[str], rundir: str, datapath: str = "netdev", own: bool = True
+) -> dict:
+    """The sweep's repair of a broken switch: `bridge.down`, a fresh database, `bridge.up`."""
+    _switch(bridge, rundir, ports, datapath, own).restart()
+    return bridge_status(bridge, rundir, own)
+
+
+def bridge_health(
+    bridge: str, rundir: str, ports: list[str] = (), own: bool = True, deep: bool = True
+) -> list[str]:
+    """What is wrong with the switch (empty: healthy): daemons, and with `deep` the bridge and ports."""
+    return _switch(bridge, rundir, ports, own=own).problems(deep)
+
+
+def appliance_check(ifs: list[str], bridge: str, rundir: str, own: bool = True) -> dict:
+    """What the sweep reads after every shaped trial, in one request: the HTB classes (as
+    `shape.classes`) and whether the switch's daemons still run (a quick `bridge.health`)."""
+    return {"classes": _shaper().classes(ifs), "switch": _switch(bridge, rundir, own=own).problems()}
+
+
 def bridge_status(bridge: str, rundir: str, own: bool = True) -> dict | None:
     return read_bridge(_switch(bridge, rundir, own=own).sock, bridge, SCHEMA)
 
@@ -196,5 +217,8 @@ VERBS: dict[str, Callable] = {
     "bridge.up": bridge_up,
     "bridge.down": bridge_down,
     "bridge.status": bridge_status,
+    "bridge.health": bridge_health,
+    "bridge.restart": bridge_restart,
+    "appliance.check": appliance_check,
     "counters": counters,
 }

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.ovsdb import read_bridge
 from contracts.command import run
+from contracts.errors import UserError
 from contracts.processes import daemon_pids, stop_all, watch
 
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
@@ -108,6 +110,38 @@ class Switch:
     def daemons(self) -> list[int]:
         """The pids of our own ovsdb-server and ovs-vswitchd that run (from their pid files)."""
         return daemon_pids(self.rundir, DAEMONS) if self.own else []
+
+    def problems(self, deep: bool = False) -> list[str]:
+        """What is wrong with the switch now, in words naming what was read (empty: healthy).
+
+        Quick (the sweep asks after every trial): our daemons run, by their pid files. `deep` (after a
+        failure) also asks the database that the bridge exists with every port.
+        """
+        dead = [p for p in DAEMONS if self.own and not daemon_pids(self.rundir, (p,))]
+        found = [
+            f"{p} is not running (no live process has the pid in {self.rundir / (p + '.pid')})" for p in dead
+        ]
+        if deep and "ovsdb-server" not in dead:
+            try:
+                bridge = read_bridge(self.sock, self.bridge, SCHEMA, timeout=5.0)
+            except UserError as exc:
+                return [*found, exc.message]
+            if bridge is None:
+                found.append(f"the database at {self.sock} has no bridge {self.bridge}")
+            else:
+                missing = [p for p in self.ports if p not in bridge["ports"]]
+                if missing:
+                    found.append(f"bridge {self.bridge} lacks port(s) {', '.join(missing)}")
+        return found
+
+    def restart(self) -> None:
+        """Down, then up with the same commands `up` runs: a fresh database for our own daemons (the
+        old one would make `ovsdb-tool create` fail), the bridge and its ports again. On a system's
+        Open vSwitch, only the bridge and ports are added back: its daemons are not ours to restart."""
+        if self.own:
+            self.down()
+            self.db.unlink(missing_ok=True)
+        self.up()
 
     def down(self, grace: float = 5.0) -> bool:
         """Best effort: a bridge or daemon that is already gone is fine. Returns once our daemons have

@@ -11,8 +11,9 @@
   and flushing its row with the sweep's `TrialWriter`. Against a 400x400 raw trial at 100 Mbit/s;
   target: under 1% of the trial's completion time.
 - Shaping check: per trial, the check of the shaping the trial ran through (`testbed.shaping_guard`:
-  the appliance's classes read back through its agent), against the same trial; target: under 2%. It
-  is what keeps a trial that ran unshaped out of the results.
+  the appliance's classes read back through its agent, with its switch's daemons in the same
+  request), against the same trial; target: under 2%. It is what keeps a trial that ran unshaped, or
+  through a dead switch, out of the results.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from contracts.errors import UserError
 from contracts.run import TrialWriter
 from testbed.bookkeeping import trial_row
 from testbed.lab import Lab
-from testbed.sweep import shaping_guard
+from testbed.repairs import shaping_guard
 from testbed.worker_link import WorkerLink
 
 SECTION = "orchestration"
@@ -106,10 +107,11 @@ def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> list[Row]:
                 record = run_ok(worker, t)
                 round_trips.append(time.perf_counter() - start - record["t_total"])
                 start = time.perf_counter()
-                wrong = guard.check(lab.shaping_classes(), record)  # the sweep's check of the shaping
+                reading = lab.appliance_check()  # the sweep's check: the shaping and the switch's daemons
+                wrong = guard.check(reading["classes"], record) or "; ".join(reading["switch"])
                 checks.append(time.perf_counter() - start)
                 if wrong:
-                    raise BenchError(f"the shaping was wrong during a bookkeeping trial: {wrong}")
+                    raise BenchError(f"the testbed broke during a bookkeeping trial: {wrong}")
                 start = time.perf_counter()
                 writer.write(trial_row("bench", t, record))
                 writes.append(time.perf_counter() - start)

@@ -8,6 +8,8 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   are the same; version 1's manifest had no `format_version`).
 - 2: `trials.csv` begins with the line `# offload-testbed trials format 2`; `manifest.json` has
   `"format_version": 2` and only the sections typed below.
+- 3: trials gain `repair`: what the sweep repaired before the row's trial ran again (empty in
+  older files, which load as they are and are rewritten in version 3's columns on resume).
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -31,7 +33,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.trials import LOCAL, STAGES
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 MANIFEST_FILE = "manifest.json"
@@ -81,6 +83,9 @@ class TrialRecord:
     wall_total: float | None = None
     cpu_total: float | None = None
     emulation_flagged: bool = False
+    # the testbed broke during the trial's first attempt and was repaired (the manifest's `repairs` say
+    # how): what was repaired and why the first attempt failed; this row is the attempt that followed
+    repair: str | None = None
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -412,7 +417,7 @@ class Repair:
     """Something the sweep found broken while it ran, and what it did about it."""
 
     at: str
-    part: str  # what was broken: shaping
+    part: str  # what was broken: shaping, switch, server, iperf3
     why: str  # what was measured
     done: str  # what the sweep did
     ok: bool  # whether that repaired it (if not, the part's remaining trials failed with the reason)

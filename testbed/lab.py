@@ -104,6 +104,10 @@ class Lab(ABC):
     def switch_args(self) -> dict:
         """The bridge as the agent's bridge verbs take it: bridge, rundir, own."""
 
+    @abstractmethod
+    def datapath(self) -> str:
+        """The bridge's datapath as `up` chose it: netdev (userspace) or system (the kernel module)."""
+
     # ---------------------------------------------------------------- the hosts' agents
     def close(self) -> None:
         """End every host's agent (and connection): the command is done with the lab."""
@@ -172,11 +176,17 @@ class Lab(ABC):
 
     # ---------------------------------------------------------------- services
     def start_services(self, start_server: bool = True) -> None:
-        server = self.host("server")
-        addr = str(self.inv.host("server").address.ip)
-        server.start("iperf3", ["iperf3", "-s", "-B", addr, "-p", str(self.inv.iperf3_port)])
+        self.start_iperf3()
         if start_server:
             self.start_offload_server()
+
+    def start_iperf3(self) -> None:
+        """The server's iperf3 server, which validation measures the link against."""
+        addr = str(self.inv.host("server").address.ip)
+        self.host("server").start("iperf3", ["iperf3", "-s", "-B", addr, "-p", str(self.inv.iperf3_port)])
+
+    def iperf3_alive(self) -> bool:
+        return self.host("server").service_pid("iperf3") is not None
 
     def start_offload_server(self) -> None:
         server = self.host("server")
@@ -285,6 +295,26 @@ class Lab(ABC):
         except UserError:
             return {}
 
+    # ---------------------------------------------------------------- the switch's health (the appliance's agent)
+    def appliance_check(self) -> dict:
+        """What the sweep reads after every shaped trial, in one request: `classes` (as
+        `shaping_classes`) and `switch`, what is wrong with the switch's daemons (empty: they run)."""
+        return self.host("appliance").agent(
+            "appliance.check", ifs=[self.up_if, self.down_if], **self.switch_args()
+        )
+
+    def switch_problems(self) -> list[str]:
+        """What is wrong with the switch (empty: healthy): its daemons, the bridge and its ports."""
+        return self.host("appliance").agent(
+            "bridge.health", ports=[self.down_if, self.up_if], **self.switch_args()
+        )
+
+    def restart_switch(self) -> dict:
+        """Open vSwitch and the bridge afresh, as `up` built them; the shaping must follow (`shape`)."""
+        return self.host("appliance").agent(
+            "bridge.restart", ports=[self.down_if, self.up_if], datapath=self.datapath(), **self.switch_args()
+        )
+
     # ---------------------------------------------------------------- status
     def bridge_status(self) -> dict:
         return self.host("appliance").agent("bridge.status", **self.switch_args()) or {
@@ -354,6 +384,9 @@ class NetnsLab(Lab):
     def switch_args(self) -> dict:
         return {"bridge": self.bridge, "rundir": str(self.state_dir / "ovs"), "own": True}
 
+    def datapath(self) -> str:
+        return "netdev"  # its own ovs-vswitchd in a namespace: never the machine's kernel datapath
+
     def is_up(self) -> bool:
         return len(topology.existing_namespaces(self.names)) == 3 and (self.state_dir / "up.json").exists()
 
@@ -383,7 +416,7 @@ class NetnsLab(Lab):
             for ifname in ifnames:
                 self.host(role).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
         self.host("appliance").agent(
-            "bridge.up", ports=[self.down_if, self.up_if], datapath="netdev", **self.switch_args()
+            "bridge.up", ports=[self.down_if, self.up_if], datapath=self.datapath(), **self.switch_args()
         )
         self.apply_cpu_limit()
 

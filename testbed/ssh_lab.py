@@ -60,10 +60,23 @@ class SshLab(Lab):
             for role in ("client", "appliance", "server")
         }
         self.rundir = str(self.hosts["appliance"].state_dir / "ovs")
+        self._switch_record: dict | None = None  # the appliance's record once `up` wrote the bridge
 
     def switch_args(self) -> dict:
-        record = self._read_record(self.host("appliance")) or {}
+        """Read from the appliance's record of `up` once it says what `up` chose (the sweep asks after
+        every trial: one read over SSH, not one per trial)."""
+        record = self._switch_record or self._read_record(self.host("appliance")) or {}
+        if "datapath" in record:
+            self._switch_record = record
         return {"bridge": self.bridge, "rundir": self.rundir, "own": not record.get("system_ovs")}
+
+    def datapath(self) -> str:
+        """What `up` chose from the appliance's probe (the kernel module loaded: system)."""
+        self.switch_args()
+        record = self._switch_record or {}
+        if "datapath" in record:
+            return record["datapath"]
+        return "system" if self.probes.get("appliance", {}).get("ovs_kernel_module") else "netdev"
 
     # ---------------------------------------------------------------- records of what up did
     def _record_path(self, host: SshHost) -> str:
@@ -180,6 +193,7 @@ class SshLab(Lab):
         """Undo on every host what `up` recorded there; unreachable hosts are reported, not skipped silently."""
         removed: list[str] = []
         problems: list[str] = []
+        self._switch_record = None
         for role in ("server", "client", "appliance"):
             host = self.host(role)
             try:

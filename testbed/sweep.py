@@ -18,12 +18,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from contracts.device import DeviceProfile
-from contracts.run import TRIALS_FILE, LinkCheck, Repair, TrialRecord, TrialWriter, read_trials
+from contracts.errors import UserError
+from contracts.run import TRIALS_FILE, TrialRecord, TrialWriter, read_trials
 from contracts.trials import GRPC, LOCAL
 from testbed import device_emulation
 from testbed.bookkeeping import (
-    add_repair,
-    add_validation,
     counters_after,
     counters_before,
     end_session,
@@ -37,11 +36,11 @@ from testbed.experiment import Experiment
 from testbed.lab import Lab
 from testbed.plan import Trial, phases, plan_trials
 from testbed.progress import Progress
+from testbed.repairs import Unrepairable, heal, not_kept, repair_shaping, shape_and_validate, shaping_guard
 from testbed.results import ManifestFile
 from testbed.rounds import Rounds
 from testbed.shaping_guard import ShapingGuard
 from testbed.signals import sigterm_as_interrupt
-from testbed.validate import validate_rate
 from testbed.worker_link import WorkerDied, WorkerLink
 
 log = logging.getLogger("testbed.sweep")
@@ -115,7 +114,7 @@ def run_sweep(
             for rate, phase in todo:
                 if rate is not None and rate not in problems:
                     progress.show(f"validating {rate:g} Mbit/s")
-                    problems[rate] = shape_and_validate(lab, exp, rate, manifest)
+                    problems[rate] = validate_or_heal(lab, exp, rate, manifest)
                 elif rate is not None and not problems[rate]:
                     lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
                 if problems.get(rate):
@@ -137,35 +136,38 @@ def run_sweep(
                 counters = counters_before(manifest, lab, rate) if rate is not None else None
                 guard = None if rate is None else shaping_guard(lab, rate)
                 for t in phase:
-                    if problems.get(rate):  # the shaping broke and could not be repaired
+                    if problems.get(rate):  # the link broke and could not be repaired
                         record = {"ok": False, "error": problems[rate]}
-                    else:
+                    elif guard is None:
                         progress.show(cell_label(t))
                         record, worker = run_trial(lab, exp, worker, run_dir, t)
+                    else:
+                        progress.show(cell_label(t))
+                        record, worker, guard, problems[rate] = run_checked(
+                            lab, exp, worker, run_dir, t, guard, manifest
+                        )
                     if device is not None:
                         record["emulation_flagged"] = (t.op, t.size, t.method) in marks
-                    wrong = (
-                        guard.check(lab.shaping_classes(), record)
-                        if guard and not problems.get(rate)
-                        else None
-                    )
-                    if wrong:
-                        record = not_kept(record, wrong)
                     row = trial_row(run_id, t, record)
                     writer.write(row)
                     failed += not row.ok
                     progress.show(cell_label(t), t)
                     if rounds:
                         rounds.record(row)
-                    if wrong:
-                        problems[rate] = repair_shaping(lab, exp, rate, manifest, wrong, t.trial)
-                        guard = None if problems[rate] else shaping_guard(lab, rate)
                 if counters is not None:
                     counters_after(manifest, counters, lab, [t.trial for t in phase])
                 if rounds:
                     progress.close_cells(rounds.open_cells())
                 writer.sync()
             status = "complete"
+    except Unrepairable as exc:
+        status = "stopped"
+        log.error("the sweep stopped: %s", exc)
+        raise UserError(
+            f"the sweep stopped: {exc}",
+            f"repair it (what was measured is in {run_dir / 'sweep.log'}), then continue with: "
+            f"testbed sweep --resume {run_dir}",
+        ) from None
     finally:
         progress.show("done" if status == "complete" else "stopped", final=True)
         writer.close()
@@ -207,64 +209,6 @@ def unusable_cells(trials: list[Trial], records: Iterable[TrialRecord]) -> list[
     return unusable
 
 
-def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:
-    """Shape for this rate and check it; a reason to skip the rate, or None when it can be trusted."""
-    rate_bps = int(round(rate_mbps * 1e6))
-    lab.set_rate(rate_bps)
-    if not exp.validation.enabled:
-        add_validation(manifest, LinkCheck(rate_mbps=rate_mbps, skipped="validation disabled"))
-        return None
-    v = exp.validation
-    for attempt in range(1 + v.retries):
-        checks = validate_rate(lab, rate_bps, v.duration, v.tolerance_pct, shape=False)
-        add_validation(manifest, *(LinkCheck(**c.as_dict(), attempt=attempt + 1, at=now()) for c in checks))
-        if all(c.ok for c in checks):
-            log.info(
-                "rate %g Mbit/s validated: %s",
-                rate_mbps,
-                ", ".join(f"{c.direction} {c.measured_mbps} Mbit/s" for c in checks),
-            )
-            return None
-        log.warning(
-            "rate %g Mbit/s failed validation (attempt %d): %s",
-            rate_mbps,
-            attempt + 1,
-            [c.as_dict() for c in checks if not c.ok],
-        )
-    bad = "; ".join(c.describe() for c in checks if not c.ok)
-    return f"link validation failed at {rate_mbps:g} Mbit/s ({bad}); rate skipped"
-
-
-def shaping_guard(lab: Lab, rate_mbps: float) -> ShapingGuard:
-    """The check of every trial of a rate group against the shaping it asked for (from the classes now)."""
-    return ShapingGuard(int(round(rate_mbps * 1e6)), lab.up_if, lab.down_if, lab.shaping_classes())
-
-
-def not_kept(record: dict, wrong: str) -> dict:
-    """The trial's record, failed: it ran through a link that was not shaped as asked."""
-    own = f" (the trial itself: {record['error']})" if record.get("error") else ""
-    return {**record, "ok": False, "error": f"not kept, the shaping was wrong while it ran: {wrong}{own}"}
-
-
-def repair_shaping(
-    lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile, why: str, trial: int
-) -> str | None:
-    """Shape and validate the rate again after a trial found its shaping wrong; recorded in the
-    manifest. Returns why the rate's remaining trials cannot run (None: repaired)."""
-    log.warning(
-        "rate %g Mbit/s: shaping wrong after trial %d (%s); shaping and validating again",
-        rate_mbps,
-        trial,
-        why,
-    )
-    reason = shape_and_validate(lab, exp, rate_mbps, manifest)
-    done = "shaped and validated the link again" + (f", which failed: {reason}" if reason else "")
-    add_repair(
-        manifest, Repair(at=now(), part="shaping", why=why, done=done, ok=reason is None, trials=[trial])
-    )
-    return reason
-
-
 def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, phase: list[Trial]) -> WorkerLink:
     """Untimed trials at each op's smallest size, per method, before the phase's timed ones."""
     if not exp.warmup:
@@ -293,7 +237,68 @@ def run_trial(
         worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.calibration)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
-        if t.method != LOCAL and not lab.server_alive(grpc=t.method == GRPC):
-            log.warning("the offload server (or its gRPC transport) died; restarting it")
-            lab.restart_offload_server()
     return record, worker
+
+
+def run_checked(
+    lab: Lab,
+    exp: Experiment,
+    worker: WorkerLink,
+    run_dir: Path,
+    t: Trial,
+    guard: ShapingGuard,
+    manifest: ManifestFile,
+) -> tuple[dict, WorkerLink, ShapingGuard | None, str | None]:
+    """A shaped trial, then the check of what it ran through (its shaping, the switch's daemons).
+
+    A trial that failed, or ran while the switch was down, has the testbed healed (`repairs.heal`)
+    and runs once more if something was repaired: its row is then that second attempt's, with what
+    was repaired in `repair`. A trial that ran through a wrong shaping is failed and the shaping
+    repaired. Returns the record, the worker, the guard for the rate's next trial, and why the
+    rate's remaining trials cannot run (None: they can)."""
+    rate = t.rate_mbps
+    first = None  # (what was repaired, why the first attempt failed)
+    for attempt in (1, 2):
+        record, worker = run_trial(lab, exp, worker, run_dir, t)
+        reading = lab.appliance_check()
+        wrong = guard.check(reading["classes"], record)
+        broken = reading["switch"]
+        if record.get("ok") and not wrong and not broken:
+            break
+        if wrong and not broken:
+            reason = repair_shaping(lab, exp, rate, manifest, wrong, t.trial)
+            return not_kept(record, wrong), worker, None if reason else shaping_guard(lab, rate), reason
+        if broken:
+            why = f"trial {t.trial} ran while the switch was down"
+            own = record.get("error")
+            record = {**record, "ok": False, "error": f"not kept, the switch was down: {'; '.join(broken)}"}
+            if own:
+                record["error"] += f" (the trial itself: {own})"
+        else:
+            why = f"trial {t.trial} failed: {record.get('error')}"
+        healing = heal(lab, exp, rate, manifest, why, [t.trial], grpc=t.method == GRPC, switch=broken)
+        if not healing.repairs:
+            break  # every host is healthy: the failure is the trial's own
+        if healing.link:
+            return record, worker, None, healing.link
+        guard = shaping_guard(lab, rate)
+        if attempt == 1:
+            first = (healing.parts, record.get("error"))
+    if first:
+        parts, error = first
+        record["repair"] = f"{parts} repaired after the first attempt failed: {error}"
+    return record, worker, guard, None
+
+
+def validate_or_heal(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:
+    """Shape and validate a rate; if it fails, ask the hosts for their health, and if something was
+    broken and repaired, validate again. Why the rate cannot be used, or None."""
+    reason = shape_and_validate(lab, exp, rate_mbps, manifest)
+    if reason is None:
+        return None
+    healing = heal(lab, exp, rate_mbps, manifest, reason, [], grpc=GRPC in exp.methods, iperf3=True)
+    if not healing.repairs:
+        return reason  # every host is healthy: the link cannot be emulated at this rate
+    if any(r.part == "switch" for r in healing.repairs):
+        return healing.link  # validated again after the switch's restart
+    return shape_and_validate(lab, exp, rate_mbps, manifest)

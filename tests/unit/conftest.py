@@ -7,10 +7,13 @@ import itertools
 
 import pytest
 
+from contracts.errors import UserError
 from testbed import lab as lab_mod
+from testbed.bookkeeping import start_run
 from testbed.inventory import load_inventory
 from testbed.lab import NetnsLab
 from tests.fakes import (
+    FAKE_SWEEP,
     UNSCRIPTED,
     FakeHost,
     cgroups,
@@ -68,6 +71,31 @@ class FakeShaping:
         }
 
 
+class FakeSwitch:
+    """The appliance's Open vSwitch as its agent reports it: `problems` until restarted (a restart
+    comes back without our qdiscs, as one may), or for good while `unrepairable`."""
+
+    def __init__(self, shaping: FakeShaping) -> None:
+        self.shaping = shaping
+        self.problems: list[str] = []
+        self.unrepairable: str | None = None
+        self.restarts = 0
+
+    def check(self, ifs: list[str], bridge: str, rundir: str, own: bool) -> dict:
+        return {"classes": self.shaping.classes(ifs), "switch": list(self.problems)}
+
+    def health(self, bridge: str, rundir: str, ports: list[str], own: bool) -> list[str]:
+        return list(self.problems)
+
+    def restart(self, bridge: str, ports: list[str], rundir: str, datapath: str, own: bool) -> dict:
+        self.restarts += 1
+        if self.unrepairable:
+            raise UserError(self.unrepairable)
+        self.problems = []
+        self.shaping.broken = set(ports)
+        return {"name": bridge, "datapath_type": datapath, "ports": sorted(ports)}
+
+
 @pytest.fixture
 def netns(tmp_path, monkeypatch):
     """A NetnsLab whose hosts are fakes scripted for up, status and down (their agents keep services
@@ -91,6 +119,9 @@ def netns(tmp_path, monkeypatch):
     bridge = {"name": names.bridge, "datapath_type": "netdev", "ports": ports}
     appliance.reply("bridge.up", lambda **args: bridge).reply("bridge.status", lambda **args: bridge)
     appliance.reply("shape.apply", shaping.apply).reply("shape.classes", shaping.classes)
+    switch = lab.switch = FakeSwitch(shaping)
+    appliance.reply("appliance.check", switch.check).reply("bridge.health", switch.health)
+    appliance.reply("bridge.restart", switch.restart)
     appliance.reply("shape.read", lambda ifs: {i: {} for i in ifs})
     wiring = {"namespaces": [], "applied": [], "commands": []}
     monkeypatch.setattr(lab_mod.os, "geteuid", lambda: 0)
@@ -128,3 +159,10 @@ def lab(netns):
 
     netns.hosts["appliance"].reply("counters", counters)
     return netns
+
+
+@pytest.fixture
+def fake_run(lab, tmp_path):
+    """A new run of FAKE_SWEEP on the fake lab: its directory and manifest, as `testbed sweep` starts one."""
+    run_dir = tmp_path / "run"
+    return run_dir, start_run(run_dir, "fake-1", FAKE_SWEEP, lab)

@@ -187,7 +187,7 @@ def test_every_verb_the_orchestrator_calls_exists():
     called = {
         "probe", "shape.plan", "shape.apply", "shape.read", "shape.classes", "shape.clear", "cpu.apply", "cpu.read",
         "cpu.remove", "service.start", "service.stop", "service.status", "bridge.up", "bridge.down",
-        "bridge.status", "counters", "grpc.ready",
+        "bridge.status", "bridge.health", "bridge.restart", "appliance.check", "counters", "grpc.ready",
     }  # fmt: skip
     assert called == set(VERBS)
 

@@ -166,6 +166,34 @@ def test_switch_down_returns_once_its_daemons_have_exited(tmp_path, monkeypatch)
     assert ran == switch.plan_down()
 
 
+def test_switch_problems_name_the_daemon_that_died_and_restart_starts_from_a_fresh_database(
+    tmp_path, monkeypatch
+):
+    """The sweep's per-trial check of the switch, and its repair: down, the old database removed (else
+    `ovsdb-tool create` fails), then every command of `up` again."""
+    daemons = {p: fake_daemon(tmp_path, p) for p in ("ovs-vswitchd", "ovsdb-server")}
+    for program, proc in daemons.items():
+        (tmp_path / f"{program}.pid").write_text(f"{proc.pid}\n")
+    switch = Switch("br", ("a", "b"), tmp_path)
+    try:
+        assert switch.problems() == []
+        daemons["ovs-vswitchd"].kill()
+        daemons["ovs-vswitchd"].wait()
+        assert switch.problems() == [
+            f"ovs-vswitchd is not running (no live process has the pid in {tmp_path / 'ovs-vswitchd.pid'})"
+        ]
+        ran = []
+        monkeypatch.setattr(switch_mod, "run", lambda argv, **kw: ran.append(argv))
+        switch.db.write_text("old")
+        switch.restart()
+        assert not switch.db.exists() and not alive(daemons["ovsdb-server"].pid)
+        assert ran == switch.plan_down() + switch.plan_up()
+    finally:
+        for proc in daemons.values():
+            proc.kill()
+            proc.wait()
+
+
 def test_netns_down_stops_and_waits_for_the_ovs_daemons_of_its_run_dir(netns):
     """Even those no namespace lists any more (exiting, or the namespace already gone)."""
     rundir = Path(netns.switch_args()["rundir"])
