@@ -93,7 +93,10 @@ def decisions_figure(
         handles.append(
             Patch(facecolor=UNDECIDED_COLOR, edgecolor="black", linewidth=0.4, label=f"+N? {UNDECIDED_LABEL}")
         )
-    ax_count.legend(handles=handles, title="method", loc="upper left", frameon=False)
+    # beside the axes, not over the bars (a bar may reach every rate)
+    ax_count.legend(
+        handles=handles, title="method", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
+    )
     ax_pen.axhline(0, color="black", linewidth=0.8)
     ax_pen.set_ylabel("cumulative penalty (s)\n< 0: offloading saves time")
     ax_pen.set_xlabel("matrix size")
