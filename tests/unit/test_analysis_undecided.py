@@ -17,7 +17,11 @@ from analysis.cells import cell_table
 from analysis.decision_plots import CATEGORIES, decision_map, decisions_figure
 from analysis.decisions import decision_marks, decision_vectors, undecided_cells
 from analysis.load import load_run
+from analysis.predict import measured_cells
+from analysis.predict_model import fit
+from analysis.predict_plots import border_figure
 from analysis.style import UNDECIDED_LABEL
+from analysis.synthetic import write_synthetic_run
 
 FIXTURE = Path(__file__).parent.parent / "data" / "analysis" / "handmade"
 
@@ -124,3 +128,23 @@ def test_the_report_shows_undecided_cells_with_their_penalty(tmp_path):
     assert rows[3][:4] == ["mul", "100", "10", "raw"] and rows[3][-2:] == ["0.25", ""]  # n = 1: untested
     assert "undecided (not significant)" in (out / "decisions-mul.svg").read_text()
     assert "undecided (not significant)" in (out / "decision-map-mul-json.svg").read_text()
+
+
+def test_the_predicted_border_figure_draws_undecided_measured_cells_apart(tmp_path):
+    run = load_run(
+        write_synthetic_run(
+            tmp_path / "syn", sizes=(400, 800), rates=(10, 100), methods=("json", "raw"), reps=3
+        )
+    )
+    cells = measured_cells(run.trials, run.manifest)
+    chosen = (cells["size"] == 800) & (cells["rate_mbps"] == 100.0) & (cells["method"] == "raw")
+    assert decision_marks(cells[chosen]).tolist() == ["1"]  # 8x faster server, fast codec: clear
+    cells["significant"] = cells["significant"].mask(chosen, False)  # as if within the noise
+    fig = border_figure(fit(run.trials, run.manifest), cells, "mul")
+    legend = legend_texts(fig.axes[0].get_legend())
+    assert f"measured: {UNDECIDED_LABEL}" in legend and legend.count("measured: offload") == 1
+    raw = fig.axes[1]  # panels in method order: json, raw
+    points = {c.get_label(): c.get_offsets().tolist() for c in raw.collections}
+    assert points[f"measured: {UNDECIDED_LABEL}"] == [[800.0, 100.0]]
+    assert [800.0, 100.0] not in points["measured: offload"]
+    fig.savefig(StringIO(), format="svg")
