@@ -225,7 +225,7 @@ def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
             "stage times of every trial. Local: cpu_active_w x t_total. Remote: cpu_active_w x (client encode + "
             "client decode) + radio_tx_w and radio_rx_w x communication, split by the bytes each way, + "
             "cpu_idle_w x the server's stages. Offloading saves energy (1) where the mean remote energy is "
-            "below the local one.</p>",
+            "below the local one, significantly (Welch, 95%); ? where the difference is not significant.</p>",
             _table(figures),
             "<h3>Decision vectors: time and energy side by side</h3>",
             _table(
