@@ -42,7 +42,7 @@ def summary_text(
         n_rates = len(v["rates"].iloc[0].split())
         parts = [
             f"{r.method} {r.vector} ({r.offload_count}/{n_rates}{_open(r.undecided_rates, r.missing_rates)})"
-            for r in v.itertuples()
+            for r in v.itertuples(index=False)
         ]
         penalty = ", ".join(f"{m} {_penalty(p.loc[m])}" for m in v["method"])
         lines.append(f"{op} {size}: {'  '.join(parts)} | cumulative penalty [{penalty}]")
