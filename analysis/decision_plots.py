@@ -1,6 +1,7 @@
 """Decision figures: rates where offloading pays and cumulative penalties (the paper's Fig. 5), and a
-size x rate decision map per method that also shows what the paper's vectors hide: which decisions
-are statistically significant and which cells are missing.
+size x rate decision map per method. Both show what the paper's vectors hide: which cells are
+undecided (`?` in the decision vectors: remote and local not significantly different) and which are
+missing. An undecided cell has the same colour in both, and its penalty is still drawn.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from analysis.style import method_styles, rate_label
+from analysis.decisions import MISSING, OFFLOAD, STAY, UNDECIDED, decision_marks
+from analysis.style import UNDECIDED_COLOR, UNDECIDED_LABEL, method_styles, rate_label
 
-# decision map categories, in colour order
+# decision map categories, in colour order, and the decision vector mark of each
 CATEGORIES = [
     ("offload (significant)", "#1A9850"),
     ("stay local (significant)", "#D73027"),
-    ("not significant", "#FEE08B"),
+    (UNDECIDED_LABEL, UNDECIDED_COLOR),
     ("missing", "#FFFFFF"),
 ]
+MARKS = [OFFLOAD, STAY, UNDECIDED, MISSING]
 
 
 def decisions_figure(
@@ -32,6 +35,7 @@ def decisions_figure(
     fig = Figure(figsize=(max(8.0, 2.0 + 0.35 * len(sizes) * len(methods)), 6.4), layout="constrained")
     ax_count, ax_pen = fig.subplots(2, 1, sharex=True)
     incomplete = False
+    undecided = (vectors["undecided_rates"] > 0).any()
     for j, method in enumerate(methods):
         x = np.arange(len(sizes)) - 0.4 + width * (j + 0.5)
         v = vectors[vectors["method"] == method].set_index("size").reindex(sizes)
@@ -40,12 +44,24 @@ def decisions_figure(
             color=styles[method]["color"], hatch=styles[method]["hatch"], edgecolor="black", linewidth=0.4
         )
         counts = v["offload_count"].fillna(0).to_numpy(dtype=float)
+        open_ = v["undecided_rates"].fillna(0).to_numpy(dtype=float)
         ax_count.bar(x, counts, width, label=method, **style)
-        for xi, count, gaps in zip(x, counts, v["missing_rates"].fillna(0), strict=True):
+        # undecided rates on top, in the undecided colour edged in the method's: offloading may pay there
+        some = open_ > 0
+        ax_count.bar(
+            x[some],
+            open_[some],
+            width,
+            bottom=counts[some],
+            color=UNDECIDED_COLOR,
+            edgecolor=style["color"],
+            linewidth=1.0,
+        )
+        for xi, count, more, gaps in zip(x, counts, open_, v["missing_rates"].fillna(0), strict=True):
             ax_count.text(
                 xi,
-                count,
-                f"{count:.0f}" + ("?" if gaps else ""),
+                count + more,
+                ("\u2265" if gaps else "") + f"{count:.0f}" + (f"+{more:.0f}?" if more else ""),
                 ha="center",
                 va="bottom",
                 fontsize=7,
@@ -70,9 +86,17 @@ def decisions_figure(
     ax_count.set_ylabel(f"rates where offloading pays\n(of {n_rates})")
     title = f"{op}: offloading decision vectors (sum) and cumulative penalty per size"
     if (vectors["missing_rates"] > 0).any():
-        title += "\n? = some rates missing (the count is a lower bound)"
+        title += "\n\u2265 = some rates missing (the count is a lower bound)"
     ax_count.set_title(title)
-    ax_count.legend(title="method", loc="upper left", frameon=False)
+    handles, _ = ax_count.get_legend_handles_labels()
+    if undecided:  # +N? over a bar: N more rates undecided, drawn in the undecided colour
+        handles.append(
+            Patch(facecolor=UNDECIDED_COLOR, edgecolor="black", linewidth=0.4, label=f"+N? {UNDECIDED_LABEL}")
+        )
+    # beside the axes, not over the bars (a bar may reach every rate)
+    ax_count.legend(
+        handles=handles, title="method", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
+    )
     ax_pen.axhline(0, color="black", linewidth=0.8)
     ax_pen.set_ylabel("cumulative penalty (s)\n< 0: offloading saves time")
     ax_pen.set_xlabel("matrix size")
@@ -97,12 +121,8 @@ def decisions_figure(
 
 
 def category(cells: pd.DataFrame) -> np.ndarray:
-    """Index into CATEGORIES per cell; undetermined significance (n < 2) counts as not significant."""
-    offload = cells["offload"]
-    significant = cells["significant"].fillna(False).astype(bool).to_numpy()
-    known = offload.notna().to_numpy()
-    pays = offload.fillna(0).astype(int).to_numpy() == 1
-    return np.select([~known, ~significant, pays], [3, 2, 0], default=1)
+    """Index into CATEGORIES per cell, from its decision vector mark (`analysis.decisions`)."""
+    return decision_marks(cells).map(MARKS.index).to_numpy(dtype=int)
 
 
 def decision_map(cells: pd.DataFrame, op: str, method: str) -> Figure:
@@ -119,7 +139,7 @@ def decision_map(cells: pd.DataFrame, op: str, method: str) -> Figure:
     ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(CATEGORIES) - 0.5, aspect="auto", origin="lower")
     for (i, k), code in np.ndenumerate(codes):
         unknown = "no local" if no_base[i, k] else "missing"
-        text = unknown if code == 3 else f"{penalty[i, k]:+.3g} s"
+        text = unknown if code == 3 else f"{penalty[i, k]:+.3g} s" + (" ?" if code == 2 else "")
         ax.text(k, i, text, ha="center", va="center", fontsize=7, in_layout=False)
     ax.set_xticks(np.arange(len(rates)) + 0.5, minor=True)
     ax.set_yticks(np.arange(len(sizes)) + 0.5, minor=True)

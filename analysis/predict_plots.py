@@ -1,6 +1,7 @@
 """The predicted decision border: per method, the lowest rate from which offloading pays against the
-matrix size, with the run's measured decisions drawn over it and the border of the marshalling-blind
-inequality (Melendez and McGarry: no encode or decode cost), which is the same for every method.
+matrix size, with the run's measured decisions drawn over it (undecided cells too) and the border of
+the marshalling-blind inequality (Melendez and McGarry: no encode or decode cost), which is the same
+for every method.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.cells import method_order
+from analysis.decisions import OFFLOAD, STAY, UNDECIDED, decision_marks
 from analysis.predict_model import Model, border_mbps
-from analysis.style import STYLE, method_styles
+from analysis.style import STYLE, UNDECIDED_COLOR, UNDECIDED_LABEL, method_styles
 
 PNG_DPI = 150
 PREFIX = "prediction-border-"
@@ -35,18 +37,33 @@ def border_figure(model: Model, cells: pd.DataFrame, op: str) -> Figure:
         )
         ax.plot(sizes, blind, color="black", linestyle="--", linewidth=1.0, label="marshalling-blind border")
         m = cells[cells["method"] == method]
-        pays = m["mean"] < m["local_mean"]
+        marks = decision_marks(m).to_numpy()
+        pays, stays, open_ = marks == OFFLOAD, marks == STAY, marks == UNDECIDED
         ax.scatter(m["size"][pays], m["rate_mbps"][pays], marker="o", color=color, label="measured: offload")
         ax.scatter(
-            m["size"][~pays], m["rate_mbps"][~pays], marker="x", color="#D55E00", label="measured: stay local"
+            m["size"][stays], m["rate_mbps"][stays], marker="x", color="#D55E00", label="measured: stay local"
         )
+        if open_.any():  # neither: within the noise of the border, which is where the border should pass
+            ax.scatter(
+                m["size"][open_],
+                m["rate_mbps"][open_],
+                marker="D",
+                facecolor=UNDECIDED_COLOR,
+                edgecolor="black",
+                linewidth=0.6,
+                label=f"measured: {UNDECIDED_LABEL}",
+            )
         ax.set_yscale("log")
         ax.set_ylim(float(rates.min()) / 3, top)
         ax.set_title(f"{op}, {method}")
         ax.set_xlabel("matrix size")
         ax.grid(linewidth=0.4, alpha=0.5)
     axes[0].set_ylabel("link rate (Mbit/s)\noffloading pays above the border")
-    axes[0].legend(loc="upper right", frameon=False)
+    legend = {}  # every panel's entries once: a method's panel may be the only one with an undecided cell
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    axes[0].legend(legend.values(), legend.keys(), loc="upper right", frameon=False)
     return fig
 
 

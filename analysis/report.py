@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.decisions import format_mbps
+from analysis.decisions import format_mbps, undecided_cells
 from analysis.energy import disagreements
 from analysis.plots import Plot
 from analysis.tables import CELL_COLUMNS, FILES, csv_frame
@@ -63,9 +63,11 @@ def write_report(
         '<h2 id="summary">Summary</h2>',
         f"<pre>{_e(summary)}</pre>",
         '<p class="note">Decision vectors list, per rate in ascending order, 1 where the mean remote completion '
-        "time is below the local one, 0 where it is not, and - where the cell is missing (no successful trial "
-        "or no local baseline); the count in brackets counts the known 1s only. Penalty = mean remote - mean "
-        "local completion time (s); a cumulative penalty is only given when every rate is known.</p>",
+        "time is below the local one, 0 where it is not, ? where the cell is undecided (the difference is not "
+        "significant in Welch's test at 95%, or a side has fewer than two successful trials) and - where the "
+        "cell is missing (no successful trial or no local baseline); the count in brackets counts the 1s only "
+        "and says how many rates are undecided or missing. Penalty = mean remote - mean local completion time "
+        "(s), given for undecided cells too; a cumulative penalty is only given when every rate is known.</p>",
         '<h2 id="manifest">Run</h2>',
         _manifest_html(manifest),
         '<h2 id="validation">Link validation</h2>',
@@ -84,6 +86,8 @@ def write_report(
         _table(tables["decision_vectors"]),
         "<h3>Cumulative penalty vectors (s)</h3>",
         _table(tables["cumulative_penalty"]),
+        "<h3>Undecided cells</h3>",
+        _undecided_html(cells),
         "<h3>Failures</h3>",
         _failures_html(cells),
         "<h3>Cells</h3>",
@@ -128,6 +132,18 @@ def _table(frame: pd.DataFrame, classes: list[str] | None = None) -> str:
 def _cells_html(cells: pd.DataFrame) -> str:
     frame = cells.reindex(columns=CELL_COLUMNS)
     return '<div class="wide">' + _table(frame, ["missing" if m else "" for m in frame["missing"]]) + "</div>"
+
+
+def _undecided_html(cells: pd.DataFrame) -> str:
+    undecided = undecided_cells(cells)
+    if undecided.empty:
+        return "<p>None: every known cell's decision is significant.</p>"
+    return (
+        f'<p class="note">{len(undecided)} cell(s) marked ? in the decision vectors: their penalty (mean remote '
+        "- mean local, s) lies within diff_ci95, the half-width of its Welch 95% CI (empty where a side has "
+        "fewer than two successful trials), so the run cannot tell whether offloading pays there.</p>"
+        + _table(undecided)
+    )
 
 
 def _failures_html(cells: pd.DataFrame) -> str:
@@ -209,7 +225,7 @@ def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
             "stage times of every trial. Local: cpu_active_w x t_total. Remote: cpu_active_w x (client encode + "
             "client decode) + radio_tx_w and radio_rx_w x communication, split by the bytes each way, + "
             "cpu_idle_w x the server's stages. Offloading saves energy (1) where the mean remote energy is "
-            "below the local one.</p>",
+            "below the local one, significantly (Welch, 95%); ? where the difference is not significant.</p>",
             _table(figures),
             "<h3>Decision vectors: time and energy side by side</h3>",
             _table(

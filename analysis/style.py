@@ -14,6 +14,9 @@ STAGE_COLORS = dict(
     zip(STAGES, ("#E69F00", "#56B4E9", "#009E73", "#0072B2", "#F0E442", "#D55E00"), strict=True)
 )
 OTHER_COLOR = "#BBBBBB"
+# an undecided cell (not significant), the same in every decision figure
+UNDECIDED_COLOR = "#FEE08B"
+UNDECIDED_LABEL = "undecided (not significant)"
 METHOD_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 # line hatches only: dot and circle hatches make multi-megabyte SVGs and slow renders
 HATCHES = ["", "///", "\\\\\\", "xxx", "---", "|||", "+++", "//--"]

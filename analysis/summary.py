@@ -1,4 +1,5 @@
-"""The terminal summary: per (op, size) the decision vectors and the cumulative penalty vector."""
+"""The terminal summary: per (op, size) the decision vectors and the cumulative penalty vector, each
+undecided cell with its penalty, and per method how many cells offload and how many are undecided."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pandas as pd
 
-from analysis.decisions import format_mbps
+from analysis.decisions import format_mbps, undecided_cells
 from contracts.run import Manifest
 
 
@@ -24,7 +25,8 @@ def summary_text(
     lines = [
         f"run {run_id}: {len(trials)} trials ({len(trials) - failed} ok, {failed} failed); "
         f"{len(cells)} cells, {missing} missing",
-        f"decision vectors over rates {rates} Mbit/s (1 = offloading pays, - = missing); "
+        f"decision vectors over rates {rates} Mbit/s (1 = offloading pays, 0 = it does not, "
+        "? = undecided: remote and local not significantly different (Welch, 95%), - = missing); "
         "cumulative penalty = sum over rates of remote - local (s)",
     ]
     lines += _adaptive(cells, manifest)
@@ -34,16 +36,51 @@ def summary_text(
     bad = _failed_validation(manifest)
     if bad:
         lines.append(f"warning: link validation failed {bad} time(s); see the report")
+    undecided = undecided_cells(cells)
     for (op, size), v in vectors.groupby(["op", "size"], sort=False):
         p = penalties[(penalties["op"] == op) & (penalties["size"] == size)].set_index("method")
         n_rates = len(v["rates"].iloc[0].split())
-        parts = []
-        for row in v.itertuples(index=False):
-            gaps = f", {row.missing_rates} missing" if row.missing_rates else ""
-            parts.append(f"{row.method} {row.vector} ({row.offload_count}/{n_rates}{gaps})")
+        parts = [
+            f"{r.method} {r.vector} ({r.offload_count}/{n_rates}{_open(r.undecided_rates, r.missing_rates)})"
+            for r in v.itertuples(index=False)
+        ]
         penalty = ", ".join(f"{m} {_penalty(p.loc[m])}" for m in v["method"])
         lines.append(f"{op} {size}: {'  '.join(parts)} | cumulative penalty [{penalty}]")
+        here = undecided[(undecided["op"] == op) & (undecided["size"] == size)]
+        if len(here):
+            told = "; ".join(_undecided(c) for c in here.itertuples())
+            lines.append(f"  undecided, penalty (Welch 95% CI): {told}")
+    lines += _counts(vectors)
     return "\n".join(lines)
+
+
+def _open(undecided: int, missing: int) -> str:
+    """What an offload count leaves out: the undecided and the missing cells."""
+    told = [f"{undecided} undecided"] if undecided else []
+    told += [f"{missing} missing"] if missing else []
+    return "".join(f", {t}" for t in told)
+
+
+def _undecided(cell) -> str:
+    """`json 100 Mbit/s +0.31 s (+-0.52)`: the penalty of a cell whose decision is not significant and
+    the Welch half-width it falls within; where a side has under two trials, the numbers of trials."""
+    if math.isnan(cell.diff_ci95):
+        ci = f"untested: n {cell.n}, local n {cell.local_n}"
+    else:
+        ci = f"+-{cell.diff_ci95:.3g}"
+    return f"{cell.method} {format_mbps(cell.rate_mbps)} Mbit/s {cell.penalty:+.3g} s ({ci})"
+
+
+def _counts(vectors: pd.DataFrame) -> list[str]:
+    """Per method over the whole run: `raw offloads in 5 of 12 cells, 2 undecided`."""
+    if vectors.empty:
+        return []
+    parts = []
+    for method, v in vectors.groupby("method", sort=False):
+        cells = sum(len(r.split()) for r in v["rates"])
+        gaps = _open(int(v["undecided_rates"].sum()), int(v["missing_rates"].sum()))
+        parts.append(f"{method} offloads in {int(v['offload_count'].sum())} of {cells} cells{gaps}")
+    return ["offloading (significant only): " + "; ".join(parts)]
 
 
 def _adaptive(cells: pd.DataFrame, manifest: Manifest | None) -> list[str]:

@@ -211,29 +211,27 @@ def test_worked_examples_by_hand(out):
 
 
 def test_decision_vectors(out):
+    """1/0 only where Welch's test separates remote from local (the `significant` column of
+    test_cell_numbers), ? where it does not or cannot (n = 1), - where the cell is missing."""
     rows = {(int(r["size"]), r["method"]): r for r in read(out[0] / "decision_vectors.csv")}
     assert [(int(r["size"]), r["method"]) for r in read(out[0] / "decision_vectors.csv")] == [
         (s, m) for s in (100, 200) for m in METHODS
     ]
-    expected = {  # (vector, offload_count, missing_rates, significant)
-        (100, "json"): ("0 0", 0, 0, "1 0"),
-        (100, "ujson"): ("0 1", 1, 0, "0 0"),
-        (100, "raw"): ("0 -", 0, 1, "- -"),
-        (100, "msgpack"): ("1 -", 1, 1, "0 -"),
-        (200, "json"): ("1 -", 1, 1, "1 -"),
-        (200, "ujson"): ("1 0", 1, 0, "1 0"),
-        (200, "raw"): ("1 -", 1, 1, "1 -"),
-        (200, "msgpack"): ("- -", 0, 2, "- -"),
+    expected = {  # (vector, offload_count, undecided_rates, missing_rates, significant)
+        (100, "json"): ("0 ?", 0, 1, 0, "1 0"),  # 20 Mbit/s: mean equal to local's
+        (100, "ujson"): ("? ?", 0, 2, 0, "0 0"),  # 20 Mbit/s: below local, but not significantly
+        (100, "raw"): ("? -", 0, 1, 1, "- -"),  # 10 Mbit/s: one trial, nothing to test
+        (100, "msgpack"): ("? -", 0, 1, 1, "0 -"),
+        (200, "json"): ("1 -", 1, 0, 1, "1 -"),
+        (200, "ujson"): ("1 ?", 1, 1, 0, "1 0"),
+        (200, "raw"): ("1 -", 1, 0, 1, "1 -"),
+        (200, "msgpack"): ("- -", 0, 0, 2, "- -"),
     }
-    for key, (vector, count, gaps, significant) in expected.items():
+    for key, want in expected.items():
         r = rows[key]
         assert r["rates"] == "10 20", key
-        assert (r["vector"], int(r["offload_count"]), int(r["missing_rates"]), r["significant"]) == (
-            vector,
-            count,
-            gaps,
-            significant,
-        ), key
+        got = (r["vector"], int(r["offload_count"]), int(r["undecided_rates"]), int(r["missing_rates"]))
+        assert (*got, r["significant"]) == want, key
 
 
 def test_cumulative_penalties(out):
@@ -256,8 +254,34 @@ def test_cumulative_penalties(out):
 def test_terminal_summary(out):
     text = out[1]
     assert "run handmade-1: 41 trials (32 ok, 9 failed); 16 cells, 6 missing" in text
+    assert "? = undecided: remote and local not significantly different (Welch, 95%)" in text
     assert (
-        "mul 100: json 0 0 (0/2)  ujson 0 1 (1/2)  raw 0 - (0/2, 1 missing)  msgpack 1 - (1/2, 1 missing) | "
-        "cumulative penalty [json 1.5 s, ujson 0.5 s, raw - (known rates: 0.25 s), msgpack - (known rates: -1 s)]"
+        "mul 100: json 0 ? (0/2, 1 undecided)  ujson ? ? (0/2, 2 undecided)  raw ? - (0/2, 1 undecided, "
+        "1 missing)  msgpack ? - (0/2, 1 undecided, 1 missing) | cumulative penalty [json 1.5 s, ujson 0.5 s, "
+        "raw - (known rates: 0.25 s), msgpack - (known rates: -1 s)]"
     ) in text
-    assert "mul 200: json 1 - (1/2, 1 missing)" in text
+    assert "mul 200: json 1 - (1/2, 1 missing)  ujson 1 ? (1/2, 1 undecided)" in text
+
+
+def test_the_summary_gives_each_undecided_cell_its_penalty_and_welch_interval(out):
+    lines = out[1].splitlines()
+    half = {key: welch_half(SAMPLES[key], LOCAL[key[0]])[0] for key in SAMPLES if len(SAMPLES[key]) > 1}
+    mul100 = lines[lines.index(next(x for x in lines if x.startswith("mul 100:"))) + 1]
+    assert mul100 == (
+        "  undecided, penalty (Welch 95% CI): "
+        f"json 20 Mbit/s +0 s (+-{half[(100, 20, 'json')]:.3g}); "
+        f"ujson 10 Mbit/s +0.75 s (+-{half[(100, 10, 'ujson')]:.3g}); "
+        f"ujson 20 Mbit/s -0.25 s (+-{half[(100, 20, 'ujson')]:.3g}); "
+        "raw 10 Mbit/s +0.25 s (untested: n 1, local n 3); "
+        f"msgpack 10 Mbit/s -1 s (+-{half[(100, 10, 'msgpack')]:.3g})"
+    )
+    # 5 6 7 against 4 4 4: +2 s, within 4.303 x 1/sqrt(3) = 2.48
+    assert "  undecided, penalty (Welch 95% CI): ujson 20 Mbit/s +2 s (+-2.48)" in lines
+
+
+def test_the_summary_counts_offloading_and_undecided_cells_per_method(out):
+    assert (
+        "offloading (significant only): json offloads in 1 of 4 cells, 1 undecided, 1 missing; "
+        "ujson offloads in 1 of 4 cells, 3 undecided; raw offloads in 1 of 4 cells, 1 undecided, 2 missing; "
+        "msgpack offloads in 0 of 4 cells, 1 undecided, 3 missing"
+    ) in out[1].splitlines()

@@ -80,7 +80,8 @@ def test_energy_cells_decide_by_joules_not_seconds():
     assert row["energy_offload"] == 0 and row["energy_penalty_j"] == pytest.approx(6.25 - 6.2)
     assert row["energy_ci95"] == pytest.approx(0.0)  # identical repetitions: no spread
     vectors = decision_vectors(as_decision_cells(out))
-    assert vectors.iloc[0]["vector"] == "0"
+    # 6.25 J against 6.0 and 6.4 J: slower, but not significantly (two local trials), so undecided
+    assert vectors.iloc[0]["vector"] == "?" and vectors.iloc[0]["undecided_rates"] == 1
     assert cumulative_penalties(as_decision_cells(out)).iloc[0]["cumulative_penalty"] == pytest.approx(0.05)
     assert disagreements(out).empty
 
