@@ -22,6 +22,8 @@ from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
 from contracts.trials import DTYPES, SERVER_STAGES, parse_server_timing
 
+CLOSE = {"Connection": "close"}  # the server closes after the response; urllib3 then opens anew
+
 
 @dataclass
 class StageTimes:
@@ -68,17 +70,22 @@ def no_align(kind: str | None = None) -> None:
 
 
 class OffloadClient:
-    """Talks to one offload server over one persistent session (keep-alive where the server allows).
-
-    gunicorn's sync workers close the connection after every response, so each trial then opens a
-    new TCP connection; its handshake is part of the request time, as it was for the paper's CGI.
+    """Talks to one offload server. `persistent`: one keep-alive connection for every request (the
+    server's gthread workers keep it open). Otherwise each request asks for `Connection: close`, so
+    the next one opens a new TCP connection inside its timed request: its handshake counts in
+    communication, as the paper's CGI requests' and the multi-language study's did.
     """
 
     def __init__(
-        self, base_url: str, timeout: float = 900.0, align: Callable[[str], object] = no_align
+        self,
+        base_url: str,
+        timeout: float = 900.0,
+        align: Callable[[str], object] = no_align,
+        persistent: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.persistent = persistent
         self.session = requests.Session()
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
 
@@ -124,7 +131,7 @@ class OffloadClient:
             resp = self.session.post(
                 f"{self.base_url}/v1/ops/{op}",
                 data=body,
-                headers={**headers, "X-Codec": c.name},
+                headers={**headers, "X-Codec": c.name, **({} if self.persistent else CLOSE)},
                 timeout=self.timeout,
                 stream=True,
             )

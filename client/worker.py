@@ -21,7 +21,7 @@ from client.scaler import Scaler
 from client.throttle import Aligner
 from client.trial_work import trial_operands
 from contracts.errors import UserError
-from contracts.trials import GRPC, LOCAL
+from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT
 
 
 class TrialWorker:
@@ -33,12 +33,19 @@ class TrialWorker:
         scaler: Scaler | None = None,
         grpc_target: str | None = None,
         quotas: dict[str, float] | None = None,
+        connection: str = PER_TRIAL,
     ) -> None:
         # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period,
         # with the quota of its kind of work when the calibration gave per-work `quotas`
         self.align = Aligner(quotas=quotas)
-        self.client = OffloadClient(url, timeout=timeout, align=self.align)
-        self.grpc = GrpcOffloadClient(grpc_target, timeout=timeout, align=self.align) if grpc_target else None
+        persistent = connection == PERSISTENT
+        self.connection = connection
+        self.client = OffloadClient(url, timeout=timeout, align=self.align, persistent=persistent)
+        self.grpc = (
+            GrpcOffloadClient(grpc_target, timeout=timeout, align=self.align, persistent=persistent)
+            if grpc_target
+            else None
+        )
         self.seed = seed
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
@@ -70,6 +77,7 @@ class TrialWorker:
                 if self.scaler:
                     self.scaler.local(out, op, size)
             else:
+                out["connection"] = self.connection
                 _, stages = self.remote(op, operands, spec["method"])
                 out.update(ok=True, **stages.as_dict())
                 if self.scaler:
@@ -87,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc-target", help="HOST:PORT of the server's gRPC transport (method grpc)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--connection",
+        choices=CONNECTIONS,
+        default=PER_TRIAL,
+        help="a new TCP connection per trial, or one kept",
+    )
     emulation = parser.add_mutually_exclusive_group()
     emulation.add_argument(
         "--scale",
@@ -98,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scaler = Scaler(json.loads(args.scale)) if args.scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
-    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas)
+    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas, args.connection)
     if quotas:
         try:  # fails here, before any trial, if the cgroup is not writable
             worker.align.put(quotas["base"])

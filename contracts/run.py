@@ -8,8 +8,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   are the same; version 1's manifest had no `format_version`).
 - 2: `trials.csv` begins with the line `# offload-testbed trials format 2`; `manifest.json` has
   `"format_version": 2` and only the sections typed below.
-- 3: trials gain `repair`: what the sweep repaired before the row's trial ran again (empty in
-  older files, which load as they are and are rewritten in version 3's columns on resume).
+- 3: trials gain `repair` (what the sweep repaired before the row's trial ran again) and
+  `connection` (per-trial or persistent), the experiment its `connection`. Older files load as they
+  are (empty columns; their experiment's connection reads as persistent, which is how their remote
+  trials ran) and are rewritten in version 3's columns on resume.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -31,7 +33,7 @@ from typing import Any
 from contracts.errors import UserError
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
-from contracts.trials import LOCAL, STAGES
+from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, STAGES
 
 FORMAT_VERSION = 3
 TRIALS_MARK = "# offload-testbed trials format "
@@ -86,6 +88,7 @@ class TrialRecord:
     # the testbed broke during the trial's first attempt and was repaired (the manifest's `repairs` say
     # how): what was repaired and why the first attempt failed; this row is the attempt that followed
     repair: str | None = None
+    connection: str | None = None  # a remote trial's connection policy (contracts.trials.CONNECTIONS)
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -345,6 +348,7 @@ class Experiment:
     trial_timeout: float = 600.0
     min_reps: int | None = None  # adaptive: a cell may stop after this many (None: always `reps`)
     precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
+    connection: str = PER_TRIAL  # a new TCP connection per remote trial, or PERSISTENT
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -487,7 +491,11 @@ class Manifest:
                 **{
                     **data,
                     "format_version": version,
-                    "experiment": Experiment.from_dict(data["experiment"]),
+                    "experiment": Experiment.from_dict(
+                        {"connection": PERSISTENT, **data["experiment"]}
+                        if version < 3
+                        else data["experiment"]
+                    ),
                     "validation": [LinkCheck(**v) for v in data.get("validation") or []],
                     "counters": [Counters(**c) for c in data.get("counters") or []],
                     "sessions": [Session(**s) for s in data.get("sessions") or []],

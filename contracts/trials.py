@@ -15,6 +15,11 @@ DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec chec
 # marshals with (a sweep's methods are the codecs' names and these).
 GRPC = "grpc"  # the method that offloads over gRPC (offload.v1.Offload/Execute) instead of HTTP
 TRANSPORTS = {GRPC: "protobuf"}
+# How a remote trial reaches the server, alike for HTTP and gRPC: a new TCP connection per trial
+# (its handshake counted in communication, as the multi-language study did: "one connection was
+# opened for each remote processing") or one connection kept for the whole sweep.
+PER_TRIAL, PERSISTENT = "per-trial", "persistent"
+CONNECTIONS = (PER_TRIAL, PERSISTENT)
 
 
 def method_codec(method: str) -> str:

@@ -17,9 +17,11 @@ only thread. This worker adds, per connection:
   and memory one request freed then serves the next instead of staying in another thread's arena
   (with an arena per thread, the worker's RSS grew to several times one request's peak).
 
-Connections are not kept alive (`Connection: close`, as with the sync worker), so every trial pays
-its own TCP handshake as before and the timing stages keep their meaning. TLS is not supported here
-(gunicorn would wrap the socket after this worker adopted it).
+A connection is kept alive as the client asks: the sweep's `per-trial` connection policy sends
+`Connection: close` with every request, so each trial pays its own TCP handshake (as the paper's CGI
+requests did); `persistent` keeps one connection, idle between trials on the poller and closed after
+`read_timeout` of silence. TLS is not supported here (gunicorn would wrap the socket after this
+worker adopted it).
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ class BoundedThreadWorker(ThreadWorker):
         return keep
 
     def handle_request(self, req, conn: TConn) -> bool:
-        req.must_close = True  # one request per connection, like the sync worker
         conn.sock.deadline = time.monotonic() + self.app.config.timeout  # for the body
-        return super().handle_request(req, conn)
+        keep = super().handle_request(req, conn)
+        # a refused request's body is left unread (say 100 GB announced): close, never drain it
+        unread = getattr(req.body.reader, "length", None)
+        return keep and unread == 0

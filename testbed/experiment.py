@@ -11,7 +11,7 @@ from contracts.device import MODES
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment, Validation
-from contracts.trials import DTYPES
+from contracts.trials import CONNECTIONS, DTYPES, PER_TRIAL
 from contracts.units import parse_rate
 from testbed.devices import load_device
 from testbed.inventory import parse_cpu_profile
@@ -110,6 +110,7 @@ FLAGS = (
     "cpu_quota",
     "device",
     "mode",
+    "connection",
     "name",
 )
 
@@ -143,6 +144,7 @@ def load_experiment(path: Path) -> Experiment:
         validation=_validation(doc.section("validation", default_empty=True)),
         local=doc.get("local", bool, True),
         trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
+        connection=doc.get("connection", str, PER_TRIAL),
     )
     try:
         return check(exp)
@@ -185,6 +187,12 @@ def check(exp: Experiment) -> Experiment:
         if not lo <= value <= hi:
             raise InvalidValue(key, f"{value:g} is out of range", f"give {key} between {lo} and {hi:g}")
     _check_adaptive(exp)
+    if exp.connection not in CONNECTIONS:
+        raise InvalidValue(
+            "connection",
+            f"unknown connection policy {exp.connection!r}",
+            f"use one of: {', '.join(CONNECTIONS)}",
+        )
     if not _NAME.match(exp.name):
         raise InvalidValue(
             "name",
@@ -339,6 +347,8 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["client_cpu"] = None
     if flags.get("mode") is not None:
         changes["mode"] = _mode(flags["mode"], lambda problem, fix: UserError(f"--mode: {problem}", fix))
+    if flags.get("connection") is not None:
+        changes["connection"] = flags["connection"]  # checked in `check`, as a file's
     if flags.get("no_validate"):
         changes["validation"] = replace(exp.validation, enabled=False)
     if flags.get("name") is not None:

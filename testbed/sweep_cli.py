@@ -43,6 +43,10 @@ def register(sub) -> None:
     p.add_argument("--cpu-quota", type=float, help="client CPU limit, fraction of one core")
     p.add_argument("--device", help="client device profile: a name in experiments/devices, or a file")
     p.add_argument("--mode", help="how the device is emulated: scaled (default) or throttle")
+    p.add_argument(
+        "--connection",
+        help="per-trial (a new TCP connection per remote trial, default) or persistent (one for the sweep)",
+    )
     p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
     p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")
     p.add_argument(

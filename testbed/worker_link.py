@@ -57,6 +57,8 @@ class WorkerLink:
                 str(exp.seed),
                 "--timeout",
                 str(exp.trial_timeout),
+                "--connection",
+                exp.connection,
                 *emulation,
             ),
             stdin=subprocess.PIPE,

@@ -84,20 +84,6 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """A server with both transports; gRPC's body limit is the HTTP server's (--max-body-mb 1)."""
-    port = free_port()
-    server = start_server(tmp_path_factory.mktemp("grpc"), "--grpc-port", str(port), "--max-body-mb", "1")
-    target = f"127.0.0.1:{port}"
-    try:
-        assert ready(target, 30.0), server.log_text()
-        yield server, target
-    finally:
-        stop(server.proc)
-        assert not group_alive(server.proc.pid), f"server processes left behind:\n{server.log_text()}"
-
-
 def expected(case: dict) -> np.ndarray:
     ops = [np.array(o, dtype=case["dtype"]) for o in case["operands"]]
     return {

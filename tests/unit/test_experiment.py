@@ -118,6 +118,7 @@ def test_bad_sizes(bad):
         ("reps: 99999999999999999999999", "key 'reps': 1e+23 is out of range"),
         ("reps: 10000\nsizes: 2-20000:1", "the grid has"),
         ("name: ../../escape", "key 'name': '../../escape' is not a run name"),
+        ("connection: keepalive", "key 'connection': unknown connection policy 'keepalive'"),
     ],
 )
 def test_file_values_are_checked_like_flags(tmp_path, line, words):
@@ -140,6 +141,7 @@ def test_file_values_are_checked_like_flags(tmp_path, line, words):
         ({"seed": -1}, "--seed: -1 is out of range"),
         ({"reps": 0}, "--reps: 0 is out of range"),
         ({"reps": 10**23}, "--reps: 1e+23 is out of range"),
+        ({"connection": "sometimes"}, "--connection: unknown connection policy 'sometimes'"),
     ],
 )
 def test_flags_are_checked_by_the_same_function(flags, words):
@@ -227,3 +229,12 @@ def test_bad_adaptive_files_name_the_file_and_key(tmp_path, reps, words):
     with pytest.raises(UserError) as exc:
         load_experiment(path)
     assert str(path) in exc.value.message and words in exc.value.message, exc.value.message
+
+
+def test_the_connection_policy_is_per_trial_unless_a_file_or_flag_says_persistent(tmp_path):
+    path = tmp_path / "e.yaml"
+    path.write_text("ops: [mul]\nsizes: [100]\nrates: [10]\nmethods: [raw, grpc]\nreps: 2\n")
+    assert load_experiment(path).connection == "per-trial"
+    path.write_text(path.read_text() + "connection: persistent\n")
+    assert load_experiment(path).connection == "persistent"
+    assert override(load_experiment(path), {"connection": "per-trial"}).connection == "per-trial"

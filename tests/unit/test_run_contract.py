@@ -138,6 +138,18 @@ def test_a_manifest_is_typed_through_and_through():
     assert TrialRecord.__dataclass_params__.frozen
 
 
+def test_a_run_older_than_the_connection_policy_reads_as_persistent_and_a_new_one_as_written(tmp_path):
+    """Before version 3 the gRPC client kept one channel and HTTP kept its connection: persistent."""
+    assert read_manifest(V1 / "manifest.json").experiment.connection == "persistent"
+    manifest = read_manifest(V1 / "manifest.json")
+    write_manifest(tmp_path / "manifest.json", manifest)
+    assert read_manifest(tmp_path / "manifest.json").experiment.connection == "persistent"
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    data["experiment"]["connection"] = "per-trial"
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    assert read_manifest(tmp_path / "manifest.json").experiment.connection == "per-trial"
+
+
 def test_resuming_a_v1_run_upgrades_its_trials_before_appending(v1_run):
     """The v1 header's column order is not this version's: appending under it would shift every cell."""
     path = v1_run / "trials.csv"

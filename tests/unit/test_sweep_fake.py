@@ -80,7 +80,7 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
     # one worker, sent each phase's warm-up (the smallest size, per method) and then its trials
     (worker,) = lab.hosts["client"].workers
     assert worker.args[:5] == ["python", "-m", "client.cpulimit", "--name", lab.cgroup]  # under the limit
-    assert worker.args[-9:] == [
+    assert worker.args[-11:] == [
         "client.worker",
         "--url",
         lab.server_url,
@@ -90,6 +90,8 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
         "3",
         "--timeout",
         "5.0",
+        "--connection",
+        "per-trial",
     ]
     expected = []
     for _, phase in phases(EXP, plan_trials(EXP)):
