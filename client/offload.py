@@ -42,6 +42,10 @@ class StageTimes:
     # CPU seconds of this process in the client's two stages (what `scaled` device emulation scales)
     cpu_client_encode: float = 0.0
     cpu_client_decode: float = 0.0
+    # CPU seconds of the server in its stages, as it reported them (what a server device scales)
+    cpu_server_decode: float | None = None
+    cpu_server_compute: float | None = None
+    cpu_server_encode: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -161,7 +165,9 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     c0, c1, c3, c4 = cpu
     server = parse_server_timing(server_timing)
     s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
+    cpu_server = parse_server_timing(server_timing, "cpu")
     return {
+        **{f"cpu_{column[2:]}": cpu_server.get(stage) for stage, column in SERVER_STAGES.items()},
         "t_client_encode": t1 - t0,
         "t_request": t2 - tr,
         "t_server_decode": s_decode,

@@ -61,4 +61,4 @@ def calibrate(
         scale[key(kind, op, size, codec)] = factor
         row = check_row(kind, codec, op, size, target, again_s * factor, tolerance_pct)
         rows.append({**row, "host_cpu_s": host_s, "slowdown": factor, "samples": len(taken)})
-    return {"device": device.name, "mode": "scaled", "rows": rows, "scale": scale}
+    return {"device": device.name, "mode": "scaled", "role": grid.role, "rows": rows, "scale": scale}

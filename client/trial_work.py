@@ -15,7 +15,7 @@ from client.sampling import Work
 from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid, key
 from contracts.ops import execute
-from contracts.trials import method_codec
+from contracts.trials import GRPC, method_codec
 
 
 def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray]:
@@ -27,23 +27,38 @@ def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray
 
 
 def works(
-    op: str, size: int, dtype: str, seed: int, codecs: list[str]
+    op: str, size: int, dtype: str, seed: int, codecs: list[str], role: str = "client"
 ) -> list[tuple[str, str | None, Work, int]]:
-    """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the client."""
+    """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the
+    client (encode the request, decode the response), or with `role="server"` on the server (decode
+    the request, encode the response)."""
     operands = trial_operands(op, size, dtype, seed)
     out: list[tuple[str, str | None, Work, int]] = [("kernel", None, lambda: execute(op, operands), 0)]
     result = execute(op, operands)
+    operand_bytes = sum(a.nbytes for a in operands)
     for name in codecs:  # a method: a codec, or a transport timed as its codec (grpc: protobuf)
         codec = get_codec(method_codec(name))
-        body, headers = codec.encode_response(result)
-        body = bytes(body) if not isinstance(body, bytes) else body
-        out.append(
-            ("encode", name, lambda c=codec: c.encode_request(operands), sum(a.nbytes for a in operands))
-        )
+        if role == "server":  # what `server.stages.run_stages` times
+            if name == GRPC:  # the message names its op
+                request = codec.encode_op_request(op, operands)
+                decode = lambda c=codec, b=request: c.decode_op_request(b, {})  # noqa: E731
+            else:
+                request, request_headers = _as_bytes(codec.encode_request(operands))
+                decode = lambda c=codec, b=request, h=request_headers: c.decode_request(b, h)  # noqa: E731
+            out.append(("decode", name, decode, operand_bytes))
+            out.append(("encode", name, lambda c=codec: c.encode_response(result), result.nbytes))
+            continue
+        body, headers = _as_bytes(codec.encode_response(result))
+        out.append(("encode", name, lambda c=codec: c.encode_request(operands), operand_bytes))
         out.append(
             ("decode", name, lambda c=codec, b=body, h=headers: c.decode_response(b, h), result.nbytes)
         )
     return out
+
+
+def _as_bytes(encoded: tuple) -> tuple[bytes, dict]:
+    body, headers = encoded
+    return (bytes(body) if not isinstance(body, bytes) else body), headers
 
 
 def target_s(
@@ -78,5 +93,5 @@ def grid_works(grid: Grid) -> list[tuple]:
         (op, size, *w)
         for op in grid.ops
         for size in grid.sizes
-        for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs))
+        for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs), grid.role)
     ]

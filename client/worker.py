@@ -109,8 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     emulation.add_argument(
         "--quotas", help="throttled device emulation: the fraction of a core per kind of work, as JSON"
     )
+    parser.add_argument(
+        "--server-scale",
+        help="a server device (scaled): the server host's slowdowns per kind of work, as JSON",
+    )
     args = parser.parse_args(argv)
-    scaler = Scaler(json.loads(args.scale)) if args.scale else None
+    scale = json.loads(args.scale) if args.scale else None
+    server_scale = json.loads(args.server_scale) if args.server_scale else None
+    scaler = Scaler(scale, server_scale) if scale or server_scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
     worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas, args.connection)
     if quotas:

@@ -109,24 +109,40 @@ class DeviceProfile:
         return cls(**{**data, "kernels": kernels})
 
 
+ROLES = ("client", "server")  # whose work a calibration times
+
+
 @dataclass(frozen=True)
 class Grid:
-    """What a calibration covers: the work of every trial of these ops, sizes and codecs."""
+    """What a calibration covers: the work of every trial of these ops, sizes and codecs, as the
+    client does it (encode the request, decode the response) or the server (decode the request,
+    encode the response); the kernels are the same."""
 
     ops: tuple[str, ...]
     sizes: tuple[int, ...]
     codecs: tuple[str, ...]
     dtype: str = "float64"
     seed: int = 1
+    role: str = "client"
 
     @classmethod
-    def of(cls, ops, sizes, codecs, dtype: str = "float64", seed: int = 1) -> Grid:
+    def of(cls, ops, sizes, codecs, dtype: str = "float64", seed: int = 1, role: str = "client") -> Grid:
         """Sizes sorted and once each; the local marker is not a codec."""
-        return cls(tuple(ops), tuple(sorted(set(sizes))), tuple(c for c in codecs if c != LOCAL), dtype, seed)
+        if role not in ROLES:
+            raise ValueError(f"role {role!r} is not one of {ROLES}")
+        codecs = tuple(c for c in codecs if c != LOCAL)
+        return cls(tuple(ops), tuple(sorted(set(sizes))), codecs, dtype, seed, role)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Grid:
-        return cls.of(data["ops"], data["sizes"], data["codecs"], data["dtype"], data["seed"])
+        return cls.of(
+            data["ops"],
+            data["sizes"],
+            data["codecs"],
+            data["dtype"],
+            data["seed"],
+            data.get("role", "client"),
+        )

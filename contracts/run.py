@@ -8,8 +8,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   are the same; version 1's manifest had no `format_version`).
 - 2: `trials.csv` begins with the line `# offload-testbed trials format 2`; `manifest.json` has
   `"format_version": 2` and only the sections typed below.
-- 3: trials gain `repair` (what the sweep repaired before the row's trial ran again) and
-  `connection` (per-trial or persistent), the experiment its `connection`. Older files load as they
+- 3: trials gain `repair` (what the sweep repaired before the row's trial ran again),
+  `connection` (per-trial or persistent) and the server's measured stages (`wall_server_*`,
+  `cpu_server_*`); the experiment its `connection` and `server_device`, the manifest `server_device`. Older files load as they
   are (empty columns; their experiment's connection reads as persistent, which is how their remote
   trials ran) and are rewritten in version 3's columns on resume.
 
@@ -85,6 +86,14 @@ class TrialRecord:
     wall_total: float | None = None
     cpu_total: float | None = None
     emulation_flagged: bool = False
+    # a server device: what the server measured in its stages (CPU seconds always, as it reported
+    # them; wall seconds when its stages were scaled: then the t_server_* columns are the device's)
+    wall_server_decode: float | None = None
+    cpu_server_decode: float | None = None
+    wall_server_compute: float | None = None
+    cpu_server_compute: float | None = None
+    wall_server_encode: float | None = None
+    cpu_server_encode: float | None = None
     # the testbed broke during the trial's first attempt and was repaired (the manifest's `repairs` say
     # how): what was repaired and why the first attempt failed; this row is the attempt that followed
     repair: str | None = None
@@ -112,6 +121,7 @@ _BOOLS = ("ok", "emulation_flagged")
 _TIMES = ("t_total", *STAGES, "t_request")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
+_FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
@@ -349,6 +359,7 @@ class Experiment:
     min_reps: int | None = None  # adaptive: a cell may stop after this many (None: always `reps`)
     precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
     connection: str = PER_TRIAL  # a new TCP connection per remote trial, or PERSISTENT
+    server_device: str | None = None  # the server's device profile (name or path); None: the inventory's
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -467,7 +478,8 @@ class Manifest:
     ended_at: str | None = None
     sessions: list[Session] = field(default_factory=list)
     estimate_s: list[float] | None = None  # the duration estimated before the first session
-    device: Device | None = None
+    device: Device | None = None  # the client's device (None: the client ran as its host)
+    server_device: Device | None = None  # the server's (None: the server ran as its host)
     repairs: list[Repair] = field(default_factory=list)
     format_version: int = FORMAT_VERSION  # as read (1: written before versioning); saved as this one
 
@@ -485,8 +497,14 @@ class Manifest:
         unknown = sorted(set(data) - known)
         if unknown:
             raise UserError(f"{path} has unknown key(s) {', '.join(unknown)}", "repair it or move it away")
+
+        def device_of(device: dict | None) -> Device | None:
+            if device is None:
+                return None
+            calibrations = [Calibration(**c) for c in device.get("calibrations", [])]
+            return Device(**{**device, "calibrations": calibrations})
+
         try:
-            device = data.get("device")
             return cls(
                 **{
                     **data,
@@ -500,14 +518,8 @@ class Manifest:
                     "counters": [Counters(**c) for c in data.get("counters") or []],
                     "sessions": [Session(**s) for s in data.get("sessions") or []],
                     "repairs": [Repair(**r) for r in data.get("repairs") or []],
-                    "device": None
-                    if device is None
-                    else Device(
-                        **{
-                            **device,
-                            "calibrations": [Calibration(**c) for c in device.get("calibrations", [])],
-                        }
-                    ),
+                    "device": device_of(data.get("device")),
+                    "server_device": device_of(data.get("server_device")),
                 }
             )
         except (KeyError, TypeError) as exc:

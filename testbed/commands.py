@@ -68,9 +68,16 @@ def register(sub) -> None:
     p.add_argument("--reps", type=int, default=3)
     p.set_defaults(handler=cmd_speed_table, busy=always)
 
-    p = sub.add_parser("calibrate", help="how closely the client host emulates a device profile")
+    p = sub.add_parser("calibrate", help="how closely the client (or server) host emulates a device profile")
     p.add_argument(
         "--device", required=True, help="a device profile (name in experiments/devices, or a file)"
+    )
+    p.add_argument(
+        "--host",
+        choices=("client", "server"),
+        default="client",
+        help="whose work: the client's (default) or the server's (decode the request, compute, encode the "
+        "response; scaled mode only)",
     )
     p.add_argument("--sizes", default="200,400,800", help="matrix sizes (default 200,400,800)")
     p.add_argument("--mode", default="scaled", help="scaled (default) or throttle")
@@ -252,10 +259,16 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
         )
     ops = [o for o in args.ops.split(",") if o.strip()]
     codecs = [c for c in args.codecs.split(",") if c.strip()]
+    if args.host == "server" and (args.mode != "scaled" or slow_host is not None):
+        raise UserError("the server is emulated in scaled mode only", "use --mode scaled and no --slow-host")
     require_root()
-    lab = open_lab(load(args).with_client_cpu(device_emulation.client_cpu(device, args.mode)))
+    inv = load(args)
+    if args.host == "client":
+        inv = inv.with_client_cpu(device_emulation.client_cpu(device, args.mode))
+    lab = open_lab(inv)
     lab.require_up()
-    result = device_emulation.emulate(lab, device, args.mode, Grid.of(ops, sizes, codecs), slow_host)
+    grid = Grid.of(ops, sizes, codecs, role=args.host)
+    result = device_emulation.emulate(lab, device, args.mode, grid, slow_host)
     if args.json:
         kernels = [r for r in result["rows"] if r["work"] == "kernel"]
         codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
@@ -270,6 +283,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
         print_json(
             {
                 "device": device.name,
+                "host": args.host,
                 "mode": args.mode,
                 **{k: result[k] for k in ("slow_host", "quotas") if k in result},
                 "rows": [row(r) for r in kernels],

@@ -42,6 +42,28 @@ def resolve_device(
     return device
 
 
+def resolve_server_device(
+    exp: Experiment, inv: Inventory, manifest: ManifestFile | None = None
+) -> DeviceProfile | None:
+    """The server's profile: the run's own when resuming; else the experiment's, else the
+    inventory's; None (the server runs as its host) when none names one."""
+    if manifest is not None and manifest.manifest.server_device is not None:
+        return DeviceProfile.from_dict(manifest.manifest.server_device.profile)
+    ref = exp.server_device or inv.server_device
+    if not ref:
+        return None
+    device = load_device(ref)
+    check_device_covers(device, list(exp.ops), list(exp.methods), "the experiment")
+    return device
+
+
+def emulate_server_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> dict:
+    """Calibrate the server host for its device (scaled: the server's stages are scaled from the CPU
+    time it measures around each, whatever mode the client is emulated in)."""
+    grid = Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed, role="server")
+    return emulate(lab, device, "scaled", grid)
+
+
 def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
     """What the client host runs under: full speed when scaled; when throttled, a cgroup whose quota
     `emulate` sets from the calibration (a whole core until then)."""
@@ -71,17 +93,24 @@ def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: f
     scaling CPU time rather than wall time. The client's quota in force before is put back after.
     """
     check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
+    if grid.role == "server":
+        if mode != "scaled" or slow_host is not None:
+            raise UserError(
+                "the server is emulated in scaled mode only",
+                "use --mode scaled and no --slow-host with --host server",
+            )
+        return _calibration(lab, "server", device, grid, limited=False)
     if slow_host is not None:
         if mode != "scaled":
             raise UserError("a slower host is emulated for the scaled mode only", "use --mode scaled")
         before = lab.cpu_in_force().get("fraction") or 1.0
         limit = lab.set_client_quota(slow_host)
         try:
-            calibration = _client_calibration(lab, device, grid, limited=True)
+            calibration = _calibration(lab, "client", device, grid, limited=True)
         finally:
             lab.set_client_quota(before)
         return {**calibration, "slow_host": limit.get("fraction", slow_host)}
-    calibration = _client_calibration(lab, device, grid, limited=False)
+    calibration = _calibration(lab, "client", device, grid, limited=False)
     if mode == "scaled":
         return calibration
     quotas = work_quotas(calibration["rows"])
@@ -138,7 +167,7 @@ def _check_wall(lab: Lab, device: DeviceProfile, grid: Grid, quotas: dict, **ext
     work's quota in force itself; a whole core again after it, for the trial worker's start."""
     lab.set_client_quota(1.0)
     try:
-        return _client_calibration(lab, device, grid, limited=True, check="wall", quotas=quotas, **extra)
+        return _calibration(lab, "client", device, grid, limited=True, check="wall", quotas=quotas, **extra)
     finally:
         lab.set_client_quota(1.0)
 
@@ -157,21 +186,26 @@ def _flag_what_a_quota_cannot(rows, quotas: dict, needs: dict) -> None:
             row["reason"] = f"shorter than {GRANULARITY_PERIODS} quota periods of {period_s * 1000:.0f} ms"
 
 
-def _client_calibration(lab: Lab, device: DeviceProfile, grid: Grid, limited: bool, **extra) -> dict:
-    """`python -m client.calibration` on the client host (inside the device's CPU limit if `limited`)."""
+def _calibration(lab: Lab, role: str, device: DeviceProfile, grid: Grid, limited: bool, **extra) -> dict:
+    """`python -m client.calibration` on the host of `role` (the client: inside the device's CPU
+    limit if `limited`). The server host runs it too: the calibration times the server's own work
+    (the grid's role), with the device-emulation code the client's scaled mode uses."""
     request = {"device": device.as_dict(), "grid": grid.as_dict(), "tolerance_pct": TOLERANCE_PCT, **extra}
-    client = lab.host("client")
-    out = client.run(
-        client.python("client.calibration"), input=json.dumps(request), limited=limited, timeout=7200
+    host = lab.host(role)
+    out = host.run(
+        host.python("client.calibration"), input=json.dumps(request), limited=limited, timeout=7200
     )
     return json.loads(out.stdout)
 
 
-def record(manifest: ManifestFile, device: DeviceProfile, mode: str, calibration: dict, at: str) -> None:
-    if manifest.manifest.device is None:
-        manifest.manifest.device = Device(profile=device.as_dict(), mode=mode)
+def record(
+    manifest: ManifestFile, device: DeviceProfile, mode: str, calibration: dict, at: str, role: str = "client"
+) -> None:
+    section = "device" if role == "client" else "server_device"
+    if getattr(manifest.manifest, section) is None:
+        setattr(manifest.manifest, section, Device(profile=device.as_dict(), mode=mode))
     extra = {k: calibration[k] for k in ("quota", "period_s", "quotas", "host") if k in calibration}
-    manifest.manifest.device.calibrations.append(
+    getattr(manifest.manifest, section).calibrations.append(
         Calibration(at=at, tolerance_pct=TOLERANCE_PCT, rows=calibration["rows"], **extra)
     )
     manifest.save()
@@ -191,7 +225,8 @@ def format_calibration(calibration: dict) -> str:
     quotas = "quotas" in calibration  # throttle: each kind of work under its own quota
     counted = all("samples" in r for r in calibration["rows"])  # scaled: sampled until precise
     lines = [
-        f"device {calibration['device']} ({calibration['mode']}): target vs achieved on this host",
+        f"device {calibration['device']} ({calibration['mode']}): target vs achieved on the "
+        f"{calibration.get('role', 'client')} host",
         f"{'work':<20} {'op':<4} {'size':>5} {'target s':>10} {'achieved s':>11} {'error':>8}"
         + (f" {'quota':>8} {'period':>9}" if quotas else "")
         + (f" {'samples':>8}" if counted else ""),

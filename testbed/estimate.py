@@ -80,6 +80,7 @@ class Model:
     device: DeviceProfile | None = None
     cpu_quota: float | None = None  # without a device: the client's share of this machine
     mtu: int = 1500
+    server_device: DeviceProfile | None = None  # scaled: it sets what is measured, not the wall time
 
     def _itemsize(self) -> int:
         return np.dtype(self.exp.dtype).itemsize
@@ -99,25 +100,42 @@ class Model:
             return self.device.marshal_s(method_codec(codec), direction, data)
         return data / (self.host.codecs[codec][direction] * MB) / (self.cpu_quota or 1.0)
 
-    def trial_s(self, op: str, size: int, rate_mbps: float | None, method: str, device: bool = True) -> float:
-        """The trial's completion time as measured (the device's, when there is one)."""
+    def trial_s(
+        self,
+        op: str,
+        size: int,
+        rate_mbps: float | None,
+        method: str,
+        device: bool = True,
+        server: bool = True,
+    ) -> float:
+        """The trial's completion time as measured (the devices', when there are: the client's with
+        `device`, the server's with `server`)."""
         if method == LOCAL:
             return self.client_compute_s(op, size, device) + TRIAL_OVERHEAD_S
         up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
         goodput = expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8  # bytes/s
         ratio = self.host.wire_ratio[method]
         wire = (up * ratio + HTTP_HEADERS) / goodput + (down * ratio + HTTP_HEADERS) / goodput
-        server = work(op, size) / (self.host.gflops * 1e9)
-        server += up / (self.host.codecs[method]["decode"] * MB) + down / (
-            self.host.codecs[method]["encode"] * MB
-        )
+        sd = self.server_device if server else None
+        if sd is not None and method_codec(method) in sd.marshalling:
+            server_s = (
+                sd.compute_s(op, size)
+                + sd.marshal_s(method, "decode", up)
+                + sd.marshal_s(method, "encode", down)
+            )
+        else:
+            server_s = work(op, size) / (self.host.gflops * 1e9)
+            server_s += up / (self.host.codecs[method]["decode"] * MB) + down / (
+                self.host.codecs[method]["encode"] * MB
+            )
         client = self.client_marshal_s(method, "encode", up, device)
         client += self.client_marshal_s(method, "decode", down, device)
-        return client + wire + server + TRIAL_OVERHEAD_S
+        return client + wire + server_s + TRIAL_OVERHEAD_S
 
     def wall_s(self, op: str, size: int, rate_mbps: float | None, method: str) -> float:
         """How long the trial occupies the testbed: in scaled mode the client works at this host's speed."""
-        return self.trial_s(op, size, rate_mbps, method, device=not self._host_client())
+        return self.trial_s(op, size, rate_mbps, method, device=not self._host_client(), server=False)
 
     def cell_s(self, cell: tuple) -> float:
         return self.wall_s(*cell)
@@ -147,8 +165,15 @@ class Model:
         return self.sweep_s(low), self.sweep_s(self.exp.reps)
 
 
-def model_for(exp: Experiment, device: DeviceProfile | None, cpu_quota: float | None) -> Model:
-    return Model(exp, measure_host(exp.methods, exp.dtype, exp.seed), device, cpu_quota)
+def model_for(
+    exp: Experiment,
+    device: DeviceProfile | None,
+    cpu_quota: float | None,
+    server_device: DeviceProfile | None = None,
+) -> Model:
+    return Model(
+        exp, measure_host(exp.methods, exp.dtype, exp.seed), device, cpu_quota, server_device=server_device
+    )
 
 
 def format_duration(seconds: float) -> str:

@@ -111,6 +111,7 @@ FLAGS = (
     "device",
     "mode",
     "connection",
+    "server_device",
     "name",
 )
 
@@ -119,7 +120,8 @@ def load_experiment(path: Path) -> Experiment:
     doc = load_yaml(path, "experiment")
     # a file says what the flags say (the client by its file keys), and more
     allowed = set(FLAGS) - {"cpu_quota", "device", "precision"}  # a file's precision is under reps
-    allowed |= {"client_cpu", "client_device", "validation", "local", "trial_timeout", "description"}
+    allowed |= {"client_cpu", "client_device", "server_device", "validation", "local", "trial_timeout"}
+    allowed |= {"description"}
     doc.reject_unknown(allowed)
 
     def wrap(key, fn, *a):
@@ -140,6 +142,7 @@ def load_experiment(path: Path) -> Experiment:
         seed=doc.get("seed", int, 1),
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
         client_device=_device(doc),
+        server_device=_device(doc, "server_device"),
         mode=_mode(doc.get("mode", str, "scaled"), lambda problem, fix: doc.error("mode", problem, fix)),
         validation=_validation(doc.section("validation", default_empty=True)),
         local=doc.get("local", bool, True),
@@ -256,21 +259,22 @@ def _reps(doc: Section) -> dict:
     return {"min_reps": low, "reps": high}
 
 
-def _device(doc: Section) -> str | None:
-    """The device's name or path, checked now so that a bad profile is reported before any sweep."""
-    if not doc.has("client_device"):
+def _device(doc: Section, key: str = "client_device") -> str | None:
+    """The device's name or path (`client_device` or `server_device`), checked now so that a bad
+    profile is reported before any sweep."""
+    if not doc.has(key):
         return None
-    if doc.has("client_cpu"):
+    if key == "client_device" and doc.has("client_cpu"):
         raise doc.error(
             "client_device", "client_device and client_cpu both describe the client", "keep one of them"
         )
-    ref = doc.get("client_device", str)
+    ref = doc.get(key, str)
     if ref.endswith((".yaml", ".yml")):  # a path: relative to the experiment file
         ref = str((Path(doc.path).parent / ref).resolve())
     try:
         load_device(ref)
     except UserError as exc:
-        raise doc.error("client_device", exc.message, exc.fix) from None
+        raise doc.error(key, exc.message, exc.fix) from None
     return ref
 
 
@@ -347,6 +351,9 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["client_cpu"] = None
     if flags.get("mode") is not None:
         changes["mode"] = _mode(flags["mode"], lambda problem, fix: UserError(f"--mode: {problem}", fix))
+    if flags.get("server_device") is not None:
+        load_device(flags["server_device"])
+        changes["server_device"] = flags["server_device"]
     if flags.get("connection") is not None:
         changes["connection"] = flags["connection"]  # checked in `check`, as a file's
     if flags.get("no_validate"):

@@ -59,6 +59,7 @@ class Inventory:
     link: LinkSpec
     client_cpu: CpuProfile
     client_device: str | None  # a device profile (name or path) for experiments that name none
+    server_device: str | None = None  # the server's device profile, likewise
     server_port: int = 8080
     iperf3_port: int = 5201
     grpc_port: int = 50051  # the server's gRPC transport (method grpc), next to server_port's HTTP
@@ -77,7 +78,9 @@ class Inventory:
 def load_inventory(path: Path | str | None = None) -> Inventory:
     path = Path(path) if path else DEFAULT_INVENTORY
     doc = load_yaml(path, "inventory")
-    doc.reject_unknown({"backend", "prefix", "hosts", "link", "client_cpu", "client_device", "services"})
+    doc.reject_unknown(
+        {"backend", "prefix", "hosts", "link", "client_cpu", "client_device", "server_device", "services"}
+    )
     backend = doc.get("backend", str, "netns")
     if backend not in BACKENDS:
         raise doc.error(
@@ -101,6 +104,7 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
         link=parse_link(doc.section("link", default_empty=True)),
         client_cpu=parse_cpu_profile(doc.section("client_cpu", default_empty=True)),
         client_device=doc.get("client_device", str, None),
+        server_device=doc.get("server_device", str, None),
         server_port=_port(services, "server_port", 8080),
         iperf3_port=_port(services, "iperf3_port", 5201),
         grpc_port=_grpc_port(services),

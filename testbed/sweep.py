@@ -59,11 +59,13 @@ def run_sweep(
     keep_up: bool = False,
     device: DeviceProfile | None = None,
     model: Model | None = None,
+    server_device: DeviceProfile | None = None,
 ) -> dict:
     """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed.
 
-    With a `device`, the client host is calibrated for it first (`testbed.device_emulation`); with a `model`
-    (`testbed.estimate`), the progress line's ETA comes from it."""
+    With a `device`, the client host is calibrated for it first (`testbed.device_emulation`), with a
+    `server_device` the server host for that one; with a `model` (`testbed.estimate`), the progress
+    line's ETA comes from it."""
     run_id = manifest.manifest.run_id
     csv_path = run_dir / TRIALS_FILE
     trials = plan_trials(exp)
@@ -108,6 +110,25 @@ def run_sweep(
                         f"device {device.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% for {what}; "
                         "those trials are marked emulation_flagged"
                     )
+            if server_device is not None:
+                progress.show(f"calibrating the server host for device {server_device.name}")
+                server_calibration = device_emulation.emulate_server_for(lab, server_device, exp)
+                device_emulation.record(
+                    manifest, server_device, "scaled", server_calibration, now(), "server"
+                )
+                calibration = {**(calibration or {}), "server_scale": server_calibration["scale"]}
+                missed = device_emulation.flagged(server_calibration)
+                progress.reset_clock()
+                if missed:
+                    what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
+                    log.warning("server device emulation misses its tolerance for: %s", what)
+                    progress.note(
+                        f"server device {server_device.name}: emulation outside "
+                        f"{device_emulation.TOLERANCE_PCT:g}% for {what}; those trials are marked emulation_flagged"
+                    )
+                # the server's kernel is in every remote trial of its (op, size); it has no part in local ones
+                remote = [m for m in exp.methods if m != LOCAL]
+                marks |= {(op, size, m) for op, size, w in missed for m in (remote if w == LOCAL else [w])}
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))
             problems: dict = {}  # rate -> why it is skipped (None: validated), once per session
             warmed: set = set()
@@ -146,7 +167,7 @@ def run_sweep(
                         record, worker, guard, problems[rate] = run_checked(
                             lab, exp, worker, run_dir, t, guard, manifest
                         )
-                    if device is not None:
+                    if device is not None or server_device is not None:
                         record["emulation_flagged"] = (t.op, t.size, t.method) in marks
                     row = trial_row(run_id, t, record)
                     writer.write(row)

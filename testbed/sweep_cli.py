@@ -44,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--device", help="client device profile: a name in experiments/devices, or a file")
     p.add_argument("--mode", help="how the device is emulated: scaled (default) or throttle")
     p.add_argument(
+        "--server-device", help="server device profile (scaled): a name in experiments/devices, or a file"
+    )
+    p.add_argument(
         "--connection",
         help="per-trial (a new TCP connection per remote trial, default) or persistent (one for the sweep)",
     )
@@ -70,7 +73,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from contracts.run import MANIFEST_FILE
     from testbed.bookkeeping import start_run
     from testbed.device_emulation import client_cpu as emulation_cpu
-    from testbed.device_emulation import resolve_device
+    from testbed.device_emulation import resolve_device, resolve_server_device
     from testbed.estimate import format_duration, model_for
     from testbed.experiment import FLAGS, load_experiment, override, trial_range
     from testbed.results import ManifestFile, new_run_id
@@ -93,6 +96,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         run_id = new_run_id(exp.name)
         run_dir = args.results / run_id
     device = resolve_device(exp, inv, manifest if args.resume else None)
+    server_device = resolve_server_device(exp, inv, manifest if args.resume else None)
     if device:
         inv = inv.with_client_cpu(emulation_cpu(device, exp.mode))
     elif exp.client_cpu:
@@ -102,12 +106,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, lab)
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
-    model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota)
+    server = f"device {server_device.name} (scaled)" if server_device else "this host"
+    model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota, server_device)
     low, high = model.duration_s()
     print(
         f"sweep {manifest.manifest.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
         f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.describe_reps()} = "
-        f"{_count(trial_range(exp))} trials (local baseline included); client {client}; results in {run_dir}"
+        f"{_count(trial_range(exp))} trials (local baseline included); client {client}; server {server}; "
+        f"results in {run_dir}"
     )
     span = format_duration(high) if low == high else f"{format_duration(low)}..{format_duration(high)}"
     whole = " for the whole grid" if args.resume else ""
@@ -117,7 +123,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.resume:
         manifest.update(estimate_s=[low, high])
     try:
-        summary = run_sweep(lab, exp, run_dir, manifest, keep_up=args.keep_up, device=device, model=model)
+        summary = run_sweep(
+            lab,
+            exp,
+            run_dir,
+            manifest,
+            keep_up=args.keep_up,
+            device=device,
+            model=model,
+            server_device=server_device,
+        )
     except KeyboardInterrupt:
         print(
             f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "

@@ -39,9 +39,9 @@ class WorkerLink:
             lab.set_client_quota(1.0)
         emulation = [
             arg
-            for flag in ("scale", "quotas")
+            for flag in ("scale", "quotas", "server_scale")
             if (calibration or {}).get(flag)
-            for arg in (f"--{flag}", json.dumps(calibration[flag]))
+            for arg in (f"--{flag.replace('_', '-')}", json.dumps(calibration[flag]))
         ]
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker

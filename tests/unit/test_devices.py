@@ -111,6 +111,28 @@ def test_scaler_multiplies_cpu_time_by_the_slowdown_of_its_kind_of_work():
         scaler.local({"t_total": 1, "cpu_total": 1}, "mul", 800)
 
 
+def test_a_server_device_scales_the_servers_cpu_times_and_communication_stays_measured():
+    """The server's stages: its CPU time in each times the server host's slowdown for that work (its
+    decode of the request, the kernel, its encode of the response); communication is the request's
+    wall time minus the server's measured wall times, never the scaled ones."""
+    server_scale = {key("decode", "mul", 400, "raw"): 4.0, key("kernel", "mul", 400): 30.0,
+                    key("encode", "mul", 400, "raw"): 2.0}  # fmt: skip
+    remote = {"t_client_encode": 0.01, "cpu_client_encode": 0.01, "t_client_decode": 0.02,
+              "cpu_client_decode": 0.02, "t_request": 1.0, "t_server_decode": 0.05, "cpu_server_decode": 0.04,
+              "t_server_compute": 0.1, "cpu_server_compute": 0.2, "t_server_encode": 0.03,
+              "cpu_server_encode": 0.03}  # fmt: skip
+    remote["t_comm"] = 1.0 - (0.05 + 0.1 + 0.03)
+    Scaler(None, server_scale).remote(remote, "mul", 400, "raw")
+    assert remote["t_server_decode"] == pytest.approx(0.16) and remote["wall_server_decode"] == 0.05
+    assert remote["t_server_compute"] == pytest.approx(6.0) and remote["wall_server_compute"] == 0.1
+    assert remote["t_server_encode"] == pytest.approx(0.06) and remote["wall_server_encode"] == 0.03
+    assert remote["t_comm"] == pytest.approx(0.82), "measured, not scaled"
+    assert remote["t_client_encode"] == 0.01 and "wall_client_encode" not in remote  # the client: as its host
+    assert remote["t_total"] == pytest.approx(0.01 + 0.82 + 0.16 + 6.0 + 0.06 + 0.02)
+    with pytest.raises(ValueError, match="no CPU time for server_decode"):
+        Scaler(None, server_scale).remote({**remote, "cpu_server_decode": None}, "mul", 400, "raw")
+
+
 def test_calibration_reaches_the_targets_on_this_host():
     """The real calibration, small: every kind of work gets a slowdown that reproduces its target."""
     device = DeviceProfile(
