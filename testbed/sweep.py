@@ -97,6 +97,7 @@ def run_sweep(
             calibration, marks = None, set()
             if device is not None:
                 progress.show(f"calibrating the client host for device {device.name}")
+                log.info("calibrating the client host for device %s (%s)", device.name, exp.mode)
                 calibration = device_emulation.emulate_for(lab, device, exp)
                 device_emulation.record(manifest, device, exp.mode, calibration, now())
                 marks = device_emulation.flagged(calibration)
