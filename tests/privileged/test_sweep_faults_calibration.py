@@ -69,7 +69,7 @@ def test_a_sweep_killed_while_it_calibrates_resumes_with_a_new_calibration(inven
     assert manifest.device is None and rows(run_dir) == [], "killed before its calibration was recorded"
     # the calibration ends with the sweep that asked for it, rather than run its budget beside the
     # next session's calibration (without that guard it ran on for 31 s here)
-    wait_until("the calibration ends with the sweep", lambda: not any(alive(p) for p in running), timeout=5)
+    wait_until("the calibration ends with the sweep", lambda: not any(alive(p) for p in running), timeout=10)
 
     out = run_cli(inventory, "sweep", "--resume", str(run_dir), "--no-analyze").stdout
     assert "sweep complete" in out, out
