@@ -8,7 +8,7 @@
   channel are the backend's own, only the network hop is a pipe. Target: under 100 ms.
 - Bookkeeping: per trial, the worker's JSON round trip (request line to the client host, answer line
   back, parsed: the time `WorkerLink.run` takes beyond the trial's own completion time) plus appending
-  and flushing its row with the sweep's `TrialWriter`. Against a 400x400 raw trial at 100 Mbit/s;
+  and flushing its row with the sweep's `TrialFile`. Against a 400x400 raw trial at 100 Mbit/s;
   target: under 1% of the trial's completion time.
 - Shaping check: per trial, the check of the shaping the trial ran through (`testbed.shaping_guard`:
   the appliance's classes read back through its agent, with its switch's daemons in the same
@@ -27,10 +27,10 @@ from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, run_ok, trial
 from benchmarks.ssh_appliance import appliance_over_ssh
 from contracts.errors import UserError
-from contracts.run import TrialWriter
 from testbed.bookkeeping import trial_row
 from testbed.lab import Lab
 from testbed.repairs import shaping_guard
+from testbed.results import TrialFile
 from testbed.worker_link import WorkerLink
 
 SECTION = "orchestration"
@@ -99,7 +99,7 @@ def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> list[Row]:
     round_trips, checks, writes, totals = [], [], [], []
     guard = shaping_guard(lab, BOOKKEEPING_RATE)
     with tempfile.TemporaryDirectory(prefix="bench-bookkeeping-") as tmp:
-        writer = TrialWriter(Path(tmp) / "trials.csv")
+        writer = TrialFile(Path(tmp) / "trials.csv")  # the sweep's own writer
         try:
             for i in range(n):
                 t = trial(i, BOOKKEEPING_SIZE, BOOKKEEPING_RATE)

@@ -13,6 +13,7 @@ import sys
 from client.scaled_calibration import calibrate
 from client.throttle_check import check_wall
 from contracts.device import DeviceProfile, Grid
+from contracts.processes import end_when_unheard
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,4 +32,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    end_when_unheard()  # a sweep killed (-9) while it calibrates: its calibration ends at once
     raise SystemExit(main())

@@ -14,7 +14,9 @@ process while we wait is neither waited for nor signalled.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -148,3 +150,28 @@ def group_alive(pgid: int) -> bool:
 def stop_group(pgid: int, grace: float = 5.0) -> bool:
     """Stop the process group `pgid` (a service started in its own session), all its members."""
     return stop_all(lambda: [pgid] if group_alive(pgid) else [], os.killpg, grace)
+
+
+def end_when_unheard(fd: int = 1) -> None:
+    """SIGKILL this process as soon as nobody can read its answer any more: the read end of `fd`, its
+    stdout, was closed, as when its caller is killed with -9 (the kernel closes the caller's end).
+
+    For a process that only answers its caller, like the device calibration: a sweep killed with -9
+    runs no handler, and the calibration it started would otherwise run its whole budget (measured:
+    31 s) beside the calibration of the session that resumes it, and skew it. The same for a caller
+    on this host (through `ip netns exec`) and over SSH (sshd closes the channel). A daemon thread
+    waits in poll() for the pipe's error, which comes at once if the caller is gone already; on an
+    fd that is not a pipe (a file; a terminal until it hangs up) it never fires.
+    """
+
+    def wait() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked: POLLERR, POLLHUP and POLLNVAL are always reported
+        while True:
+            for _, event in poller.poll():
+                if event & select.POLLNVAL:
+                    return  # not an open fd: nothing to watch
+                if event & (select.POLLERR | select.POLLHUP):
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait, name="end-when-unheard", daemon=True).start()

@@ -138,7 +138,12 @@ def _cell(value: Any) -> str:
 
 
 class TrialWriter:
-    """Appends one row per finished trial and flushes it, so a crash loses at most the trial in flight."""
+    """Appends one row per finished trial and flushes it, so a crash loses at most the trial in flight.
+
+    A row is either wholly in the file or not at all: each is one unbuffered write, and a write that
+    fails part-way (a full file system: ENOSPC) is cut back to where the row began before the error
+    goes up, so the rows before it stay readable and `--resume` reruns just that trial.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -146,7 +151,8 @@ class TrialWriter:
         new = not path.exists() or path.stat().st_size == 0
         if not new:
             _upgrade(path)  # a resumed run of an older version: its rows in this version's columns
-        self._file = open(path, "a", newline="")  # noqa: SIM115 - held open for the whole sweep
+        # unbuffered: a failed write leaves nothing in a buffer for a later flush or close to retry
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - held open for the whole sweep
         self._buf = io.StringIO()
         self._csv = csv.writer(self._buf)
         if new:
@@ -155,11 +161,16 @@ class TrialWriter:
             self._flush()
 
     def _flush(self) -> None:
-        # one write() per row: a row is either wholly in the file or not at all (see `repair`)
-        self._file.write(self._buf.getvalue())
-        self._file.flush()
+        data = memoryview(self._buf.getvalue().encode())
         self._buf.seek(0)
         self._buf.truncate()
+        start = os.lseek(self._file.fileno(), 0, os.SEEK_END)
+        try:
+            while data:  # a write to a nearly full file system can be short before it fails
+                data = data[self._file.write(data) :]
+        except OSError:
+            os.ftruncate(self._file.fileno(), start)  # frees, so it works on a full file system
+            raise
 
     def write(self, record: TrialRecord) -> None:
         self._csv.writerow([_cell(getattr(record, c)) for c in COLUMNS])
@@ -170,9 +181,10 @@ class TrialWriter:
 
     def close(self) -> None:
         if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+            try:
+                os.fsync(self._file.fileno())
+            finally:
+                self._file.close()
 
 
 def _upgrade(path: Path) -> None:
@@ -392,7 +404,7 @@ class Session:
 
     started_at: str
     skipped_done: int
-    status: str  # running, then complete or interrupted
+    status: str  # running, then complete, stopped (a problem to fix, named in one line) or interrupted
     pid: int | None = None
     hostname: str | None = None
     ended_at: str | None = None
@@ -466,7 +478,7 @@ class Manifest:
     """manifest.json: what was planned, on what, and what happened to the run."""
 
     run_id: str
-    status: str  # running, then complete or interrupted
+    status: str  # running, then complete, stopped (a problem to fix, named in one line) or interrupted
     experiment: Experiment
     inventory: str = ""
     client_cpu: dict | None = None  # the inventory's CpuProfile, as a dict
@@ -562,6 +574,11 @@ def read_manifest(path: Path) -> Manifest:
 def write_manifest(path: Path, manifest: Manifest) -> None:
     """Rewritten whole and atomically, so a reader never sees half a manifest."""
     manifest.format_version = FORMAT_VERSION  # converted: what is written is this version's
+    text = json.dumps(manifest.as_dict(), indent=2)  # a value JSON cannot hold is a bug
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest.as_dict(), indent=2))  # a value JSON cannot hold is a bug
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:  # e.g. a full file system: the manifest stays as it was, and no half copy lingers
+        tmp.unlink(missing_ok=True)
+        raise

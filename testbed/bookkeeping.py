@@ -128,8 +128,23 @@ def setup_log(log: logging.Logger, path: Path) -> None:
     for h in list(log.handlers):
         log.removeHandler(h)
         h.close()
-    handler = logging.FileHandler(path)
+    handler = _LogFile(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
+
+
+class _LogFile(logging.FileHandler):
+    """sweep.log, whose lines are dropped when they cannot be written (a full results file system):
+    logging's default prints a traceback per line on the terminal, and the sweep's own stop already
+    names the problem in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            pass  # its last lines could not be flushed (see handleError)

@@ -5,14 +5,22 @@ The files' format (trials.csv, manifest.json) is the contract in `contracts.run`
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from contracts import __version__
-from contracts.run import Manifest, read_manifest, write_manifest
+from contracts.errors import UserError
+from contracts.run import Manifest, TrialRecord, TrialWriter, read_manifest, write_manifest
+
+# what a write to the results can meet that the user fixes (anything else is a bug)
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_UNWRITABLE = (errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM)
 
 
 def new_run_id(name: str) -> str:
@@ -75,4 +83,45 @@ class ManifestFile:
         self.save()
 
     def save(self) -> None:
-        write_manifest(self.path, self.manifest)
+        with writing(self.path, self.path.parent):
+            write_manifest(self.path, self.manifest)
+
+
+class TrialFile(TrialWriter):
+    """The sweep's trials.csv: `TrialWriter`, whose write failures stop the sweep in one line with
+    the resume command (see `writing`)."""
+
+    def __init__(self, path: Path) -> None:
+        with writing(path, path.parent):
+            super().__init__(path)
+
+    def write(self, record: TrialRecord) -> None:
+        with writing(self.path, self.path.parent):
+            super().write(record)
+
+    def sync(self) -> None:
+        with writing(self.path, self.path.parent):
+            super().sync()
+
+    def close(self) -> None:
+        with writing(self.path, self.path.parent):
+            super().close()
+
+
+@contextmanager
+def writing(path: Path, run_dir: Path) -> Iterator[None]:
+    """Writing one of a run's files: a full or unwritable results file system is the user's to fix,
+    a UserError naming the file and the resume command. What was written before stays valid (trials.csv
+    is cut back to its last whole row, the manifest is replaced whole or not at all)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _FULL:
+            what = f"no space left on the results file system: cannot write {path} ({exc.strerror})"
+            fix = f"free space on the file system of {run_dir}"
+        elif exc.errno in _UNWRITABLE:
+            what = f"cannot write {path}: {exc.strerror}"
+            fix = f"make {run_dir} writable"
+        else:
+            raise
+        raise UserError(what, f"{fix}, then continue with: testbed sweep --resume {run_dir}") from None

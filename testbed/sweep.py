@@ -19,7 +19,7 @@ from pathlib import Path
 
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
-from contracts.run import TRIALS_FILE, TrialRecord, TrialWriter, read_trials
+from contracts.run import TRIALS_FILE, TrialRecord, read_trials
 from contracts.trials import GRPC, LOCAL
 from testbed import device_emulation
 from testbed.bookkeeping import (
@@ -37,7 +37,7 @@ from testbed.lab import Lab
 from testbed.plan import Trial, phases, plan_trials
 from testbed.progress import Progress
 from testbed.repairs import Unrepairable, heal, not_kept, repair_shaping, shape_and_validate, shaping_guard
-from testbed.results import ManifestFile
+from testbed.results import ManifestFile, TrialFile
 from testbed.rounds import Rounds
 from testbed.shaping_guard import ShapingGuard
 from testbed.signals import sigterm_as_interrupt
@@ -83,7 +83,7 @@ def run_sweep(
     if rounds:
         progress.min_left = {cell: max(0, exp.min_reps - rounds.done(cell)) for cell in cells}
         progress.close_cells(rounds.open_cells())
-    writer = TrialWriter(csv_path)
+    writer = TrialFile(csv_path)  # a write that fails stops the sweep in one line (UserError)
     session = start_session(manifest, skipped_done=len(done))
     brought_up = was_up = False
     worker = None
@@ -99,6 +99,7 @@ def run_sweep(
             calibration, marks = None, set()
             if device is not None:
                 progress.show(f"calibrating the client host for device {device.name}")
+                log.info("calibrating the client host for device %s (%s)", device.name, exp.mode)
                 calibration = device_emulation.emulate_for(lab, device, exp)
                 device_emulation.record(manifest, device, exp.mode, calibration, now())
                 marks = device_emulation.flagged(calibration)
@@ -189,16 +190,28 @@ def run_sweep(
             f"repair it (what was measured is in {run_dir / 'sweep.log'}), then continue with: "
             f"testbed sweep --resume {run_dir}",
         ) from None
+    except UserError:
+        status = "stopped"  # a problem to fix first (e.g. a full results file system); --resume goes on
+        raise
     finally:
-        progress.show("done" if status == "complete" else "stopped", final=True)
-        writer.close()
+        finished = status == "complete"  # otherwise an exception is under way
+        progress.show("done" if finished else "stopped", final=True)
+        # the end's own writes can fail as the sweep's did (a full file system): each step runs
+        # whatever the others did, and never turns a stop under way into another error
+        late = _quietly(writer.close)
         if worker is not None:
             worker.close()
-        end_session(manifest, session, status)
+        if late is not None and status == "complete":
+            status = "stopped"
+        # the manifest cannot be written: it keeps saying "running", which reads as interrupted
+        # once this process is gone (`Manifest.killed`)
+        late = _quietly(lambda: end_session(manifest, session, status)) or late
         if brought_up and not keep_up:
             lab.down()
         elif was_up or brought_up:
             lab.shape(lab.inv.link)  # leave a testbed that stays up as the inventory describes it
+        if late is not None and finished:  # no other error is under way: this one is the stop
+            raise late
     return {
         "run_dir": str(run_dir),
         "trials": len(trials) if rounds is None else len(trials) - progress.saved,
@@ -207,6 +220,17 @@ def run_sweep(
         "status": status,
         "unusable": unusable_cells(trials, read_trials(csv_path).records if csv_path.exists() else []),
     }
+
+
+def _quietly(step) -> UserError | None:
+    """One step of the end of a session: a UserError it raises (its write failed) is logged and
+    returned instead, so the steps after it still run (the testbed is still taken down)."""
+    try:
+        step()
+    except UserError as exc:
+        log.warning("ending the session: %s", exc)
+        return exc
+    return None
 
 
 def unusable_cells(trials: list[Trial], records: Iterable[TrialRecord]) -> list[tuple[str, str]]:

@@ -15,7 +15,8 @@ SHOWN_CELLS = 10  # unusable cells named one a line at the end of a sweep; the r
 SWEEP_EXIT = f"""\
 exit status:
   0    the sweep finished and every cell has at least one usable (ok) trial
-  2    a problem to fix first (one line says what and how)
+  2    a problem to fix first (one line says what and how; a sweep stopped by one, such as
+       a full results file system, continues with --resume RUN_DIR)
   {EXIT_UNUSABLE}    the sweep finished, but some cells have no usable trial (every trial of the cell
        failed or none ran); the summary names them and their most common error
   130  interrupted (Ctrl-C or SIGTERM); continue with --resume RUN_DIR"""

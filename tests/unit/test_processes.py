@@ -16,6 +16,7 @@ import pytest
 from appliance import switch as switch_mod
 from appliance.switch import Switch
 from contracts.processes import alive, daemon_pids, stop_all, watch
+from tests.helpers import REPO
 
 
 class Clock:
@@ -219,3 +220,39 @@ def test_stop_all_on_real_processes_returns_when_they_are_gone():
     pids = [p.pid for p in procs]
     assert stop_all(lambda: [pid for pid in pids if alive(pid)], grace=0.5) is True
     assert not [pid for pid in pids if alive(pid)]
+
+
+# a process that starts two children that answer it on their stdout, one that ends when its answer can
+# no longer be read and one that does not, and says their pids
+CALLER = """
+import subprocess, sys, time
+body = "import time; time.sleep(600)"
+guard = "from contracts.processes import end_when_unheard; end_when_unheard(); "
+ready = "print('ready', file=sys.stderr, flush=True); "
+children = [
+    subprocess.Popen([sys.executable, "-c", "import sys; " + guard + ready + body], stdout=subprocess.PIPE),
+    subprocess.Popen([sys.executable, "-c", body], stdout=subprocess.PIPE),
+]
+print(*(c.pid for c in children), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_process_whose_answer_nobody_can_read_ends_when_its_caller_is_killed():
+    """The device calibration's guard: a sweep killed with -9 takes the calibration it started along."""
+    caller = subprocess.Popen(
+        [sys.executable, "-c", CALLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    guarded, unguarded = (int(pid) for pid in caller.stdout.readline().split())
+    try:
+        assert caller.stderr.readline() == "ready\n"  # its guard is in force
+        caller.kill()
+        caller.wait()
+        deadline = time.monotonic() + 30
+        while alive(guarded) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(guarded)
+        assert alive(unguarded), "without the guard a child outlives its caller"
+    finally:
+        caller.kill()
+        stop_all(lambda: [pid for pid in (guarded, unguarded) if alive(pid)], grace=0.5)
