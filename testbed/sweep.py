@@ -206,10 +206,15 @@ def run_sweep(
         # the manifest cannot be written: it keeps saying "running", which reads as interrupted
         # once this process is gone (`Manifest.killed`)
         late = _quietly(lambda: end_session(manifest, session, status)) or late
+        restore = None
         if brought_up and not keep_up:
-            lab.down()
+            restore = lab.down
         elif was_up or brought_up:
-            lab.shape(lab.inv.link)  # leave a testbed that stays up as the inventory describes it
+            restore = lambda: lab.shape(lab.inv.link)  # noqa: E731 - a testbed that stays up, as the inventory has it
+        if restore is not None and finished:
+            restore()
+        elif restore is not None:  # a stop under way (say a broken switch) stays the error reported
+            _quietly(restore)
         if late is not None and finished:  # no other error is under way: this one is the stop
             raise late
     return {
