@@ -78,6 +78,9 @@ class DeviceProfile:
     blas_threads: int = 1
     description: str = ""
     source: str = ""  # where the figures come from (a measurement, a derivation)
+    # a server's stack costs, seconds on the device: `server_start`, a CGI request's process start-up
+    # (the interpreter and its imports, before the request is read)
+    stack: dict[str, float] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # further sections (e.g. power figures) kept verbatim
 
     # ---------------------------------------------------------------- targets

@@ -16,7 +16,8 @@ from contracts.power import parse_power
 
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "devices"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-KEYS = {"name", "description", "source", "cores", "blas_threads", "kernels", "marshalling", "power"}
+KEYS = {"name", "description", "source", "cores", "blas_threads", "kernels", "marshalling", "power", "stack"}
+STACK = ("server_start",)  # a server stack's own costs, seconds on the device (see DeviceProfile.stack)
 
 
 def device_path(ref: str | Path) -> Path:
@@ -59,6 +60,11 @@ def load_device(ref: str | Path) -> DeviceProfile:
         raise doc.error("cores", "must be at least 1")
     if not 1 <= threads <= cores:
         raise doc.error("blas_threads", f"must be between 1 and cores ({cores})")
+    stack = {}
+    if doc.has("stack"):
+        sec = doc.section("stack")
+        sec.reject_unknown(set(STACK))
+        stack = {key: _positive(sec, key) for key in sec.data}
     extra = {}
     if doc.has("power"):
         parse_power(doc.section("power"))  # refused here, with file and line, not at analysis time
@@ -71,6 +77,7 @@ def load_device(ref: str | Path) -> DeviceProfile:
         blas_threads=threads,
         description=doc.get("description", str, ""),
         source=doc.get("source", str, ""),
+        stack=stack,
         extra=extra,
     )
 
