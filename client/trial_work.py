@@ -13,6 +13,7 @@ import numpy as np
 
 from client.sampling import Work
 from contracts.codecs import get_codec
+from contracts.wire import body_bytes
 from contracts.device import DeviceProfile, Grid, key
 from contracts.ops import execute
 from contracts.trials import GRPC, method_codec
@@ -57,8 +58,9 @@ def works(
 
 
 def _as_bytes(encoded: tuple) -> tuple[bytes, dict]:
+    """An encoded body as the other end receives it: one bytes object (raw's buffers joined)."""
     body, headers = encoded
-    return (bytes(body) if not isinstance(body, bytes) else body), headers
+    return body_bytes(body), headers
 
 
 def target_s(

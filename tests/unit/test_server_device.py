@@ -1,0 +1,137 @@
+"""The server as a device (scaled), without root: the Server-Timing CPU parameter, the server's kinds of
+work in a calibration, the experiment's and manifest's `server_device`, and a sweep through fake hosts
+that calibrates the server host and hands its slowdowns to the trial worker."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from client.scaled_calibration import calibrate
+from client.trial_work import works
+from contracts.device import DeviceProfile, Grid, SpeedCurve, key
+from contracts.errors import UserError
+from contracts.run import read_manifest, write_manifest
+from contracts.trials import format_server_timing, parse_server_timing
+from server.timing import StageClock
+from testbed.bookkeeping import start_run
+from testbed.devices import load_device
+from testbed.experiment import load_experiment, override
+from testbed.results import ManifestFile
+from testbed.sweep import run_sweep
+from tests.fakes import FAKE_SWEEP
+from tests.helpers import rows, saved
+
+SERVER = "multilang-i5-5200u"  # a server profile shipped in experiments/devices
+
+
+def test_server_timing_carries_each_stages_cpu_time_as_an_extension_parameter():
+    header = format_server_timing({"decode": 1.5, "compute": 20.0}, {"decode": 1.25, "compute": 39.5})
+    assert header == "decode;dur=1.500;cpu=1.250, compute;dur=20.000;cpu=39.500"
+    assert parse_server_timing(header) == {"decode": 0.0015, "compute": 0.02}
+    assert parse_server_timing(header, "cpu") == {"decode": 0.00125, "compute": 0.0395}
+    # an older server (no cpu), a description, a malformed metric: durations only, nothing invented
+    assert parse_server_timing('decode;desc="x";dur=2, ;;, compute;dur=abc', "cpu") == {}
+
+
+def test_the_server_clock_measures_cpu_time_around_exactly_its_stage():
+    clock = StageClock()
+    with clock.stage("compute"):
+        sum(i * i for i in range(200_000))  # CPU work
+    with clock.stage("encode"):
+        pass
+    assert clock.cpu_ms["compute"] > 0 and clock.cpu_ms["compute"] <= clock.ms["compute"] * 1.5 + 1
+    assert ";cpu=" in clock.header()
+
+
+def test_the_servers_work_is_decoding_the_request_and_encoding_the_response():
+    server = works("mul", 20, "float64", 1, ["json", "grpc"], role="server")
+    client = works("mul", 20, "float64", 1, ["json", "grpc"])
+    assert [(k, c, n) for k, c, _, n in server] == [
+        ("kernel", None, 0), ("decode", "json", 6400), ("encode", "json", 3200),
+        ("decode", "grpc", 6400), ("encode", "grpc", 3200),
+    ]  # fmt: skip
+    assert [(k, c, n) for k, c, _, n in client][1:3] == [("encode", "json", 6400), ("decode", "json", 3200)]
+    decoded = server[1][2]()  # the request's operands, as the server decodes them
+    assert len(decoded) == 2 and decoded[0].shape == (20, 20)
+    named, operands = server[3][2]()  # gRPC's message names its op
+    assert named == "mul" and len(operands) == 2
+
+
+def test_a_server_calibration_reaches_its_targets_on_this_host():
+    device = DeviceProfile("srv", {"mul": SpeedCurve(((1, 0.05),))}, {"raw": {"encode": 100, "decode": 50}})
+    grid = Grid.of(["mul"], [64], ["raw"], role="server")
+    result = calibrate(device, grid, reps=3, tolerance_pct=50, budget_s=0)
+    assert result["role"] == "server"
+    assert [r["work"] for r in result["rows"]] == ["kernel", "raw decode", "raw encode"]
+    decode = next(r for r in result["rows"] if r["work"] == "raw decode")
+    assert decode["target_s"] == pytest.approx(2 * 64 * 64 * 8 / 50e6)  # both operands, at 50 MB/s
+    assert set(result["scale"]) == {key("kernel", "mul", 64), key("decode", "mul", 64, "raw"),
+                                    key("encode", "mul", 64, "raw")}  # fmt: skip
+
+
+def test_an_experiment_names_its_server_device_and_a_bad_one_is_refused(tmp_path):
+    path = tmp_path / "e.yaml"
+    base = "ops: [mul]\nsizes: [400]\nrates: [10]\nmethods: [raw]\nreps: 2\n"
+    path.write_text(base + f"server_device: {SERVER}\n")
+    assert load_experiment(path).server_device == SERVER
+    assert override(load_experiment(path), {"server_device": "paper-p4"}).server_device == "paper-p4"
+    path.write_text(base + "server_device: no-such-device\n")
+    with pytest.raises(UserError, match="server_device"):
+        load_experiment(path)
+
+
+@pytest.fixture
+def server_calibrated(lab):
+    """The server host answers `python -m client.calibration` for its role, with slowdowns per work."""
+    server = lab.hosts["server"]
+    requests = []
+
+    def answer(argv):
+        request = json.loads(server.last_input)
+        requests.append(request)
+        grid = Grid.from_dict(request["grid"])
+        rows, scale = [], {}
+        for op in grid.ops:
+            for size in grid.sizes:
+                for kind, codec in [("kernel", None)] + [
+                    (k, c) for c in grid.codecs for k in ("decode", "encode")
+                ]:
+                    k = key(kind, op, size, codec)
+                    scale[k] = 7.0
+                    flagged = (kind, size) == ("kernel", 200)  # the server cannot reach mul 200
+                    rows.append({"key": k, "work": kind if codec is None else f"{codec} {kind}", "op": op,
+                                 "size": size, "target_s": 1.0, "achieved_s": 1.3 if flagged else 1.0,
+                                 "error_pct": 30.0 if flagged else 0.0, "flagged": flagged})  # fmt: skip
+        return 0, json.dumps(
+            {"device": SERVER, "mode": "scaled", "role": "server", "rows": rows, "scale": scale}
+        )
+
+    server.on("python", answer=answer)
+    return lab, requests
+
+
+def test_a_sweep_with_a_server_device_calibrates_the_server_host_and_scales_its_stages(
+    server_calibrated, tmp_path
+):
+    lab, requests = server_calibrated
+    exp = replace(FAKE_SWEEP, server_device=SERVER)
+    run_dir = tmp_path / "run"
+    manifest = start_run(run_dir, "fake-srv", exp, lab)
+    run_sweep(lab, exp, run_dir, manifest, server_device=load_device(SERVER))
+
+    (request,) = requests
+    assert request["grid"]["role"] == "server" and request["device"]["name"] == SERVER
+    (worker,) = lab.hosts["client"].workers
+    scale = json.loads(worker.args[worker.args.index("--server-scale") + 1])
+    assert scale[key("kernel", "mul", 100)] == 7.0 and "--scale" not in worker.args  # the client: its host
+    data = saved(run_dir)
+    assert data["server_device"]["profile"]["name"] == SERVER and data["device"] is None
+    assert data["server_device"]["mode"] == "scaled" and len(data["server_device"]["calibrations"]) == 1
+    flagged = {(r["size"], r["method"]) for r in rows(run_dir) if r["emulation_flagged"] == "true"}
+    assert flagged == {("200", "json"), ("200", "raw")}, "the server's kernel at 200: its remote trials only"
+    again = read_manifest(run_dir / "manifest.json")
+    write_manifest(tmp_path / "copy.json", again)
+    assert ManifestFile.load(tmp_path / "copy.json").manifest.server_device == again.server_device
