@@ -9,7 +9,7 @@ import pytest
 
 from contracts.profiles import quota_period
 from testbed.devices import load_device
-from tests.helpers import run_cli
+from tests.helpers import rows, run_cli
 
 pytestmark = pytest.mark.privileged
 
@@ -67,3 +67,51 @@ def test_throttle_runs_the_client_under_a_quota_and_flags_what_it_cannot_emulate
     assert result["quotas"]["kernel|mul|500"] < 0.5 and result["quotas"]["base"] < 0.5
     status = json.loads(run_cli(inventory, "status", "--json").stdout)
     assert status["client_cpu"]["in_force"]["fraction"] == 1.0  # a whole core for a worker's start
+
+
+SERVER = "multilang-i5-5200u"  # a shipped server profile
+
+
+def test_the_server_host_calibrates_for_a_server_device_and_a_sweep_scales_its_stages(inventory, tmp_path):
+    """`calibrate --host server`: the server namespace's own work (decode the request, encode the
+    response) against the device's targets, with the client's output; then a sweep with the server
+    device: each server stage is its measured CPU time times that slowdown, and communication stays
+    the request's wall time minus the server's measured (not scaled) stages."""
+    run_cli(inventory, "up")
+    device = load_device(SERVER)
+    result = json.loads(
+        run_cli(
+            inventory, "calibrate", "--host", "server", "--device", SERVER, "--json", "--sizes", "200",
+            "--codecs", "raw",
+        ).stdout
+    )  # fmt: skip
+    assert (result["host"], result["device"], result["mode"]) == ("server", SERVER, "scaled")
+    (kernel,) = result["rows"]
+    assert kernel["target_s"] == pytest.approx(device.compute_s("mul", 200))
+    stages = {c["stage"]: c for c in result["codecs"]}
+    assert set(stages) == {"decode", "encode"}
+    assert stages["decode"]["target_s"] == pytest.approx(device.marshal_s("raw", "decode", 2 * 200 * 200 * 8))
+    assert stages["encode"]["target_s"] == pytest.approx(device.marshal_s("raw", "encode", 200 * 200 * 8))
+
+    results = tmp_path / "results"
+    run_cli(
+        inventory, "sweep", "--ops", "mul", "--sizes", "200", "--rates", "50", "--methods", "raw", "--reps", "3",
+        "--warmup", "0", "--server-device", SERVER, "--results", str(results), "--name", "srv", "--no-analyze",
+        timeout=900,
+    )  # fmt: skip
+    (run_dir,) = results.iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["server_device"]["profile"]["name"] == SERVER and manifest["device"] is None
+    (calibration,) = manifest["server_device"]["calibrations"]
+    slowdown = {r["key"]: r["slowdown"] for r in calibration["rows"]}
+    remote = [r for r in rows(run_dir) if r["method"] == "raw"]
+    assert len(remote) == 3 and all(r["ok"] == "true" for r in remote)
+    for r in remote:
+        f = {k: float(r[k]) for k in r if k.startswith(("t_", "wall_server", "cpu_server")) and r[k]}
+        assert f["t_server_compute"] == pytest.approx(f["cpu_server_compute"] * slowdown["kernel|mul|200"])
+        assert f["t_server_decode"] == pytest.approx(f["cpu_server_decode"] * slowdown["decode|raw|mul|200"])
+        measured = f["wall_server_decode"] + f["wall_server_compute"] + f["wall_server_encode"]
+        assert f["t_comm"] == pytest.approx(f["t_request"] - measured, abs=1e-6)
+        scaled = f["t_server_decode"] + f["t_server_compute"] + f["t_server_encode"]
+        total = f["t_client_encode"] + f["t_comm"] + scaled + f["t_client_decode"]
+        assert f["t_total"] == pytest.approx(total)
