@@ -154,33 +154,55 @@ def heal(
         healing.repairs.append(repair)
     if iperf3 and not lab.iperf3_alive():
         found = "the iperf3 server is not running"
-        log.warning("after %s: %s; starting it again", why, found)
-        try:
-            lab.start_iperf3()
-        except UserError as exc:
-            raise Unrepairable("the server's iperf3", found, f"starting it failed: {exc}") from None
-        repair = Repair(
-            at=now(), part="iperf3", why=f"{found} (found after: {why})", done="started it again", ok=True
+        _restart(
+            healing,
+            manifest,
+            "iperf3",
+            "the server's iperf3",
+            found,
+            why,
+            [],
+            lab.start_iperf3,
+            "started it again",
         )
-        add_repair(manifest, repair)
-        healing.repairs.append(repair)
     if not lab.server_alive(grpc=grpc):
         found = "the offload server is not running" + (
             " or its gRPC transport does not answer" if grpc else ""
         )
-        log.warning("after %s: %s; restarting it", why, found)
-        try:
-            lab.restart_offload_server()
-        except UserError as exc:
-            raise Unrepairable("the offload server", found, f"restarting it failed: {exc}") from None
-        repair = Repair(
-            at=now(),
-            part="server",
-            why=f"{found} (found after: {why})",
-            done="restarted the offload server; it answers from the client",
-            ok=True,
-            trials=list(trials),
+        done = "restarted the offload server; it answers from the client"
+        _restart(
+            healing,
+            manifest,
+            "server",
+            "the offload server",
+            found,
+            why,
+            trials,
+            lab.restart_offload_server,
+            done,
         )
-        add_repair(manifest, repair)
-        healing.repairs.append(repair)
     return healing
+
+
+def _restart(
+    healing: Healing,
+    manifest: ManifestFile,
+    part: str,
+    name: str,
+    found: str,
+    why: str,
+    trials: list[int],
+    start,
+    done: str,
+) -> None:
+    """Start a service again with `start` (the code `up` uses) and record it; Unrepairable if it fails."""
+    log.warning("after %s: %s; starting it again", why, found)
+    try:
+        start()
+    except UserError as exc:
+        raise Unrepairable(name, found, f"starting it again failed: {exc}") from None
+    repair = Repair(
+        at=now(), part=part, why=f"{found} (found after: {why})", done=done, ok=True, trials=list(trials)
+    )
+    add_repair(manifest, repair)
+    healing.repairs.append(repair)

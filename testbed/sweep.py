@@ -96,40 +96,7 @@ def run_sweep(
             lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
             if not lab.server_alive(grpc=GRPC in exp.methods):
                 lab.restart_offload_server()
-            calibration, marks = None, set()
-            if device is not None:
-                progress.show(f"calibrating the client host for device {device.name}")
-                log.info("calibrating the client host for device %s (%s)", device.name, exp.mode)
-                calibration = device_emulation.emulate_for(lab, device, exp)
-                device_emulation.record(manifest, device, exp.mode, calibration, now())
-                marks = device_emulation.flagged(calibration)
-                progress.reset_clock()
-                if marks:
-                    what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(marks))
-                    log.warning("device emulation misses its tolerance for: %s", what)
-                    progress.note(
-                        f"device {device.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% for {what}; "
-                        "those trials are marked emulation_flagged"
-                    )
-            if server_device is not None:
-                progress.show(f"calibrating the server host for device {server_device.name}")
-                server_calibration = device_emulation.emulate_server_for(lab, server_device, exp)
-                device_emulation.record(
-                    manifest, server_device, "scaled", server_calibration, now(), "server"
-                )
-                calibration = {**(calibration or {}), "server_scale": server_calibration["scale"]}
-                missed = device_emulation.flagged(server_calibration)
-                progress.reset_clock()
-                if missed:
-                    what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
-                    log.warning("server device emulation misses its tolerance for: %s", what)
-                    progress.note(
-                        f"server device {server_device.name}: emulation outside "
-                        f"{device_emulation.TOLERANCE_PCT:g}% for {what}; those trials are marked emulation_flagged"
-                    )
-                # the server's kernel is in every remote trial of its (op, size); it has no part in local ones
-                remote = [m for m in exp.methods if m != LOCAL]
-                marks |= {(op, size, m) for op, size, w in missed for m in (remote if w == LOCAL else [w])}
+            calibration, marks = calibrate_devices(lab, exp, manifest, progress, device, server_device)
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))
             problems: dict = {}  # rate -> why it is skipped (None: validated), once per session
             warmed: set = set()
@@ -225,6 +192,48 @@ def run_sweep(
         "status": status,
         "unusable": unusable_cells(trials, read_trials(csv_path).records if csv_path.exists() else []),
     }
+
+
+def calibrate_devices(
+    lab: Lab,
+    exp: Experiment,
+    manifest: ManifestFile,
+    progress: Progress,
+    device: DeviceProfile | None,
+    server_device: DeviceProfile | None,
+) -> tuple[dict | None, set]:
+    """At the start of a session, each host that emulates a device is calibrated for it and the
+    calibration recorded. Returns what the trial worker needs (the client's calibration, and the
+    server's slowdowns as `server_scale`; None: neither is a device) and the (op, size, method) of
+    every trial a missed target marks."""
+    calibration, marks = None, set()
+    for role, profile in (("client", device), ("server", server_device)):
+        if profile is None:
+            continue
+        progress.show(f"calibrating the {role} host for device {profile.name}")
+        log.info("calibrating the %s host for device %s", role, profile.name)
+        if role == "client":
+            result = device_emulation.emulate_for(lab, profile, exp)
+            device_emulation.record(manifest, profile, exp.mode, result, now())
+            calibration = {**(calibration or {}), **result}
+        else:
+            result = device_emulation.emulate_server_for(lab, profile, exp)
+            device_emulation.record(manifest, profile, "scaled", result, now(), "server")
+            calibration = {**(calibration or {}), "server_scale": result["scale"]}
+        missed = device_emulation.flagged(result)
+        if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
+            remote = [m for m in exp.methods if m != LOCAL]
+            missed = {(op, size, m) for op, size, w in missed for m in (remote if w == LOCAL else [w])}
+        marks |= missed
+        progress.reset_clock()
+        if missed:
+            what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
+            log.warning("%s device emulation misses its tolerance for: %s", role, what)
+            progress.note(
+                f"{role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% for "
+                f"{what}; those trials are marked emulation_flagged"
+            )
+    return calibration, marks
 
 
 def _quietly(step) -> UserError | None:
