@@ -211,7 +211,7 @@ def _counters_html(counters: pd.DataFrame | None) -> str:
 def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
     if power is None or "decision_vectors_energy" not in tables:
         return (
-            "<p>No power figures: the run's device profile has none and no --power file was given, so there is "
+            "<p>No power figures: the run's client device profile has none and no --power file was given, so there is "
             "no energy view.</p>"
         )
     figures = pd.DataFrame(
@@ -225,7 +225,7 @@ def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
     differ = disagreements(cells)
     return "\n".join(
         [
-            '<p class="note">Energy is computed, not measured: the device\'s power figures below times the '
+            '<p class="note">Energy is computed, not measured: the client device\'s power figures below times the '
             "stage times of every trial. Local: cpu_active_w x t_total. Remote: cpu_active_w x (client encode + "
             "client decode) + radio_tx_w and radio_rx_w x communication, split by the bytes each way, + "
             "cpu_idle_w x the server's stages. Offloading saves energy (1) where the mean remote energy is "

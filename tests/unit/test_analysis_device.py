@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import shutil
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from io import StringIO
@@ -73,6 +74,7 @@ def test_a_run_without_a_device_says_so(tmp_path):
 # --- both devices: the client's and the server's ---------------------------------------------------
 
 CLIENT, SERVER = "paper-p4", "multilang-i5-5200u"
+V1 = Path(__file__).resolve().parents[1] / "data" / "runs" / "v1-tiny"
 SIZES = (200, 400)
 CODECS = ("raw", "json")
 
@@ -189,3 +191,23 @@ def test_a_run_without_a_server_device_says_the_server_ran_as_its_host(tmp_path)
     assert "server: the server ran as its host (no device profile)" in text.getvalue().splitlines()
     assert sorted(p.name for p in out.glob("fidelity*")) == ["fidelity-client.png", "fidelity-client.svg"]
     assert "are the server host&#x27;s measured times" in page
+
+
+def test_the_stored_v1_run_shows_its_client_device_and_a_server_that_ran_as_its_host(tmp_path):
+    """v1-tiny predates server devices: its tables stay as stored (tests/unit/test_run_contract.py),
+    and its report and summary show its one device and say the server ran as its host."""
+    run_dir = tmp_path / "v1-tiny"
+    run_dir.mkdir()
+    for name in ("trials.csv", "manifest.json"):
+        shutil.copy(V1 / name, run_dir / name)
+    text = StringIO()
+    out = analyze(run_dir, out=text)
+    page = (out / "report.html").read_text()
+    assert "Calibration 1" in section(page, "device-client", "device-server")
+    assert "The server ran as its host (no device profile)." in section(page, "device-server", "energy")
+    lines = text.getvalue().splitlines()
+    stored = read_manifest(V1 / "manifest.json").device.profile  # as it was then, not today's paper-p4
+    assert f"client device {stored['name']} (scaled): {stored['description']}" in lines
+    assert "  calibration 1 (2026-11-24T04:05:27+0000): 0 of 14 outside 10%" in lines
+    assert "server: the server ran as its host (no device profile)" in lines
+    assert sorted(p.name for p in out.glob("fidelity*")) == ["fidelity-client.png", "fidelity-client.svg"]
