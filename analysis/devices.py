@@ -12,7 +12,6 @@ import pandas as pd
 
 from contracts.run import Calibration, Device, Manifest
 
-ROLES = ("client", "server")
 # what a role without a device profile ran as
 AS_HOST = {
     "client": "no device profile: the client ran as the inventory's CPU profile describes it",
