@@ -1,5 +1,6 @@
-"""The device emulation's fidelity: for each kind of client work, the device's target time against
-what the emulation achieved, across sizes, with the calibration's flagged points marked."""
+"""The device emulation's fidelity: for each kind of work of one device (the client's or the
+server's), the device's target time against what the emulation achieved, across sizes, with the
+calibration's flagged points marked."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from matplotlib.figure import Figure
 
 from analysis.style import METHOD_COLORS
 
+# what a codec's work is on each role: the server decodes the request and encodes the response
+WORK_OF_ROLE = {
+    "client": "encode: the request, decode: the response",
+    "server": "decode: the request, encode: the response",
+}
 
-def fidelity_figure(rows: pd.DataFrame, device: str, mode: str, tolerance_pct: float) -> Figure:
-    """`rows`: one calibration's rows (work, op, size, target_s, achieved_s, error_pct, flagged)."""
+
+def fidelity_figure(
+    rows: pd.DataFrame, device: str, mode: str, tolerance_pct: float, role: str = "client"
+) -> Figure:
+    """`rows`: one calibration's rows (work, op, size, target_s, achieved_s, error_pct, flagged) of the
+    device emulated on `role`'s host; the title names the role, so two such figures are told apart."""
     works = list(dict.fromkeys(rows["work"]))
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax_time, ax_err = fig.subplots(1, 2, width_ratios=(3, 2))
@@ -36,5 +46,5 @@ def fidelity_figure(rows: pd.DataFrame, device: str, mode: str, tolerance_pct: f
     ax_err.set_xlabel("matrix size")
     ax_err.set_ylabel("error %  (x: flagged)")
     ax_err.set_title(f"within ±{tolerance_pct:g}% (shaded)")
-    fig.suptitle(f"device {device}, {mode} mode")
+    fig.suptitle(f"{role} device {device}, {mode} mode ({WORK_OF_ROLE[role]})")
     return fig

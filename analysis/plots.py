@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis.cells import method_order
 from analysis.decision_plots import decision_map, decisions_figure
+from analysis.devices import role_devices
 from analysis.fidelity_plots import fidelity_figure
 from analysis.ratio_plots import ratios_figure
 from analysis.stage_plots import stage_figure
@@ -38,7 +39,7 @@ BUILDERS = {
 
 @dataclass(frozen=True)
 class Plot:
-    kind: str  # stages | decisions | map | ratios
+    kind: str  # stages | decisions | map | ratios | fidelity
     title: str
     png: Path
     svg: Path
@@ -159,17 +160,18 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
 
 
 def fidelity_jobs(manifest: Manifest | None) -> list[Job]:
-    """The device emulation's fidelity figure, from the run's last calibration (none without a device)."""
-    device = manifest.device if manifest else None
-    if device is None or not device.calibrations:
-        return []
-    cal = device.calibrations[-1]
-    rows = pd.DataFrame(cal.rows)
-    name = device.profile["name"]
-    args = (rows, name, device.mode, cal.tolerance_pct)
-    return [
-        Job("fidelity", args, "fidelity", f"device {name}: target vs achieved ({device.mode})", "fidelity")
-    ]
+    """One fidelity figure per emulated device (`fidelity-client`, `fidelity-server`), each from its
+    device's last calibration; none for a role that ran as its host or was never calibrated."""
+    jobs = []
+    for role, device in role_devices(manifest):
+        if device is None or not device.calibrations:
+            continue
+        cal = device.calibrations[-1]
+        name = device.profile["name"]
+        args = (pd.DataFrame(cal.rows), name, device.mode, cal.tolerance_pct, role)
+        title = f"{role} device {name}: target vs achieved ({device.mode})"
+        jobs.append(Job("fidelity", args, f"fidelity-{role}", title, "fidelity"))
+    return jobs
 
 
 def render(job: Job, out_dir: Path) -> Plot:

@@ -15,19 +15,21 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.decisions import format_mbps, undecided_cells
+from analysis.devices import AS_HOST, calibration_table, role_devices, server_stage_note
 from analysis.energy import disagreements
+from analysis.fidelity_plots import WORK_OF_ROLE
 from analysis.plots import Plot
 from analysis.tables import CELL_COLUMNS, FILES, csv_frame
 from contracts.device import DeviceProfile
 from contracts.power import Power
-from contracts.run import Manifest
+from contracts.run import Device, Manifest
 
 KIND_TITLES = {
     "stages": "Completion time by stage (Fig. 4)",
     "decisions": "Offloading decisions (Fig. 5)",
     "map": "Decision maps",
     "ratios": "Ratios",
-    "fidelity": "Client device emulation: fidelity",
+    "fidelity": "Device emulation: fidelity (client and server)",
 }
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1400px; }
@@ -57,7 +59,7 @@ def write_report(
     parts = [
         f"<h1>Offloading analysis: {_e(run_id)}</h1>",
         '<nav><a href="#summary">Summary</a><a href="#manifest">Run</a><a href="#validation">Link validation</a>'
-        '<a href="#counters">Link counters</a><a href="#device">Client device</a>'
+        '<a href="#counters">Link counters</a><a href="#device">Devices</a>'
         '<a href="#energy">Energy</a>'
         '<a href="#plots">Plots</a><a href="#tables">Tables</a></nav>',
         '<h2 id="summary">Summary</h2>',
@@ -74,12 +76,12 @@ def write_report(
         _validation_html(manifest),
         '<h2 id="counters">Link counters</h2>',
         _counters_html(tables.get("link_counters")),
-        '<h2 id="device">Client device</h2>',
-        _device_html(manifest),
+        '<h2 id="device">Devices</h2>',
+        _devices_html(manifest),
         '<h2 id="energy">Energy (a model)</h2>',
         _energy_html(tables, power),
         '<h2 id="plots">Plots</h2>',
-        _plots_html(plots),
+        _plots_html(plots, manifest),
         *_prediction_html(path.parent),
         '<h2 id="tables">Tables</h2>',
         "<h3>Decision vectors</h3>",
@@ -156,7 +158,7 @@ def _failures_html(cells: pd.DataFrame) -> str:
     )
 
 
-def _plots_html(plots: list[Plot]) -> str:
+def _plots_html(plots: list[Plot], manifest: Manifest | None = None) -> str:
     if not plots:
         return "<p>Plots were not made (analysis run without plots).</p>"
     out = []
@@ -165,6 +167,8 @@ def _plots_html(plots: list[Plot]) -> str:
         if not chosen:
             continue
         out.append(f"<h3>{_e(title)}</h3>")
+        if kind == "stages":
+            out.append(f'<p class="note">{_e(server_stage_note(manifest))}</p>')
         for p in chosen:
             data = base64.b64encode(p.png.read_bytes()).decode("ascii")
             out.append(
@@ -178,7 +182,7 @@ def _manifest_html(manifest: Manifest | None) -> str:
     """Everything the manifest holds but its sections shown elsewhere, as it is (keys and values)."""
     if manifest is None:
         return "<p>No manifest.json in the run directory.</p>"
-    shown_elsewhere = ("validation", "counters", "device")
+    shown_elsewhere = ("validation", "counters", "device", "server_device")
     data = manifest.as_dict()
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list) and k not in shown_elsewhere}
     out = [_kv(scalars)] if scalars else []
@@ -207,7 +211,7 @@ def _counters_html(counters: pd.DataFrame | None) -> str:
 def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
     if power is None or "decision_vectors_energy" not in tables:
         return (
-            "<p>No power figures: the run's device profile has none and no --power file was given, so there is "
+            "<p>No power figures: the run's client device profile has none and no --power file was given, so there is "
             "no energy view.</p>"
         )
     figures = pd.DataFrame(
@@ -221,7 +225,7 @@ def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
     differ = disagreements(cells)
     return "\n".join(
         [
-            '<p class="note">Energy is computed, not measured: the device\'s power figures below times the '
+            '<p class="note">Energy is computed, not measured: the client device\'s power figures below times the '
             "stage times of every trial. Local: cpu_active_w x t_total. Remote: cpu_active_w x (client encode + "
             "client decode) + radio_tx_w and radio_rx_w x communication, split by the bytes each way, + "
             "cpu_idle_w x the server's stages. Offloading saves energy (1) where the mean remote energy is "
@@ -245,10 +249,19 @@ def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
     )
 
 
-def _device_html(manifest: Manifest | None) -> str:
-    device = manifest.device if manifest else None
+def _devices_html(manifest: Manifest | None) -> str:
+    """Both devices, client then server, each with its calibration tables (or what it ran as)."""
+    if manifest is None:
+        return "<p>No manifest.json in the run directory, so no devices are known.</p>"
+    return "\n".join(
+        f'<h3 id="device-{role}">{role.capitalize()} device</h3>\n' + _device_html(role, device)
+        for role, device in role_devices(manifest)
+    )
+
+
+def _device_html(role: str, device: Device | None) -> str:
     if device is None:
-        return "<p>No device profile: the client ran as the inventory's CPU profile describes it.</p>"
+        return f"<p>{_e(AS_HOST[role].capitalize())}.</p>"
     profile = DeviceProfile.from_dict(device.profile)
     out = [
         _kv(
@@ -260,23 +273,24 @@ def _device_html(manifest: Manifest | None) -> str:
             }
         )
     ]
+    if not device.calibrations:
+        out.append(f"<p>Not calibrated: the manifest holds no calibration of the {role} host.</p>")
     for i, cal in enumerate(device.calibrations, 1):
-        rows = pd.DataFrame(cal.rows)
-        extra = [c for c in ("quota", "period_s", "samples", "reason") if c in rows]
-        rows = rows[["work", "op", "size", "target_s", "achieved_s", "error_pct", "flagged", *extra]]
+        rows = calibration_table(cal)
         flagged = int(rows["flagged"].sum())
         achieved = (
-            "the wall time of the same work on the client host under its quota"
+            f"the wall time of the same work on the {role} host under its quota"
             if device.mode == "throttle"
-            else "this host's CPU time for the same work times the calibrated slowdown, both the mean of "
-            "alternate rounds of one run, sampled until each mean is known within half the tolerance or the "
-            "work's budget is spent (samples: both together)"
+            else f"the {role} host's CPU time for the same work times the calibrated slowdown, both the mean "
+            "of alternate rounds of one run, sampled until each mean is known within half the tolerance or "
+            "the work's budget is spent (samples: both together)"
         )
         out.append(
-            f"<h3>Calibration {i} ({_e(cal.at)}): {flagged} of {len(rows)} outside "
-            f"{cal.tolerance_pct:g}%</h3>"
-            f'<p class="note">Target: the device\'s time for the work from its profile; achieved: {achieved}. '
-            "Trials of flagged work are marked emulation_flagged in trials.csv and cells.csv.</p>"
+            f"<h4>Calibration {i} ({_e(cal.at)}): {flagged} of {len(rows)} outside "
+            f"{cal.tolerance_pct:g}%</h4>"
+            f'<p class="note">Target: the {role} device\'s time for the work from its profile '
+            f"({WORK_OF_ROLE[role]}); achieved: {achieved}. Flagged rows are highlighted; trials of "
+            "flagged work are marked emulation_flagged in trials.csv and cells.csv.</p>"
             + _table(rows, ["missing" if f else "" for f in rows["flagged"]])
         )
     return "\n".join(out)

@@ -1,5 +1,6 @@
-"""The terminal summary: per (op, size) the decision vectors and the cumulative penalty vector, each
-undecided cell with its penalty, and per method how many cells offload and how many are undecided."""
+"""The terminal summary: both devices (or what each role ran as) and how their calibrations held, per
+(op, size) the decision vectors and the cumulative penalty vector, each undecided cell with its
+penalty, and per method how many cells offload and how many are undecided."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import pandas as pd
 
 from analysis.decisions import format_mbps, undecided_cells
+from analysis.devices import device_lines
 from contracts.run import Manifest
 
 
@@ -30,6 +32,7 @@ def summary_text(
         "cumulative penalty = sum over rates of remote - local (s)",
     ]
     lines += _adaptive(cells, manifest)
+    lines += device_lines(manifest)
     no_base = cells[(cells["local_n"] == 0)][["op", "size"]].drop_duplicates()
     for op, size in no_base.itertuples(index=False):
         lines.append(f"warning: {op} {size} has no successful local trial, so no decisions")

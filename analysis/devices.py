@@ -1,0 +1,85 @@
+"""The run's two devices, client and server, as the report and the terminal summary show them.
+
+A run emulates up to two devices (issue 24): the client's (`Manifest.device`) and the server's
+(`Manifest.server_device`), each a profile, a mode and the calibrations that checked it. Both are
+shown the same way, by role, so that a reader sees which device each time belongs to; a role
+without a device ran as its host, and the page and the summary say so rather than leave it out.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from contracts.run import Calibration, Device, Manifest
+
+# what a role without a device profile ran as
+AS_HOST = {
+    "client": "no device profile: the client ran as the inventory's CPU profile describes it",
+    "server": "the server ran as its host (no device profile)",
+}
+# the calibration columns shown, in order; the mode-specific ones follow when a calibration has them
+CALIBRATION_COLUMNS = ["work", "op", "size", "target_s", "achieved_s", "error_pct", "flagged"]
+CALIBRATION_EXTRA = ["quota", "period_s", "samples", "reason"]
+
+
+def role_devices(manifest: Manifest | None) -> list[tuple[str, Device | None]]:
+    """(role, device or None) for the client, then the server; none at all without a manifest."""
+    if manifest is None:
+        return []
+    return [("client", manifest.device), ("server", manifest.server_device)]
+
+
+def calibration_table(cal: Calibration) -> pd.DataFrame:
+    """One calibration's rows: target vs achieved per kind of work, flagged rows included."""
+    rows = pd.DataFrame(cal.rows)
+    return rows[[*CALIBRATION_COLUMNS, *(c for c in CALIBRATION_EXTRA if c in rows)]]
+
+
+def device_lines(manifest: Manifest | None) -> list[str]:
+    """The summary's lines on both devices: name, mode and description, and how the last
+    calibration held (the flagged work named, since trials of it are marked emulation_flagged)."""
+    lines = []
+    for role, device in role_devices(manifest):
+        if device is None:
+            lines.append(f"{role}: {AS_HOST[role]}")
+            continue
+        profile = device.profile
+        described = f": {profile['description']}" if profile.get("description") else ""
+        lines.append(f"{role} device {profile['name']} ({device.mode}){described}")
+        if not device.calibrations:
+            lines.append(f"  not calibrated ({role} host)")
+            continue
+        cal = device.calibrations[-1]
+        table = calibration_table(cal)
+        bad = table[table["flagged"].astype(bool)]
+        told = f"  calibration {len(device.calibrations)} ({cal.at}): {len(bad)} of {len(table)} outside "
+        told += f"{cal.tolerance_pct:g}%"
+        if len(bad):
+            told += ": " + "; ".join(
+                f"{r.op} {r.size} {r.work} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False)
+            )
+        lines.append(told)
+    return lines
+
+
+def server_stage_note(manifest: Manifest | None) -> str:
+    """What the stage plots' server stages are: the server device's times or the host's."""
+    device = manifest.server_device if manifest else None
+    if device is None:
+        return (
+            "Server stages (server decode, compute, encode) are the server host's measured times: the server "
+            "ran as its host (no device profile)."
+        )
+    name = device.profile["name"]
+    if device.mode == "scaled":
+        how = (
+            f"the server device {name}'s times (scaled mode): each stage's CPU time on the server host "
+            "times the calibrated slowdown of its kind of work (trials.csv keeps what was measured in "
+            "wall_server_* and cpu_server_*)"
+        )
+    else:
+        how = f"the server device {name}'s times ({device.mode} mode), measured on the server host"
+    return (
+        f"Server stages (server decode, compute, encode) are {how}. Communication is the request's wall "
+        "time minus the server's measured stages, so it does not depend on the server device."
+    )
