@@ -42,7 +42,7 @@ def test_the_server_clock_measures_cpu_time_around_exactly_its_stage():
         sum(i * i for i in range(200_000))  # CPU work
     with clock.stage("encode"):
         pass
-    assert clock.cpu_ms["compute"] > 0 and clock.cpu_ms["compute"] <= clock.ms["compute"] * 1.5 + 1
+    assert clock.cpu_ms["compute"] > 0 and set(clock.cpu_ms) == set(clock.ms) == {"compute", "encode"}
     assert ";cpu=" in clock.header()
 
 
