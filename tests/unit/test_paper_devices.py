@@ -12,6 +12,7 @@ decisions it predicts: the statements the profiles were fitted to, and some held
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -197,3 +198,15 @@ def test_the_script_marks_each_statement_fit_or_held_out(paper_model, grid):
     assert all(rows[n]["holds"] for n in (5, 6, 10, 11, 20, 21, 25, 26))
     # the penalty gaps do not hold: the paper's JSON cost far less than 17-digit float text (docs)
     assert not rows[23]["holds"] and grid.gap(1200, "json") > 3 * 29.38
+
+
+def test_the_script_prints_the_grid_its_vectors_and_its_checks(paper_model, capsys):
+    assert paper_model.main(["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["cells"]) == 9 * 6 * 3  # sizes x rates x methods, mul
+    assert out["vectors"]["1200 raw"] == "111111"
+    assert {r["n"] for r in out["checks"]} == set(range(5, 27))
+    assert paper_model.main([]) == 0
+    text = capsys.readouterr().out
+    assert "1200  json 001111  ujson 001111  raw 111111" in text
+    assert "held out: 4 of 16 hold" in text
