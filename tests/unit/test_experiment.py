@@ -37,11 +37,13 @@ def test_the_paper_grid_is_the_papers_design():
     assert exp.rates_mbps == (10, 20, 40, 60, 80, 100)
     assert exp.methods == ("json", "ujson", "raw")
     assert exp.reps == 40
+    assert (exp.client_device, exp.server_device, exp.mode) == ("paper-p4", "paper-i3", "scaled")
 
 
 def test_smoke_loads():
     exp = load_experiment(REPO / "experiments" / "smoke.yaml")
     assert exp.validation.enabled and exp.local
+    assert (exp.client_device, exp.server_device) == ("paper-p4", "paper-i3")  # the paper's two machines
 
 
 def test_good_file(tmp_path):
