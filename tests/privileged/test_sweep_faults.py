@@ -49,11 +49,12 @@ def test_shaping_deleted_mid_rate_is_never_kept_as_shaped_and_is_repaired(invent
 
 def _experiment(tmp_path, name: str, size: int, method: str, reps: int):
     """A small experiment file with a short trial timeout (a trial in flight when the switch dies
-    waits for it), validated briefly."""
+    waits for it), validated briefly and loosely: these tests are about repairs, and the userspace
+    switch forwards slower on a busy machine (measured: 18.0 of 19.1 Mbit/s with the CPU shared)."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\nops: [mul]\nsizes: [{size}]\nrates: [20]\nmethods: [{method}]\nreps: {reps}\n"
-        "warmup: 0\ntrial_timeout: 15\nvalidation: {enabled: true, duration: 2, retries: 2}\n"
+        "warmup: 0\ntrial_timeout: 15\nvalidation: {enabled: true, duration: 2, retries: 2, tolerance_pct: 20}\n"
     )
     return path
 
