@@ -14,7 +14,7 @@ from collections.abc import Callable
 import grpc
 import numpy as np
 
-from client.offload import OffloadError, StageTimes, no_align, stage_times
+from client.offload import CPU_LOCK, OffloadError, StageTimes, no_align, stage_times
 from contracts.codecs import CodecError, get_codec
 from contracts.errors import UserError
 from contracts.protobuf_codec import EXECUTE
@@ -89,13 +89,14 @@ class GrpcOffloadClient:
                 self._connect()
 
     def _offload(self, op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, StageTimes]:
-        self.align("encode")
-        c0, t0 = time.process_time(), time.perf_counter()
-        try:
-            body = CODEC.encode_op_request(op, operands)
-        except CodecError as exc:
-            raise UserError(f"protobuf cannot encode these operands: {exc}") from exc
-        t1, c1 = time.perf_counter(), time.process_time()
+        with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
+            self.align("encode")
+            c0, t0 = time.process_time(), time.perf_counter()
+            try:
+                body = CODEC.encode_op_request(op, operands)
+            except CodecError as exc:
+                raise UserError(f"protobuf cannot encode these operands: {exc}") from exc
+            t1, c1 = time.perf_counter(), time.process_time()
         self.align("request")
         tr = time.perf_counter()
         try:
@@ -103,10 +104,11 @@ class GrpcOffloadClient:
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         t2 = time.perf_counter()
-        self.align("decode")
-        c3, t3 = time.process_time(), time.perf_counter()
-        result = CODEC.decode_response(content, {})
-        t4, c4 = time.perf_counter(), time.process_time()
+        with CPU_LOCK.held():
+            self.align("decode")
+            c3, t3 = time.process_time(), time.perf_counter()
+            result = CODEC.decode_response(content, {})
+            t4, c4 = time.perf_counter(), time.process_time()
         server_timing = dict(call.trailing_metadata() or ()).get("server-timing")
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), server_timing)
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))

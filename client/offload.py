@@ -18,10 +18,13 @@ import requests
 import urllib3
 
 from contracts.codecs import CODECS, Codec, CodecError, get_codec
+from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
 from contracts.trials import DTYPES, SERVER_STAGES, parse_server_timing
 
+# replicas on one host: every timed client stage holds the host's CPU lock (its waits count in no stage)
+CPU_LOCK = CpuLock.from_env()
 CLOSE = {"Connection": "close"}  # the server closes after the response; urllib3 then opens anew
 
 
@@ -122,13 +125,14 @@ class OffloadClient:
     def offload(self, op: str, operands: list[np.ndarray], codec: str) -> tuple[np.ndarray, StageTimes]:
         """Run `op` on the server; the operands' dtype is the request's dtype."""
         c = _codec(codec)
-        self.align("encode")
-        c0, t0 = time.process_time(), time.perf_counter()
-        try:
-            body, headers = c.encode_request(operands)
-        except CodecError as exc:
-            raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
-        t1, c1 = time.perf_counter(), time.process_time()
+        with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
+            self.align("encode")
+            c0, t0 = time.process_time(), time.perf_counter()
+            try:
+                body, headers = c.encode_request(operands)
+            except CodecError as exc:
+                raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
+            t1, c1 = time.perf_counter(), time.process_time()
         self.align("request")
         tr = time.perf_counter()
         try:
@@ -145,10 +149,11 @@ class OffloadClient:
         t2 = time.perf_counter()
         if resp.status_code != 200:
             raise _error_from(resp.status_code, content)
-        self.align("decode")
-        c3, t3 = time.process_time(), time.perf_counter()
-        result = c.decode_response(content, resp.headers)
-        t4, c4 = time.perf_counter(), time.process_time()
+        with CPU_LOCK.held():
+            self.align("decode")
+            c3, t3 = time.process_time(), time.perf_counter()
+            result = c.decode_response(content, resp.headers)
+            t4, c4 = time.perf_counter(), time.process_time()
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), resp.headers.get("Server-Timing"))
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
@@ -207,10 +212,11 @@ def local_times(
 ) -> tuple[np.ndarray, float, float]:
     """`local`, with the CPU seconds this process spent as well as the wall-clock seconds."""
     try:
-        align("kernel")
-        cpu, start = time.process_time(), time.perf_counter()
-        result = execute(op, operands)
-        return result, time.perf_counter() - start, time.process_time() - cpu
+        with CPU_LOCK.held():
+            align("kernel")
+            cpu, start = time.process_time(), time.perf_counter()
+            result = execute(op, operands)
+            return result, time.perf_counter() - start, time.process_time() - cpu
     except UnknownOp as exc:
         raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}") from exc
     except OpError as exc:

@@ -9,8 +9,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
 - 2: `trials.csv` begins with the line `# offload-testbed trials format 2`; `manifest.json` has
   `"format_version": 2` and only the sections typed below.
 - 3: trials gain `repair` (what the sweep repaired before the row's trial ran again),
-  `connection` (per-trial or persistent) and the server's measured stages (`wall_server_*`,
-  `cpu_server_*`); the experiment its `connection` and `server_device`, the manifest `server_device`. Older files load as they
+  `connection` (per-trial or persistent), the server's measured stages (`wall_server_*`,
+  `cpu_server_*`) and `replica` (which testbed of a sweep over several ran it, as do the manifest's
+  validation, counters, repairs and calibrations); the experiment its `connection` and `server_device`, the manifest `server_device`. Older files load as they
   are (empty columns; their experiment's connection reads as persistent, which is how their remote
   trials ran) and are rewritten in version 3's columns on resume.
 
@@ -94,6 +95,7 @@ class TrialRecord:
     cpu_server_compute: float | None = None
     wall_server_encode: float | None = None
     cpu_server_encode: float | None = None
+    replica: int | None = None  # which of the sweep's testbeds ran it (None: the sweep had one)
     # the testbed broke during the trial's first attempt and was repaired (the manifest's `repairs` say
     # how): what was repaired and why the first attempt failed; this row is the attempt that followed
     repair: str | None = None
@@ -116,7 +118,7 @@ class TrialRecord:
 
 COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
-_INTS = ("trial", "rep", "bytes_up", "bytes_down")
+_INTS = ("trial", "rep", "bytes_up", "bytes_down", "replica")
 _BOOLS = ("ok", "emulation_flagged")
 _TIMES = ("t_total", *STAGES, "t_request")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
@@ -372,6 +374,7 @@ class Experiment:
     precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
     connection: str = PER_TRIAL  # a new TCP connection per remote trial, or PERSISTENT
     server_device: str | None = None  # the server's device profile (name or path); None: the inventory's
+    replicas: int = 1  # embedded testbeds side by side that share the work (testbed.replicas)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -425,6 +428,7 @@ class LinkCheck:
     attempt: int | None = None
     at: str | None = None
     skipped: str | None = None  # why it was not checked
+    replica: int | None = None  # whose link (None: the sweep had one testbed)
 
 
 @dataclass(slots=True)
@@ -437,6 +441,7 @@ class Counters:
     before: dict | None = None
     after: dict | None = None
     error: str | None = None
+    replica: int | None = None
 
 
 @dataclass(slots=True)
@@ -449,6 +454,7 @@ class Repair:
     done: str  # what the sweep did
     ok: bool  # whether that repaired it (if not, the part's remaining trials failed with the reason)
     trials: list[int] = field(default_factory=list)  # the trials it affected (not kept as ok)
+    replica: int | None = None  # whose testbed
 
 
 @dataclass(slots=True)
@@ -462,6 +468,7 @@ class Calibration:
     period_s: float | None = None
     quotas: dict | None = None
     host: list[dict] | None = None  # throttle: the host's own time for each work (its rows)
+    replica: int | None = None  # whose host
 
 
 @dataclass(slots=True)

@@ -11,7 +11,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from contracts.cpu_lock import CpuLock
 from contracts.trials import format_server_timing
+
+CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none otherwise
 
 
 class StageClock:
@@ -25,12 +28,15 @@ class StageClock:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        start, cpu = time.perf_counter(), time.process_time()
-        try:
-            yield
-        finally:  # a stage that failed still took time, and still counts
-            self.cpu_ms[name] = (time.process_time() - cpu) * 1000.0
-            self.ms[name] = (time.perf_counter() - start) * 1000.0
+        # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
+        # the clocks start (inside the request, so in communication)
+        with CPU_LOCK.held():
+            start, cpu = time.perf_counter(), time.process_time()
+            try:
+                yield
+            finally:  # a stage that failed still took time, and still counts
+                self.cpu_ms[name] = (time.process_time() - cpu) * 1000.0
+                self.ms[name] = (time.perf_counter() - start) * 1000.0
 
     def header(self) -> str:
         return format_server_timing(self.ms, self.cpu_ms)

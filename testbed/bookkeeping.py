@@ -84,7 +84,7 @@ def counters_before(manifest: ManifestFile, lab: Lab, rate_mbps: float) -> Count
     A counter that cannot be read is recorded as such and the sweep goes on: counters annotate the
     trials, they do not decide whether they are valid.
     """
-    entry = Counters(rate_mbps=rate_mbps, ports={"up": lab.up_if, "down": lab.down_if})
+    entry = Counters(rate_mbps=rate_mbps, ports={"up": lab.up_if, "down": lab.down_if}, replica=lab.replica)
     try:
         entry.before = lab.counters()
     except UserError as exc:

@@ -109,8 +109,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from testbed.lab import STATE_ROOT
+    from testbed.replicas import present_replicas
+
     require_root()
-    removed = open_lab(load(args)).down()
+    inv = load(args)
+    removed = open_lab(inv).down()
+    if inv.backend == "netns":  # a sweep's replicas of this testbed, whatever state they were left in
+        for replica in present_replicas(inv, STATE_ROOT):
+            removed += open_lab(replica).down()
     print("testbed down: " + (", ".join(removed) if removed else "nothing to remove"))
     return 0
 

@@ -199,14 +199,20 @@ def _calibration(lab: Lab, role: str, device: DeviceProfile, grid: Grid, limited
 
 
 def record(
-    manifest: ManifestFile, device: DeviceProfile, mode: str, calibration: dict, at: str, role: str = "client"
+    manifest: ManifestFile,
+    device: DeviceProfile,
+    mode: str,
+    calibration: dict,
+    at: str,
+    role: str = "client",
+    replica: int | None = None,
 ) -> None:
     section = "device" if role == "client" else "server_device"
     if getattr(manifest.manifest, section) is None:
         setattr(manifest.manifest, section, Device(profile=device.as_dict(), mode=mode))
     extra = {k: calibration[k] for k in ("quota", "period_s", "quotas", "host") if k in calibration}
     getattr(manifest.manifest, section).calibrations.append(
-        Calibration(at=at, tolerance_pct=TOLERANCE_PCT, rows=calibration["rows"], **extra)
+        Calibration(at=at, tolerance_pct=TOLERANCE_PCT, rows=calibration["rows"], replica=replica, **extra)
     )
     manifest.save()
 

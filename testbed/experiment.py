@@ -112,6 +112,7 @@ FLAGS = (
     "mode",
     "connection",
     "server_device",
+    "replicas",
     "name",
 )
 
@@ -148,6 +149,7 @@ def load_experiment(path: Path) -> Experiment:
         local=doc.get("local", bool, True),
         trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
         connection=doc.get("connection", str, PER_TRIAL),
+        replicas=doc.get("replicas", int, 1),
     )
     try:
         return check(exp)
@@ -165,6 +167,7 @@ class InvalidValue(UserError):
 
 MIN_ADAPTIVE = 2  # Welch's test needs two samples on each side
 LIMITS = {"reps": (1, 10_000), "warmup": (0, 100), "seed": (0, 2**32 - 1), "trial_timeout": (1, 86_400)}
+LIMITS["replicas"] = (1, 9)  # testbed.replicas.MAX_REPLICAS
 MAX_TRIALS = 1_000_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
@@ -329,7 +332,7 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
             changes["precision"] = None  # a fixed count replaces the file's adaptive settings
     if flags.get("precision") is not None:
         changes["precision"] = flags["precision"]
-    for key in ("warmup", "seed"):
+    for key in ("warmup", "seed", "replicas"):
         if flags.get(key) is not None:
             changes[key] = flags[key]  # ranges: `check`, below, as for a file
     if flags.get("dtype") is not None:

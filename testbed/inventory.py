@@ -63,6 +63,7 @@ class Inventory:
     server_port: int = 8080
     iperf3_port: int = 5201
     grpc_port: int = 50051  # the server's gRPC transport (method grpc), next to server_port's HTTP
+    cpu_lock: str | None = None  # replicas on one host: the lock file around every timed CPU stage
 
     def host(self, role: str) -> HostSpec:
         return self.hosts[role]

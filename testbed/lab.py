@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from contracts.command import run
+from contracts.cpu_lock import ENV as CPU_LOCK_ENV
 from contracts.errors import UserError
 from contracts.processes import daemon_pids, stop_all, watch
 from contracts.profiles import LinkSpec
@@ -80,6 +81,7 @@ class Lab(ABC):
     down_if: str  # appliance port facing the client: server->client traffic leaves here
     cgroup: str  # the client's CPU limit
     probes: dict[str, dict]  # the hosts' answers to `probe`, by role, from the last preflight
+    replica: int | None = None  # which of a sweep's testbeds this is (None: the sweep has one)
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -369,16 +371,17 @@ class NetnsLab(Lab):
         self.state_dir = STATE_ROOT / inv.prefix
         quota = inv.client_cpu.cpu_quota
         specs = inv.hosts
+        lock = {CPU_LOCK_ENV: inv.cpu_lock} if inv.cpu_lock else {}  # replicas: one timed stage at a time
         self.hosts = {
             "client": NetnsHost(
                 specs["client"],
                 self.names.client_ns,
                 self.state_dir,
                 self.cgroup if quota else None,
-                env=blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core),
+                env={**blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core), **lock},
             ),
             "appliance": NetnsHost(specs["appliance"], self.names.appliance_ns, self.state_dir),
-            "server": NetnsHost(specs["server"], self.names.server_ns, self.state_dir),
+            "server": NetnsHost(specs["server"], self.names.server_ns, self.state_dir, env=lock or None),
         }
 
     def switch_args(self) -> dict:

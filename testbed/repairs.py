@@ -54,12 +54,17 @@ def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Ma
     rate_bps = int(round(rate_mbps * 1e6))
     lab.set_rate(rate_bps)
     if not exp.validation.enabled:
-        add_validation(manifest, LinkCheck(rate_mbps=rate_mbps, skipped="validation disabled"))
+        add_validation(
+            manifest, LinkCheck(rate_mbps=rate_mbps, skipped="validation disabled", replica=lab.replica)
+        )
         return None
     v = exp.validation
     for attempt in range(1 + v.retries):
         checks = validate_rate(lab, rate_bps, v.duration, v.tolerance_pct, shape=False)
-        add_validation(manifest, *(LinkCheck(**c.as_dict(), attempt=attempt + 1, at=now()) for c in checks))
+        add_validation(
+            manifest,
+            *(LinkCheck(**c.as_dict(), attempt=attempt + 1, at=now(), replica=lab.replica) for c in checks),
+        )
         if all(c.ok for c in checks):
             log.info(
                 "rate %g Mbit/s validated: %s",
@@ -102,7 +107,16 @@ def repair_shaping(
     reason = shape_and_validate(lab, exp, rate_mbps, manifest)
     done = "shaped and validated the link again" + (f", which failed: {reason}" if reason else "")
     add_repair(
-        manifest, Repair(at=now(), part="shaping", why=why, done=done, ok=reason is None, trials=[trial])
+        manifest,
+        Repair(
+            at=now(),
+            part="shaping",
+            why=why,
+            done=done,
+            ok=reason is None,
+            trials=[trial],
+            replica=lab.replica,
+        ),
     )
     return reason
 
@@ -149,12 +163,14 @@ def heal(
             done=done + (f", which failed: {healing.link}" if healing.link else ""),
             ok=healing.link is None,
             trials=list(trials),
+            replica=lab.replica,
         )
         add_repair(manifest, repair)
         healing.repairs.append(repair)
     if iperf3 and not lab.iperf3_alive():
         found = "the iperf3 server is not running"
         _restart(
+            lab,
             healing,
             manifest,
             "iperf3",
@@ -171,6 +187,7 @@ def heal(
         )
         done = "restarted the offload server; it answers from the client"
         _restart(
+            lab,
             healing,
             manifest,
             "server",
@@ -185,6 +202,7 @@ def heal(
 
 
 def _restart(
+    lab: Lab,
     healing: Healing,
     manifest: ManifestFile,
     part: str,
@@ -202,7 +220,13 @@ def _restart(
     except UserError as exc:
         raise Unrepairable(name, found, f"starting it again failed: {exc}") from None
     repair = Repair(
-        at=now(), part=part, why=f"{found} (found after: {why})", done=done, ok=True, trials=list(trials)
+        at=now(),
+        part=part,
+        why=f"{found} (found after: {why})",
+        done=done,
+        ok=True,
+        trials=list(trials),
+        replica=lab.replica,
     )
     add_repair(manifest, repair)
     healing.repairs.append(repair)

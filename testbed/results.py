@@ -9,6 +9,7 @@ import errno
 import os
 import platform
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,18 +73,20 @@ class ManifestFile:
     def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
+        self._lock = threading.RLock()  # replicas' threads change and save it
 
     @classmethod
     def load(cls, path: Path) -> ManifestFile:
         return cls(path, read_manifest(path))
 
     def update(self, **changes) -> None:
-        for key, value in changes.items():
-            setattr(self.manifest, key, value)  # an unknown key raises: the manifest has slots
-        self.save()
+        with self._lock:
+            for key, value in changes.items():
+                setattr(self.manifest, key, value)  # an unknown key raises: the manifest has slots
+            self.save()
 
     def save(self) -> None:
-        with writing(self.path, self.path.parent):
+        with self._lock, writing(self.path, self.path.parent):
             write_manifest(self.path, self.manifest)
 
 

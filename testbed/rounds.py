@@ -68,14 +68,24 @@ class Rounds:
 
     def blocks(self) -> Iterator[tuple[float | None, list[Trial]]]:
         """(rate, trials) groups, round after round; each round is computed once the last one ran."""
-        while trials := self.next_round():
-            rng = random.Random(f"{self.exp.seed}-round-{trials[0].rep}")
-            rates = sorted({t.rate_mbps for t in trials}, key=lambda r: -1.0 if r is None else r)
-            rng.shuffle(rates)
-            for rate in rates:
-                block = [t for t in trials if t.rate_mbps == rate]
-                rng.shuffle(block)
-                yield rate, block
+        while round_ := self.round_blocks():
+            yield from round_
+
+    def round_blocks(self) -> list[tuple[float | None, list[Trial]]]:
+        """The next round's (rate, trials) groups, in their shuffled order (empty: every cell closed).
+        Computed from the results so far: every trial handed out before must have been recorded."""
+        trials = self.next_round()
+        if not trials:
+            return []
+        rng = random.Random(f"{self.exp.seed}-round-{trials[0].rep}")
+        rates = sorted({t.rate_mbps for t in trials}, key=lambda r: -1.0 if r is None else r)
+        rng.shuffle(rates)
+        out = []
+        for rate in rates:
+            block = [t for t in trials if t.rate_mbps == rate]
+            rng.shuffle(block)
+            out.append((rate, block))
+        return out
 
     def stopped(self) -> dict[tuple, str]:
         """Remote cells the rule has closed, and why."""

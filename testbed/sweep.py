@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.device import DeviceProfile
@@ -39,6 +41,7 @@ from testbed.progress import Progress
 from testbed.repairs import Unrepairable, heal, not_kept, repair_shaping, shape_and_validate, shaping_guard
 from testbed.results import ManifestFile, TrialFile
 from testbed.rounds import Rounds
+from testbed.scheduler import WorkSource, split_by_rep
 from testbed.shaping_guard import ShapingGuard
 from testbed.signals import sigterm_as_interrupt
 from testbed.worker_link import WorkerDied, WorkerLink
@@ -52,7 +55,7 @@ def cell_label(t: Trial) -> str:
 
 
 def run_sweep(
-    lab: Lab,
+    labs: Lab | Sequence[Lab],
     exp: Experiment,
     run_dir: Path,
     manifest: ManifestFile,
@@ -61,137 +64,276 @@ def run_sweep(
     model: Model | None = None,
     server_device: DeviceProfile | None = None,
 ) -> dict:
-    """Run what is missing from `run_dir`; return a summary. The testbed is brought up if needed.
+    """Run what is missing from `run_dir` on one testbed or several (replicas); return a summary.
+    Each testbed is brought up if needed.
 
-    With a `device`, the client host is calibrated for it first (`testbed.device_emulation`), with a
-    `server_device` the server host for that one; with a `model` (`testbed.estimate`), the progress
+    With a `device`, each client host is calibrated for it first (`testbed.device_emulation`), with a
+    `server_device` each server host for that one; with a `model` (`testbed.estimate`), the progress
     line's ETA comes from it."""
-    run_id = manifest.manifest.run_id
-    csv_path = run_dir / TRIALS_FILE
-    trials = plan_trials(exp)
-    outcomes = read_trials(csv_path).outcomes() if csv_path.exists() and csv_path.stat().st_size else {}
-    done = set(outcomes)
-    rounds = Rounds(exp, trials, outcomes) if exp.adaptive else None
-    todo = rounds.blocks() if rounds else phases(exp, trials, done)
-    setup_log(log, run_dir / "sweep.log")
-    cells: dict = {}
-    for t in trials:
-        cells[t.cell] = cells.get(t.cell, 0) + (t.trial not in done)
-    progress = Progress(len(trials), len(cells), cells, done=len(done))
-    if model is not None:
-        progress.seconds = {cell: model.cell_s(cell) for cell in cells}
-    if rounds:
-        progress.min_left = {cell: max(0, exp.min_reps - rounds.done(cell)) for cell in cells}
-        progress.close_cells(rounds.open_cells())
-    writer = TrialFile(csv_path)  # a write that fails stops the sweep in one line (UserError)
-    session = start_session(manifest, skipped_done=len(done))
-    brought_up = was_up = False
-    worker = None
-    failed = 0
-    status = "interrupted"
-    try:
-        with sigterm_as_interrupt():
-            brought_up = lab.up()
-            was_up = not brought_up
-            lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
-            if not lab.server_alive(grpc=GRPC in exp.methods):
-                lab.restart_offload_server()
-            calibration, marks = calibrate_devices(lab, exp, manifest, progress, device, server_device)
-            log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))
-            problems: dict = {}  # rate -> why it is skipped (None: validated), once per session
-            warmed: set = set()
-            for rate, phase in todo:
-                if rate is not None and rate not in problems:
-                    progress.show(f"validating {rate:g} Mbit/s")
-                    problems[rate] = validate_or_heal(lab, exp, rate, manifest)
-                elif rate is not None and not problems[rate]:
-                    lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
-                if problems.get(rate):
-                    for t in phase:
-                        row = trial_row(run_id, t, {"ok": False, "error": problems[rate]})
-                        writer.write(row)
-                        failed += 1
-                        progress.show(cell_label(t), t)
-                        if rounds:
-                            rounds.record(row)
-                    if rounds:
-                        progress.close_cells(rounds.open_cells())
-                    continue
-                if worker is None:
-                    worker = WorkerLink(lab, exp, run_dir / "worker.log", calibration)
-                if rate not in warmed:
-                    worker = warm_up(lab, exp, worker, run_dir, phase)
-                    warmed.add(rate)
-                counters = counters_before(manifest, lab, rate) if rate is not None else None
-                guard = None if rate is None else shaping_guard(lab, rate)
-                for t in phase:
-                    if problems.get(rate):  # the link broke and could not be repaired
-                        record = {"ok": False, "error": problems[rate]}
-                    elif guard is None:
-                        progress.show(cell_label(t))
-                        record, worker = run_trial(lab, exp, worker, run_dir, t)
-                    else:
-                        progress.show(cell_label(t))
-                        record, worker, guard, problems[rate] = run_checked(
-                            lab, exp, worker, run_dir, t, guard, manifest
-                        )
-                    if device is not None or server_device is not None:
-                        record["emulation_flagged"] = (t.op, t.size, t.method) in marks
-                    row = trial_row(run_id, t, record)
-                    writer.write(row)
-                    failed += not row.ok
-                    progress.show(cell_label(t), t)
-                    if rounds:
-                        rounds.record(row)
-                if counters is not None:
-                    counters_after(manifest, counters, lab, [t.trial for t in phase])
-                if rounds:
-                    progress.close_cells(rounds.open_cells())
-                writer.sync()
-            status = "complete"
-    except Unrepairable as exc:
-        status = "stopped"
-        log.error("the sweep stopped: %s", exc)
-        raise UserError(
-            f"the sweep stopped: {exc}",
-            f"repair it (what was measured is in {run_dir / 'sweep.log'}), then continue with: "
-            f"testbed sweep --resume {run_dir}",
-        ) from None
-    except UserError:
-        status = "stopped"  # a problem to fix first (e.g. a full results file system); --resume goes on
-        raise
-    finally:
-        finished = status == "complete"  # otherwise an exception is under way
-        progress.show("done" if finished else "stopped", final=True)
-        # the end's own writes can fail as the sweep's did (a full file system): each step runs
-        # whatever the others did, and never turns a stop under way into another error
-        late = _quietly(writer.close)
-        if worker is not None:
-            worker.close()
-        if late is not None and status == "complete":
-            status = "stopped"
+    labs = [labs] if isinstance(labs, Lab) else list(labs)
+    return Sweep(labs, exp, run_dir, manifest, keep_up, device, server_device, model).run()
+
+
+@dataclass
+class Testbed:
+    """One of a sweep's testbeds and what the sweep keeps of it for the session."""
+
+    lab: Lab
+    worker: WorkerLink | None = None
+    calibration: dict | None = None  # what its trial worker needs to emulate the devices
+    marks: set = field(default_factory=set)  # (op, size, method) its missed calibration targets mark
+    problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
+    warmed: set = field(default_factory=set)  # rates its worker was warmed up at
+    brought_up: bool = False
+    was_up: bool = False
+
+
+class Sweep:
+    """A sweep over the typed run files, in phases: `prepare` (the plan, what is done, the session),
+    per testbed `bring_up` and `calibrate`, then `trials` (units of work handed to the testbeds by a
+    `WorkSource`, each unit: shape and validate its rate, warm up, run and check its trials), and
+    `finish` (close the files and the session, take down or restore each testbed)."""
+
+    def __init__(
+        self,
+        labs: list[Lab],
+        exp: Experiment,
+        run_dir: Path,
+        manifest: ManifestFile,
+        keep_up: bool = False,
+        device: DeviceProfile | None = None,
+        server_device: DeviceProfile | None = None,
+        model: Model | None = None,
+    ) -> None:
+        self.testbeds = [Testbed(lab) for lab in labs]
+        if len(labs) > 1:
+            for i, lab in enumerate(labs):
+                lab.replica = i
+        self.exp, self.run_dir, self.manifest, self.keep_up = exp, run_dir, manifest, keep_up
+        self.device, self.server_device, self.model = device, server_device, model
+        self.lock = threading.RLock()  # the writer, the progress line and the counts, across testbeds
+        self.failed = 0
+        self.status = "interrupted"
+
+    # ---------------------------------------------------------------- phases
+    def run(self) -> dict:
+        self.prepare()
+        try:
+            with sigterm_as_interrupt():
+                for tb in self.testbeds:
+                    self.bring_up(tb)
+                for tb in self.testbeds:  # one after the other: a calibration needs a quiet host
+                    self.calibrate(tb)
+                log.info(
+                    "run %s: %d trials planned, %d already done on %d testbed(s)",
+                    self.run_id, len(self.trials), len(self.done), len(self.testbeds),
+                )  # fmt: skip
+                self.run_trials()
+            self.status = "complete"
+        except Unrepairable as exc:
+            self.status = "stopped"
+            log.error("the sweep stopped: %s", exc)
+            raise UserError(
+                f"the sweep stopped: {exc}",
+                f"repair it (what was measured is in {self.run_dir / 'sweep.log'}), then continue with: "
+                f"testbed sweep --resume {self.run_dir}",
+            ) from None
+        except UserError:
+            self.status = "stopped"  # a problem to fix first (e.g. a full results file system)
+            raise
+        finally:
+            self.finish()
+        csv_path = self.run_dir / TRIALS_FILE
+        return {
+            "run_dir": str(self.run_dir),
+            "trials": len(self.trials) if self.rounds is None else len(self.trials) - self.progress.saved,
+            "ran": self.progress.ran,
+            "failed": self.failed,
+            "status": self.status,
+            "unusable": unusable_cells(
+                self.trials, read_trials(csv_path).records if csv_path.exists() else []
+            ),
+        }
+
+    def prepare(self) -> None:
+        """The plan, what trials.csv already holds, the progress line, the writer and the session."""
+        exp = self.exp
+        self.run_id = self.manifest.manifest.run_id
+        csv_path = self.run_dir / TRIALS_FILE
+        self.trials = plan_trials(exp)
+        outcomes = read_trials(csv_path).outcomes() if csv_path.exists() and csv_path.stat().st_size else {}
+        self.done = set(outcomes)
+        self.rounds = Rounds(exp, self.trials, outcomes) if exp.adaptive else None
+        if self.rounds:
+            self.source = WorkSource(rounds=self.rounds)
+        else:
+            units = phases(exp, self.trials, self.done)
+            self.source = WorkSource(split_by_rep(units) if len(self.testbeds) > 1 else units)
+        setup_log(log, self.run_dir / "sweep.log")
+        cells: dict = {}
+        for t in self.trials:
+            cells[t.cell] = cells.get(t.cell, 0) + (t.trial not in self.done)
+        self.progress = Progress(len(self.trials), len(cells), cells, done=len(self.done))
+        if self.model is not None:
+            self.progress.seconds = {cell: self.model.cell_s(cell) for cell in cells}
+        if self.rounds:
+            self.progress.min_left = {c: max(0, exp.min_reps - self.rounds.done(c)) for c in cells}
+            self.progress.close_cells(self.rounds.open_cells())
+        self.writer = TrialFile(csv_path)  # a write that fails stops the sweep in one line (UserError)
+        self.session = start_session(self.manifest, skipped_done=len(self.done))
+
+    def bring_up(self, tb: Testbed) -> None:
+        lab = tb.lab
+        tb.brought_up = lab.up()
+        tb.was_up = not tb.brought_up
+        lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
+        if not lab.server_alive(grpc=GRPC in self.exp.methods):
+            lab.restart_offload_server()
+
+    def calibrate(self, tb: Testbed) -> None:
+        tb.calibration, tb.marks = calibrate_devices(
+            tb.lab, self.exp, self.manifest, self.progress, self.device, self.server_device
+        )
+
+    def run_trials(self) -> None:
+        """Every unit of work, on the one testbed, or on each testbed in a thread of its own."""
+        if len(self.testbeds) == 1:
+            self.work(self.testbeds[0])
+            return
+        errors: list[BaseException] = []
+
+        def work(tb: Testbed) -> None:
+            try:
+                self.work(tb)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the sweep's own thread
+                errors.append(exc)
+                self.source.stop()
+
+        threads = [threading.Thread(target=work, args=(tb,), daemon=True) for tb in self.testbeds]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(timeout=0.2)  # Ctrl-C reaches this thread between joins
+        except BaseException:
+            self.source.stop()
+            for tb in self.testbeds:  # a trial in flight ends with its worker; no row is written
+                if tb.worker is not None:
+                    tb.worker.proc.kill()
+            for thread in threads:
+                thread.join(timeout=60)
+            raise
+        if errors:
+            raise errors[0]
+
+    def work(self, tb: Testbed) -> None:
+        """Units from the source until there are none; the testbed keeps its rate while it can."""
+        rate = None
+        while (unit := self.source.take(rate)) is not None:
+            try:
+                rate = unit[0]
+                self.run_unit(tb, *unit)
+            finally:
+                self.source.done()
+
+    def run_unit(self, tb: Testbed, rate: float | None, phase: list[Trial]) -> None:
+        """One rate group: shape and validate the rate (once a session), warm up, run and check its
+        trials, read the appliance's counters around them."""
+        lab, exp = tb.lab, self.exp
+        if rate is not None and rate not in tb.problems:
+            self.show(f"validating {rate:g} Mbit/s")
+            tb.problems[rate] = validate_or_heal(lab, exp, rate, self.manifest)
+        elif rate is not None and not tb.problems[rate]:
+            lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
+        if tb.problems.get(rate):
+            for t in phase:
+                self.record(tb, t, {"ok": False, "error": tb.problems[rate]})
+            self.close_cells()
+            return
+        if tb.worker is None:
+            tb.worker = WorkerLink(lab, exp, self.worker_log(tb), tb.calibration)
+        if rate not in tb.warmed:
+            tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, phase)
+            tb.warmed.add(rate)
+        counters = counters_before(self.manifest, lab, rate) if rate is not None else None
+        guard = None if rate is None else shaping_guard(lab, rate)
+        for t in phase:
+            if self.source.stopped:
+                return  # another testbed failed, or the user interrupted: no row for what did not run
+            if tb.problems.get(rate):  # the link broke and could not be repaired
+                record = {"ok": False, "error": tb.problems[rate]}
+            elif guard is None:
+                self.show(cell_label(t))
+                record, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
+            else:
+                self.show(cell_label(t))
+                record, tb.worker, guard, tb.problems[rate] = run_checked(
+                    lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
+                )
+            if self.device is not None or self.server_device is not None:
+                record["emulation_flagged"] = (t.op, t.size, t.method) in tb.marks
+            self.record(tb, t, record)
+        if counters is not None:
+            counters_after(self.manifest, counters, lab, [t.trial for t in phase])
+        self.close_cells()
+        with self.lock:
+            self.writer.sync()
+
+    def finish(self) -> None:
+        """Close the files and the session, and take each testbed down (or restore its link). The
+        end's own writes can fail as the sweep's did (a full file system): each step runs whatever the
+        others did, and never turns a stop under way into another error."""
+        finished = self.status == "complete"  # otherwise an exception is under way
+        self.progress.show("done" if finished else "stopped", final=True)
+        late = _quietly(self.writer.close)
+        for tb in self.testbeds:
+            if tb.worker is not None:
+                tb.worker.close()
+        if late is not None and self.status == "complete":
+            self.status = "stopped"
         # the manifest cannot be written: it keeps saying "running", which reads as interrupted
         # once this process is gone (`Manifest.killed`)
-        late = _quietly(lambda: end_session(manifest, session, status)) or late
-        restore = None
-        if brought_up and not keep_up:
-            restore = lab.down
-        elif was_up or brought_up:
-            restore = lambda: lab.shape(lab.inv.link)  # noqa: E731 - a testbed that stays up, as the inventory has it
-        if restore is not None and finished:
-            restore()
-        elif restore is not None:  # a stop under way (say a broken switch) stays the error reported
-            _quietly(restore)
+        late = _quietly(lambda: end_session(self.manifest, self.session, self.status)) or late
+        for tb in self.testbeds:
+            lab, restore = tb.lab, None
+            if tb.brought_up and not self.keep_up:
+                restore = lab.down
+            elif tb.was_up or tb.brought_up:
+                restore = lambda lab=lab: lab.shape(lab.inv.link)  # noqa: E731 - as the inventory has it
+            if restore is not None and finished:
+                restore()
+            elif restore is not None:  # a stop under way (say a broken switch) stays the error reported
+                _quietly(restore)
         if late is not None and finished:  # no other error is under way: this one is the stop
             raise late
-    return {
-        "run_dir": str(run_dir),
-        "trials": len(trials) if rounds is None else len(trials) - progress.saved,
-        "ran": progress.ran,
-        "failed": failed,
-        "status": status,
-        "unusable": unusable_cells(trials, read_trials(csv_path).records if csv_path.exists() else []),
-    }
+
+    # ---------------------------------------------------------------- shared between testbeds
+    def record(self, tb: Testbed, t: Trial, record: dict) -> None:
+        """A trial's row, written at once; its cell's progress; the adaptive rule's results."""
+        if tb.lab.replica is not None:
+            record = {**record, "replica": tb.lab.replica}
+        row = trial_row(self.run_id, t, record)
+        with self.lock:
+            self.writer.write(row)
+            self.failed += not row.ok
+            self.progress.show(cell_label(t), t)
+            if self.rounds:
+                self.rounds.record(row)
+
+    def close_cells(self) -> None:
+        """Adaptive: the progress line stops counting what the stopping rule has closed (per unit: the
+        rule looks at every cell)."""
+        if self.rounds:
+            with self.lock:
+                self.progress.close_cells(self.rounds.open_cells())
+
+    def show(self, label: str) -> None:
+        with self.lock:
+            self.progress.show(label)
+
+    def worker_log(self, tb: Testbed) -> Path:
+        return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")
 
 
 def calibrate_devices(
@@ -214,11 +356,11 @@ def calibrate_devices(
         log.info("calibrating the %s host for device %s", role, profile.name)
         if role == "client":
             result = device_emulation.emulate_for(lab, profile, exp)
-            device_emulation.record(manifest, profile, exp.mode, result, now())
+            device_emulation.record(manifest, profile, exp.mode, result, now(), replica=lab.replica)
             calibration = {**(calibration or {}), **result}
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
-            device_emulation.record(manifest, profile, "scaled", result, now(), "server")
+            device_emulation.record(manifest, profile, "scaled", result, now(), "server", lab.replica)
             calibration = {**(calibration or {}), "server_scale": result["scale"]}
         missed = device_emulation.flagged(result)
         if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 from pathlib import Path
 
 from analysis.__main__ import add_arguments as add_analysis_arguments
@@ -51,6 +52,11 @@ def register(sub) -> None:
         "--connection",
         help="per-trial (a new TCP connection per remote trial, default) or persistent (one for the sweep)",
     )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        help="embedded testbeds side by side that share the work (default 1; each with its own prefix)",
+    )
     p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
     p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")
     p.add_argument(
@@ -77,6 +83,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.device_emulation import resolve_device, resolve_server_device
     from testbed.estimate import format_duration, model_for
     from testbed.experiment import FLAGS, load_experiment, override, trial_range
+    from testbed.lock import held
+    from testbed.replicas import replica_inventories
     from testbed.results import ManifestFile, new_run_id
     from testbed.sweep import run_sweep
 
@@ -103,9 +111,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     elif exp.client_cpu:
         inv = inv.with_client_cpu(exp.client_cpu)
     require_root()
-    lab = open_lab(inv)
+    labs = [open_lab(i) for i in replica_inventories(inv, exp.replicas)]
     if not args.resume:
-        manifest = start_run(run_dir, run_id, exp, lab)
+        manifest = start_run(run_dir, run_id, exp, labs[0])
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
     server = f"device {server_device.name} (scaled)" if server_device else "this host"
     model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota, server_device)
@@ -114,7 +122,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"sweep {manifest.manifest.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
         f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.describe_reps()} = "
         f"{_count(trial_range(exp))} trials (local baseline included); client {client}; server {server}; "
-        f"results in {run_dir}"
+        + (f"on {len(labs)} testbeds side by side; " if len(labs) > 1 else "")
+        + f"results in {run_dir}"
     )
     span = format_duration(high) if low == high else f"{format_duration(low)}..{format_duration(high)}"
     whole = " for the whole grid" if args.resume else ""
@@ -124,16 +133,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.resume:
         manifest.update(estimate_s=[low, high])
     try:
-        summary = run_sweep(
-            lab,
-            exp,
-            run_dir,
-            manifest,
-            keep_up=args.keep_up,
-            device=device,
-            model=model,
-            server_device=server_device,
-        )
+        with ExitStack() as replicas:  # the inventory's prefix is held already (testbed.cli)
+            for lab in labs[1:]:
+                replicas.enter_context(held(lab.inv.prefix, f"testbed sweep, replica {lab.inv.prefix}"))
+            summary = run_sweep(
+                labs,
+                exp,
+                run_dir,
+                manifest,
+                keep_up=args.keep_up,
+                device=device,
+                model=model,
+                server_device=server_device,
+            )
     except KeyboardInterrupt:
         print(
             f"sweep interrupted; trials so far are in {run_dir / 'trials.csv'}. "

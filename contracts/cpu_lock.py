@@ -1,0 +1,46 @@
+"""One timed CPU stage at a time on a host: the lock that keeps replicas' measurements apart.
+
+Several testbeds on one host (replicas) would otherwise run their timed CPU stages at once and slow
+each other. Every process that times CPU work (the client's trial worker, the offload server) takes
+the host-wide lock named in its environment (`TESTBED_CPU_LOCK`) exactly around each timed stage:
+before the stage's clocks start and after they stop, so the time spent waiting counts in no stage.
+(On the server it falls inside the request, so communication, the request's wall time minus the
+server's measured stages, includes it.) Without the variable there is nothing to wait for.
+
+`flock` on a file: the kernel releases it when its holder dies, and network namespaces share the
+file system, so the lock is host-wide across the replicas' namespaces.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+ENV = "TESTBED_CPU_LOCK"
+
+
+class CpuLock:
+    """The lock of `path`; `held()` around a timed stage. With no path it does nothing."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    @classmethod
+    def from_env(cls) -> CpuLock:
+        return cls(os.environ.get(ENV) or None)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        if self.path is None:
+            yield
+            return
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)

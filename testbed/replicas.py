@@ -1,0 +1,58 @@
+"""Several embedded testbeds side by side on one host (replicas), so a sweep can share its work.
+
+A replica is the inventory's testbed under another prefix: replica 0 keeps the inventory's own
+(`tb`), replica i gets the prefix plus its number (`tb1`, `tb2`, ...). Everything of a testbed lives
+in its own network namespaces, so the replicas' addresses and ports can be the inventory's own;
+what is named in the root namespace (links, cgroups, the state and OVS run directories, the lock)
+carries the replica's prefix. `testbed down` removes every replica it finds.
+
+Their timed CPU stages must not overlap: every replica's client worker and server get the same
+host-wide lock file (`CPU_LOCK`, through their environment), held exactly around each timed stage
+(`contracts.cpu_lock`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from contracts.errors import UserError
+from testbed import topology
+from testbed.inventory import Inventory
+from testbed.topology import Names
+
+MAX_REPLICAS = 9
+CPU_LOCK = "/run/testbed/cpu.lock"
+
+
+def replica_prefix(prefix: str, index: int) -> str:
+    return prefix if index == 0 else f"{prefix}{index}"
+
+
+def replica_inventories(inv: Inventory, count: int) -> list[Inventory]:
+    """The inventories of `count` replicas of `inv`'s testbed (one: `inv` itself, unchanged)."""
+    if not 1 <= count <= MAX_REPLICAS:
+        raise UserError(f"replicas: {count} is out of range", f"give 1 to {MAX_REPLICAS}")
+    if count == 1:
+        return [inv]
+    if inv.backend != "netns":
+        raise UserError(
+            "replicas on one host are embedded testbeds; this inventory's backend is " + repr(inv.backend),
+            "use backend: netns, or give one inventory per lab (--inventory A --inventory B)",
+        )
+    if len(inv.prefix) > 5:
+        raise UserError(
+            f"prefix {inv.prefix!r} leaves no room for the replicas' numbers (at most 6 characters in all)",
+            "use a prefix of at most 5 characters",
+        )
+    return [replace(inv, prefix=replica_prefix(inv.prefix, i), cpu_lock=CPU_LOCK) for i in range(count)]
+
+
+def present_replicas(inv: Inventory, state_root: Path) -> list[Inventory]:
+    """Replicas 1.. of `inv` that have anything on this machine (namespaces or state), for `down`."""
+    found = []
+    for i in range(1, MAX_REPLICAS + 1):
+        other = replace(inv, prefix=replica_prefix(inv.prefix, i))
+        if topology.existing_namespaces(Names.of(other)) or (state_root / other.prefix).exists():
+            found.append(other)
+    return found
