@@ -91,8 +91,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def take(subnets: int = 1, ports: int = 3, test: str = "") -> Lease:
-    """A new lease: a prefix nobody uses, `subnets` free /24s and `ports` free TCP ports."""
+def take(subnets: int = 1, ports: int = 3, test: str = "", replicas: int = 1) -> Lease:
+    """A new lease: a prefix nobody uses, `subnets` free /24s and `ports` free TCP ports. With
+    `replicas`, a prefix one shorter whose replicas' prefixes (it and a digit) nobody uses either."""
     with _locked() as directory:
         live = _live_leases(directory)
         taken_prefixes = {lease.prefix for lease in live}
@@ -100,8 +101,10 @@ def take(subnets: int = 1, ports: int = 3, test: str = "") -> Lease:
         taken_ports = {p for lease in live for p in lease.ports}
         rng = random.SystemRandom()
         while True:
-            prefix = "t" + "".join(rng.choice(PREFIX_CHARS) for _ in range(PREFIX_LENGTH - 1))
-            if prefix not in taken_prefixes and not leftovers(prefix):
+            length = PREFIX_LENGTH - (replicas > 1)
+            prefix = "t" + "".join(rng.choice(PREFIX_CHARS) for _ in range(length - 1))
+            names = [prefix] + [f"{prefix}{i}" for i in range(1, replicas)]
+            if not any(n in taken_prefixes or leftovers(n) for n in names):
                 break
         free = [f"{SUBNETS}.{n}" for n in range(256) if f"{SUBNETS}.{n}" not in taken_subnets]
         if len(free) < subnets:

@@ -18,8 +18,8 @@ def leases(request):
         pytest.skip("privileged: needs root (CI runs as root)")
     taken = []
 
-    def lease(subnets: int = 1, ports: int = 3):
-        taken.append(take(subnets, ports, test=request.node.nodeid))
+    def lease(subnets: int = 1, ports: int = 3, replicas: int = 1):
+        taken.append(take(subnets, ports, test=request.node.nodeid, replicas=replicas))
         return taken[-1]
 
     yield lease

@@ -96,13 +96,12 @@ class FakeSwitch:
         return {"name": bridge, "datapath_type": datapath, "ports": sorted(ports)}
 
 
-@pytest.fixture
-def netns(tmp_path, monkeypatch):
-    """A NetnsLab whose hosts are fakes scripted for up, status and down (their agents keep services
-    and CPU limits as the real ones do), and whose wiring (pyroute2, ip) is recorded, not applied."""
-    inv = load_inventory(write_inventory(tmp_path / "inventory.yaml", FAKE_LEASE, quota=0.25))
+def fake_netns_lab(inv, state_dir, monkeypatch, wiring: dict) -> NetnsLab:
+    """A NetnsLab of `inv` whose hosts are fakes scripted for up, status and down (their agents keep
+    services and CPU limits as the real ones do), and whose wiring (pyroute2, ip) is recorded in
+    `wiring`, not applied; several such labs can share one `wiring` (replicas)."""
     lab = NetnsLab(inv)
-    lab.state_dir = tmp_path / "state"
+    lab.state_dir = state_dir
     for role, host in list(lab.hosts.items()):
         fake = FakeHost(host.spec, str(lab.state_dir), cgroup=host.cgroup, env=host.env)
         lab.hosts[role] = fake.reply("probe", probe_reply())
@@ -123,13 +122,23 @@ def netns(tmp_path, monkeypatch):
     appliance.reply("appliance.check", switch.check).reply("bridge.health", switch.health)
     appliance.reply("bridge.restart", switch.restart)
     appliance.reply("shape.read", lambda ifs: {i: {} for i in ifs})
-    wiring = {"namespaces": [], "applied": [], "commands": []}
+    wiring.setdefault("namespaces", [])
+    wiring.setdefault("applied", [])
+    wiring.setdefault("commands", [])
+    wiring.setdefault("labs", []).append(lab)
     monkeypatch.setattr(lab_mod.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(lab_mod.topology, "existing_namespaces", lambda names: list(wiring["namespaces"]))
+    monkeypatch.setattr(
+        lab_mod.topology,
+        "existing_namespaces",
+        lambda names: [ns for ns in wiring["namespaces"] if ns in names.namespaces],
+    )
 
     def apply(steps):
         wiring["applied"] += steps
-        wiring["namespaces"] = list(lab.names.namespaces)
+        named = {getattr(step, "ns", None) for step in steps}
+        for each in wiring["labs"]:
+            if named & set(each.names.namespaces):
+                wiring["namespaces"] += [ns for ns in each.names.namespaces if ns not in wiring["namespaces"]]
 
     monkeypatch.setattr(lab_mod.topology, "apply", apply)
     monkeypatch.setattr(lab_mod.topology, "remove_root_leftovers", lambda names: [])
@@ -146,19 +155,31 @@ def netns(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def lab(netns):
-    """The fake embedded testbed for sweeps, down, with a healthy worker, a link that validates and
-    the appliance's counters."""
-    link(netns)
-    netns.hosts["client"].worker(healthy_worker)
+def netns(tmp_path, monkeypatch):
+    """The fake embedded testbed (`fake_netns_lab`) of the unit tests' inventory."""
+    inv = load_inventory(write_inventory(tmp_path / "inventory.yaml", FAKE_LEASE, quota=0.25))
+    return fake_netns_lab(inv, tmp_path / "state", monkeypatch, {})
+
+
+def sweep_ready(lab: NetnsLab) -> NetnsLab:
+    """A fake testbed ready for sweeps: a healthy worker, a link that validates, the appliance's counters."""
+    link(lab)
+    lab.hosts["client"].worker(healthy_worker)
     ticks = itertools.count()
 
     def counters(ifs, bridge, rundir, own):
         n = next(ticks)
         return {"at": n, "htb": {i: {"bytes": 1000 * n} for i in ifs}, "ovs": {i: {} for i in ifs}}
 
-    netns.hosts["appliance"].reply("counters", counters)
-    return netns
+    lab.hosts["appliance"].reply("counters", counters)
+    return lab
+
+
+@pytest.fixture
+def lab(netns):
+    """The fake embedded testbed for sweeps, down, with a healthy worker, a link that validates and
+    the appliance's counters."""
+    return sweep_ready(netns)
 
 
 @pytest.fixture
