@@ -271,6 +271,8 @@ class Sweep:
                 record, tb.worker, guard, tb.problems[rate] = run_checked(
                     lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
                 )
+            if self.source.stopped:
+                return  # the trial was cut short by the stop (its worker killed): it runs on resume
             if self.device is not None or self.server_device is not None:
                 record["emulation_flagged"] = (t.op, t.size, t.method) in tb.marks
             self.record(tb, t, record)

@@ -155,10 +155,27 @@ def fake_netns_lab(inv, state_dir, monkeypatch, wiring: dict) -> NetnsLab:
 
 
 @pytest.fixture
-def netns(tmp_path, monkeypatch):
+def fake_inventory(tmp_path):
+    """The unit tests' inventory (prefix tbf, a client CPU quota of 0.25)."""
+    return load_inventory(write_inventory(tmp_path / "inventory.yaml", FAKE_LEASE, quota=0.25))
+
+
+@pytest.fixture
+def netns(fake_inventory, tmp_path, monkeypatch):
     """The fake embedded testbed (`fake_netns_lab`) of the unit tests' inventory."""
-    inv = load_inventory(write_inventory(tmp_path / "inventory.yaml", FAKE_LEASE, quota=0.25))
-    return fake_netns_lab(inv, tmp_path / "state", monkeypatch, {})
+    return fake_netns_lab(fake_inventory, tmp_path / "state", monkeypatch, {})
+
+
+@pytest.fixture
+def two_testbeds(fake_inventory, tmp_path, monkeypatch):
+    """Two fake replicas of the unit tests' testbed, ready for sweeps, sharing their recorded wiring."""
+    from testbed.replicas import replica_inventories
+
+    wiring: dict = {}
+    return [
+        sweep_ready(fake_netns_lab(inv, tmp_path / f"state-{inv.prefix}", monkeypatch, wiring))
+        for inv in replica_inventories(fake_inventory, 2)
+    ]
 
 
 def sweep_ready(lab: NetnsLab) -> NetnsLab:

@@ -1,0 +1,162 @@
+"""Replicas without root: their inventories, the work source that shares units between testbeds,
+the host-wide CPU lock, and a sweep over two fake testbeds."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from contracts.cpu_lock import CpuLock
+from contracts.errors import UserError
+from contracts.run import read_trials
+from testbed.bookkeeping import start_run
+from testbed.plan import phases, plan_trials
+from testbed.replicas import CPU_LOCK, present_replicas, replica_inventories
+from testbed.results import ManifestFile
+from testbed.rounds import Rounds
+from testbed.scheduler import WorkSource, split_by_rep
+from testbed.sweep import run_sweep
+from tests.fakes import FAKE_SWEEP
+from tests.helpers import saved
+
+
+def test_replicas_are_the_testbed_under_numbered_prefixes_sharing_one_cpu_lock(fake_inventory):
+    (one,) = replica_inventories(fake_inventory, 1)
+    assert one == fake_inventory and one.cpu_lock is None  # one testbed: unchanged, no lock to wait for
+    three = replica_inventories(fake_inventory, 3)
+    assert [i.prefix for i in three] == ["tbf", "tbf1", "tbf2"]
+    assert {i.cpu_lock for i in three} == {CPU_LOCK}
+    assert all(i.hosts == fake_inventory.hosts and i.server_port == fake_inventory.server_port for i in three)
+
+
+@pytest.mark.parametrize(
+    ("change", "count", "words"),
+    [
+        ({}, 10, "replicas: 10 is out of range"),
+        ({"backend": "ssh"}, 2, "replicas on one host are embedded testbeds"),
+        ({"prefix": "abcdef"}, 2, "leaves no room for the replicas' numbers"),
+    ],
+)
+def test_replicas_that_cannot_be_made_are_refused_in_one_line(fake_inventory, change, count, words):
+    with pytest.raises(UserError, match=words):
+        replica_inventories(replace(fake_inventory, **change), count)
+
+
+def test_down_finds_the_replicas_a_sweep_left(fake_inventory, tmp_path):
+    (tmp_path / "tbf2").mkdir()  # the state of replica 2, after a crash
+    assert [i.prefix for i in present_replicas(fake_inventory, tmp_path)] == ["tbf2"]
+
+
+def test_several_testbeds_get_units_per_repetition_and_keep_their_rate():
+    units = phases(FAKE_SWEEP, plan_trials(FAKE_SWEEP))
+    split = split_by_rep(units)
+    assert len(split) == 2 * len(units)  # two repetitions
+    assert sorted(t.trial for _, ts in split for t in ts) == sorted(t.trial for t in plan_trials(FAKE_SWEEP))
+    source = WorkSource(split)
+    first = source.take(None)
+    assert first[0] is None  # the local baseline comes first
+    rate = split[2][0]
+    taken = source.take(rate)
+    assert taken[0] == rate and source.take(rate)[0] == rate  # a testbed keeps the rate it has
+    for _ in range(3):
+        source.done()
+    while (unit := source.take()) is not None:
+        source.done()
+    assert unit is None and source.in_flight == 0
+
+
+def test_an_adaptive_round_is_handed_out_only_once_the_last_one_is_done():
+    exp = replace(FAKE_SWEEP, min_reps=2, reps=4)
+    trials = plan_trials(exp)
+    rounds = Rounds(exp, trials, {})
+    source = WorkSource(rounds=rounds)
+    first_round = []
+    while source.pending or not first_round:
+        first_round.append(source.take())
+    got = []
+
+    def second():
+        got.append(source.take())
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    waiter.join(timeout=0.3)
+    assert waiter.is_alive() and not got, "the next round waits for the units still being run"
+    for _, block in first_round:
+        for t in block:
+            rounds.results[t.trial] = 1.0
+        source.done()
+    waiter.join(timeout=5)
+    assert got and got[0][1][0].rep == 1  # the second round, computed from the first's results
+
+
+def test_the_cpu_lock_lets_one_timed_stage_run_at_a_time(tmp_path):
+    path = str(tmp_path / "cpu.lock")
+    a, b = CpuLock(path), CpuLock(path)  # two processes' locks (each its own open file)
+    order, inside = [], threading.Event()
+
+    def other():
+        with b.held():
+            order.append("b")
+
+    with a.held():
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(timeout=0.3)
+        assert thread.is_alive(), "b waits while a holds the lock"
+        order.append("a")
+    thread.join(timeout=5)
+    assert order == ["a", "b"]
+    with CpuLock(None).held():  # no lock file: nothing to wait for
+        inside.set()
+    assert inside.is_set()
+
+
+def test_a_sweep_over_two_testbeds_runs_every_trial_once_and_records_where(two_testbeds, tmp_path):
+    run_dir = tmp_path / "run"
+    manifest = start_run(run_dir, "fake-replicas", FAKE_SWEEP, two_testbeds[0])
+    summary = run_sweep(two_testbeds, FAKE_SWEEP, run_dir, manifest)
+
+    records = read_trials(run_dir / "trials.csv").records
+    assert sorted(r.trial for r in records) == sorted(t.trial for t in plan_trials(FAKE_SWEEP))
+    assert (summary["status"], summary["failed"]) == ("complete", 0)
+    assert {r.replica for r in records} == {0, 1}, "both testbeds ran trials"
+    data = saved(run_dir)
+    checked = {(v["replica"], v["rate_mbps"]) for v in data["validation"]}
+    ran = {(r.replica, r.rate_mbps) for r in records if r.rate_mbps is not None}
+    assert ran <= checked, "each testbed validated every rate it ran"
+    for lab in two_testbeds:  # each brought up, and taken down, its own
+        assert not lab.is_up()
+        (worker,) = lab.hosts["client"].workers
+        assert all(
+            spec["trial"] < 0 or any(r.trial == spec["trial"] for r in records) for spec in worker.specs
+        )
+    assert (run_dir / "worker-0.log").exists() and (run_dir / "worker-1.log").exists()
+
+
+def test_an_interrupted_sweep_over_two_testbeds_resumes_with_exactly_the_missing_trials(
+    two_testbeds, tmp_path
+):
+    run_dir = tmp_path / "run"
+    manifest = start_run(run_dir, "fake-replicas", FAKE_SWEEP, two_testbeds[0])
+    victim = plan_trials(FAKE_SWEEP)[9].trial
+
+    def dies(spec):
+        if spec["trial"] == victim:
+            raise KeyboardInterrupt
+        return {"trial": spec["trial"], "ok": True, "t_total": spec["size"] / 1000, "started_at": "now"}
+
+    for lab in two_testbeds:
+        lab.hosts["client"].worker(dies)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(two_testbeds, FAKE_SWEEP, run_dir, manifest)
+    before = {r.trial for r in read_trials(run_dir / "trials.csv").records}
+    assert victim not in before
+    for lab in two_testbeds:
+        lab.hosts["client"].worker(lambda spec: {"trial": spec["trial"], "ok": True, "t_total": 0.1})
+    summary = run_sweep(two_testbeds, FAKE_SWEEP, run_dir, ManifestFile.load(run_dir / "manifest.json"))
+    after = [r.trial for r in read_trials(run_dir / "trials.csv").records]
+    assert sorted(after) == sorted(t.trial for t in plan_trials(FAKE_SWEEP)) and len(after) == len(set(after))
+    assert summary["ran"] == len(after) - len(before)
