@@ -81,6 +81,7 @@ class Model:
     cpu_quota: float | None = None  # without a device: the client's share of this machine
     mtu: int = 1500
     server_device: DeviceProfile | None = None  # scaled: it sets what is measured, not the wall time
+    replicas: int = 1  # testbeds sharing the work (their set-up runs side by side)
 
     def _itemsize(self) -> int:
         return np.dtype(self.exp.dtype).itemsize
@@ -114,9 +115,7 @@ class Model:
         if method == LOCAL:
             return self.client_compute_s(op, size, device) + TRIAL_OVERHEAD_S
         up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
-        goodput = expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8  # bytes/s
-        ratio = self.host.wire_ratio[method]
-        wire = (up * ratio + HTTP_HEADERS) / goodput + (down * ratio + HTTP_HEADERS) / goodput
+        wire = self.wire_s(op, size, rate_mbps, method)
         sd = self.server_device if server else None
         if sd is not None and method_codec(method) in sd.marshalling:
             server_s = (
@@ -133,12 +132,31 @@ class Model:
         client += self.client_marshal_s(method, "decode", down, device)
         return client + wire + server_s + TRIAL_OVERHEAD_S
 
+    def wire_s(self, op: str, size: int, rate_mbps: float | None, method: str) -> float:
+        """Seconds the trial's bytes take on the shaped link, both ways (none for a local trial)."""
+        if method == LOCAL:
+            return 0.0
+        up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
+        goodput = expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8  # bytes/s
+        ratio = self.host.wire_ratio[method]
+        return (up * ratio + HTTP_HEADERS) / goodput + (down * ratio + HTTP_HEADERS) / goodput
+
+    def cpu_share(self) -> float:
+        """The part of a testbed's time its timed CPU stages take (at this host's speed), over the
+        grid: what the host-wide CPU lock lets replicas overlap is the rest, so about 1 / share
+        testbeds keep the CPU busy; more only wait for the lock."""
+        cells = self._cells()
+        wall = sum(self.wall_s(*c) for c in cells)
+        cpu = sum(self.wall_s(*c) - self.wire_s(*c) - TRIAL_OVERHEAD_S for c in cells)
+        return max(cpu, 0.0) / wall if wall else 1.0
+
     def wall_s(self, op: str, size: int, rate_mbps: float | None, method: str) -> float:
         """How long the trial occupies the testbed: in scaled mode the client works at this host's speed."""
         return self.trial_s(op, size, rate_mbps, method, device=not self._host_client(), server=False)
 
     def cell_s(self, cell: tuple) -> float:
-        return self.wall_s(*cell)
+        """The sweep's wall time per trial of the cell: a testbed's, shared by the replicas."""
+        return self.wall_s(*cell) / self.replicas
 
     def setup_s(self) -> float:
         """Per rate, iperf3 both ways (the first attempt), and the warm-up trials of every phase."""
@@ -150,14 +168,18 @@ class Model:
             total += exp.warmup * sum(self.wall_s(op, smallest, rate, m) for op in exp.ops for m in methods)
         return total
 
-    def sweep_s(self, reps: int) -> float:
-        """Seconds for the whole grid at `reps` repetitions per cell, set-up included."""
+    def _cells(self) -> list[tuple]:
         exp = self.exp
         cells = [(op, size, None, LOCAL) for op in exp.ops for size in exp.sizes] if exp.local else []
-        cells += [
+        return cells + [
             (o, s, r, m) for o in exp.ops for s in exp.sizes for r in exp.rates_mbps for m in exp.methods
         ]
-        return reps * sum(self.cell_s(c) for c in cells) + self.setup_s()
+
+    def sweep_s(self, reps: int) -> float:
+        """Seconds for the whole grid at `reps` repetitions per cell, set-up included (the replicas'
+        set-ups side by side). Replicas are taken to overlap fully: the CPU lock's waits are not in it
+        (`cpu_share` says how many testbeds the host keeps busy)."""
+        return reps * sum(self.cell_s(c) for c in self._cells()) + self.setup_s()
 
     def duration_s(self) -> tuple[float, float]:
         """The fewest and the most seconds: every cell at `min_reps`, every cell at `reps` (equal if fixed)."""
