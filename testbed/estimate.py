@@ -193,9 +193,8 @@ def model_for(
     cpu_quota: float | None,
     server_device: DeviceProfile | None = None,
 ) -> Model:
-    return Model(
-        exp, measure_host(exp.methods, exp.dtype, exp.seed), device, cpu_quota, server_device=server_device
-    )
+    host = measure_host(exp.methods, exp.dtype, exp.seed)
+    return Model(exp, host, device, cpu_quota, server_device=server_device, replicas=exp.replicas)
 
 
 def format_duration(seconds: float) -> str:

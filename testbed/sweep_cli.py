@@ -130,6 +130,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(
         f"estimated duration{whole}: {span} (from the device profile, each method's bytes on the wire, the rates)"
     )
+    share = model.cpu_share()
+    if len(labs) > 1 or share < 0.5:  # say what replicas would give, or give
+        print(
+            f"timed CPU work is {share:.0%} of a testbed's time: about {max(1, int(1 / max(share, 0.01)))} "
+            f"testbeds can share this host's CPU lock (running {len(labs)})"
+        )
     if not args.resume:
         manifest.update(estimate_s=[low, high])
     try:

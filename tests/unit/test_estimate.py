@@ -63,6 +63,18 @@ def test_the_sweep_is_every_cell_times_its_reps_plus_set_up_and_a_range_when_ada
     assert fixed.duration_s() == pytest.approx((4 * per_rep + setup,) * 2)
 
 
+def test_replicas_share_the_trials_and_the_cpu_share_says_how_many_the_lock_lets_overlap():
+    one, four = Model(EXP, HOST, DEVICE), Model(EXP, HOST, DEVICE, replicas=4)
+    setup = one.setup_s()
+    assert four.setup_s() == setup  # each replica sets its own rates up, side by side
+    assert four.duration_s()[1] - setup == pytest.approx((one.duration_s()[1] - setup) / 4)
+    # scaled: the testbed's wall time is this host's CPU work plus the wire; the lock serializes the work
+    cells = [("mul", 500, None, LOCAL), ("mul", 500, 10.0, "raw")]
+    wall = sum(one.wall_s(*c) for c in cells)
+    cpu = wall - one.wire_s(*cells[1]) - 2 * TRIAL_OVERHEAD_S
+    assert one.cpu_share() == pytest.approx(cpu / wall) and 0 < one.cpu_share() < 0.2  # the link dominates
+
+
 def test_a_scaled_client_takes_this_hosts_time_and_a_throttled_one_the_devices():
     scaled, throttled = Model(EXP, HOST, DEVICE), Model(replace(EXP, mode="throttle"), HOST, DEVICE)
     assert scaled.wall_s("mul", 500, None, LOCAL) == pytest.approx(2 * 500**3 / 10e9 + TRIAL_OVERHEAD_S)
