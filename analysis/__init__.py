@@ -32,6 +32,7 @@ def analyze(
     from analysis.link_counters import link_counters
     from analysis.load import load_run, output_dir
     from analysis.plots import make_plots, remove_plots
+    from analysis.replicas import has_replicas, replica_effect, replica_summary
     from analysis.report import write_report
     from analysis.summary import summary_text
     from analysis.tables import write_tables
@@ -47,6 +48,8 @@ def analyze(
         "cumulative_penalty": cumulative_penalties(cells),
         "link_counters": link_counters(run.trials, run.manifest),
     }
+    if has_replicas(run.trials):  # a sweep over several testbeds: did they measure alike?
+        tables["replica_effect"] = replica_effect(run.trials)
     if figures_of is not None:
         cells = tables["cells"] = energy_cells(cells, run.trials, figures_of)
         tables["decision_vectors_energy"] = decision_vectors(as_decision_cells(cells))
@@ -63,6 +66,8 @@ def analyze(
     summary = summary_text(
         run_id, run.trials, cells, tables["decision_vectors"], tables["cumulative_penalty"], run.manifest
     )
+    if (replicas := replica_summary(tables.get("replica_effect"), run.trials)) is not None:
+        summary += "\n" + replicas
     write_report(
         out_dir / "report.html",
         run_id=run_id,

@@ -88,6 +88,7 @@ def write_report(
         _table(tables["decision_vectors"]),
         "<h3>Cumulative penalty vectors (s)</h3>",
         _table(tables["cumulative_penalty"]),
+        *_replicas_html(tables.get("replica_effect")),
         "<h3>Undecided cells</h3>",
         _undecided_html(cells),
         "<h3>Failures</h3>",
@@ -366,3 +367,15 @@ def _prediction_html(out_dir: Path) -> list[str]:
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{_e(png.stem)}"></figure>')
     return parts
+
+
+def _replicas_html(table: pd.DataFrame | None) -> list[str]:
+    """A sweep over several testbeds: every test of the replicas' samples, significant ones highlighted."""
+    if table is None:
+        return []
+    note = (
+        '<p class="note">The replicas compared per cell and quantity (Alexander-Govern test, unequal '
+        "variances), p adjusted over all tests with Holm's method; significant: adjusted p below 5%. "
+        f"{int(table['significant'].sum())} of {len(table)} tests significant.</p>"
+    )
+    return ["<h3>Replica effect</h3>", note, _table(table)]

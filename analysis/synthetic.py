@@ -41,8 +41,12 @@ def write_synthetic_run(
     reps=5,
     fail_every: int = 0,
     seed: int = 1,
+    replicas: int = 1,
+    drift: float = 0.0,
 ) -> Path:
-    """Write trials.csv and manifest.json; every `fail_every`-th remote trial fails (0: none)."""
+    """Write trials.csv and manifest.json; every `fail_every`-th remote trial fails (0: none). With
+    `replicas`, repetition r ran on replica r % replicas, whose times are `1 + drift * replica` times
+    the model's (a replica effect to find)."""
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
@@ -51,6 +55,10 @@ def write_synthetic_run(
     def add(**row):
         started = f"2026-01-01T00:00:{len(rows) % 60:02d}"
         row = {"ok": True, **row}
+        if replicas > 1:
+            row["replica"] = row["rep"] % replicas
+            factor = 1 + drift * row["replica"]
+            row.update({k: v * factor for k, v in row.items() if k.startswith("t_") and v is not None})
         rows.append(TrialRecord(run_id=run_id, trial=len(rows), dtype="float64", started_at=started, **row))
 
     for op in ops:

@@ -48,6 +48,7 @@ FILES = {
     "link_counters": "link_counters.csv",
     "decision_vectors_energy": "decision_vectors_energy.csv",
     "cumulative_penalty_energy": "cumulative_penalty_energy.csv",
+    "replica_effect": "replica_effect.csv",
 }
 
 
