@@ -411,6 +411,8 @@ class Session:
     pid: int | None = None
     hostname: str | None = None
     ended_at: str | None = None
+    # a sweep over several testbeds: each one's replica number, inventory, prefix and backend
+    testbeds: list[dict] | None = None
 
 
 @dataclass(slots=True)

@@ -43,7 +43,7 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def start_session(manifest: ManifestFile, skipped_done: int) -> Session:
+def start_session(manifest: ManifestFile, skipped_done: int, testbeds: list[dict] | None = None) -> Session:
     """A session (one `testbed sweep`, first or resumed) begins; returns its entry for `end_session`.
 
     The sweep holds the testbed's lock, so an earlier session still marked running was killed.
@@ -57,6 +57,7 @@ def start_session(manifest: ManifestFile, skipped_done: int) -> Session:
         status="running",
         pid=os.getpid(),
         hostname=platform.node(),
+        testbeds=testbeds,
     )
     manifest.manifest.sessions.append(session)
     manifest.update(status="running")

@@ -29,8 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--inventory",
         "-i",
         type=Path,
+        action="append",
         default=None,
-        help="inventory file (default: inventory.yaml at the repository root)",
+        help="inventory file (default: inventory.yaml at the repository root); `sweep` takes several, "
+        "one testbed (or --replicas) each, other commands the first",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:

@@ -26,7 +26,16 @@ def always(args: argparse.Namespace) -> bool:
 
 
 def load(args: argparse.Namespace) -> Inventory:
-    return load_inventory(args.inventory)
+    return load_inventory(inventories(args)[0])
+
+
+def inventories(args: argparse.Namespace) -> list[Path | None]:
+    """The inventory files given (`--inventory` may be repeated; a command's own is one path), or
+    [None]: the default."""
+    given = args.inventory
+    if isinstance(given, list):
+        return given or [None]
+    return [given]
 
 
 def open_lab(inv: Inventory):

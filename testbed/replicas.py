@@ -48,6 +48,23 @@ def replica_inventories(inv: Inventory, count: int) -> list[Inventory]:
     return [replace(inv, prefix=replica_prefix(inv.prefix, i), cpu_lock=CPU_LOCK) for i in range(count)]
 
 
+def sweep_inventories(invs: list[Inventory], count: int) -> list[Inventory]:
+    """The testbeds of a sweep: each inventory's `count` replicas. Embedded ones share this host, so
+    as soon as there is more than one of them they all take the CPU lock; the prefixes, which name
+    each testbed's lock on this (the control) machine, must differ."""
+    out = [r for inv in invs for r in replica_inventories(inv, count)]
+    prefixes = [i.prefix for i in out]
+    twice = sorted({p for p in prefixes if prefixes.count(p) > 1})
+    if twice:
+        raise UserError(
+            f"two testbeds of the sweep have the prefix {', '.join(twice)}",
+            "give each inventory a prefix of its own",
+        )
+    if sum(i.backend == "netns" for i in out) > 1:
+        out = [replace(i, cpu_lock=CPU_LOCK) if i.backend == "netns" else i for i in out]
+    return out
+
+
 def present_replicas(inv: Inventory, state_root: Path) -> list[Inventory]:
     """Replicas 1.. of `inv` that have anything on this machine (namespaces or state), for `down`."""
     found = []

@@ -180,7 +180,12 @@ class Sweep:
             self.progress.min_left = {c: max(0, exp.min_reps - self.rounds.done(c)) for c in cells}
             self.progress.close_cells(self.rounds.open_cells())
         self.writer = TrialFile(csv_path)  # a write that fails stops the sweep in one line (UserError)
-        self.session = start_session(self.manifest, skipped_done=len(self.done))
+        testbeds = [
+            {"replica": tb.lab.replica, "inventory": str(tb.lab.inv.path), "prefix": tb.lab.inv.prefix,
+             "backend": tb.lab.inv.backend}
+            for tb in self.testbeds
+        ] if len(self.testbeds) > 1 else None  # fmt: skip
+        self.session = start_session(self.manifest, skipped_done=len(self.done), testbeds=testbeds)
 
     def bring_up(self, tb: Testbed) -> None:
         lab = tb.lab

@@ -9,7 +9,7 @@ from pathlib import Path
 from analysis.__main__ import add_arguments as add_analysis_arguments
 from analysis.predict import add_arguments as add_predict_arguments
 from contracts.errors import UserError
-from testbed.cli_args import RESULTS, always, load, open_lab, require_root
+from testbed.cli_args import RESULTS, always, inventories, open_lab, require_root
 
 EXIT_UNUSABLE = 4  # the sweep finished, but some cells have no usable (ok) trial
 SHOWN_CELLS = 10  # unusable cells named one a line at the end of a sweep; the rest counted
@@ -83,12 +83,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.device_emulation import resolve_device, resolve_server_device
     from testbed.estimate import format_duration, model_for
     from testbed.experiment import FLAGS, load_experiment, override, trial_range
+    from testbed.inventory import load_inventory
     from testbed.lock import held
-    from testbed.replicas import replica_inventories
+    from testbed.replicas import sweep_inventories
     from testbed.results import ManifestFile, new_run_id
     from testbed.sweep import run_sweep
 
-    inv = load(args)
+    invs = [load_inventory(path) for path in inventories(args)]
+    inv = invs[0]
     flags = {k: getattr(args, k) for k in FLAGS}
     if args.resume:
         if args.experiment or any(v is not None for v in flags.values()) or args.no_validate:
@@ -107,11 +109,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     device = resolve_device(exp, inv, manifest if args.resume else None)
     server_device = resolve_server_device(exp, inv, manifest if args.resume else None)
     if device:
-        inv = inv.with_client_cpu(emulation_cpu(device, exp.mode))
+        invs = [i.with_client_cpu(emulation_cpu(device, exp.mode)) for i in invs]
     elif exp.client_cpu:
-        inv = inv.with_client_cpu(exp.client_cpu)
+        invs = [i.with_client_cpu(exp.client_cpu) for i in invs]
+    inv = invs[0]
     require_root()
-    labs = [open_lab(i) for i in replica_inventories(inv, exp.replicas)]
+    labs = [open_lab(i) for i in sweep_inventories(invs, exp.replicas)]
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, labs[0])
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"

@@ -13,7 +13,7 @@ from contracts.errors import UserError
 from contracts.run import read_trials
 from testbed.bookkeeping import start_run
 from testbed.plan import phases, plan_trials
-from testbed.replicas import CPU_LOCK, present_replicas, replica_inventories
+from testbed.replicas import CPU_LOCK, present_replicas, replica_inventories, sweep_inventories
 from testbed.results import ManifestFile
 from testbed.rounds import Rounds
 from testbed.scheduler import WorkSource, split_by_rep
@@ -134,6 +134,8 @@ def test_a_sweep_over_two_testbeds_runs_every_trial_once_and_records_where(two_t
             spec["trial"] < 0 or any(r.trial == spec["trial"] for r in records) for spec in worker.specs
         )
     assert (run_dir / "worker-0.log").exists() and (run_dir / "worker-1.log").exists()
+    (session,) = data["sessions"]
+    assert [(t["replica"], t["prefix"]) for t in session["testbeds"]] == [(0, "tbf"), (1, "tbf1")]
 
 
 def test_an_interrupted_sweep_over_two_testbeds_resumes_with_exactly_the_missing_trials(
@@ -160,3 +162,16 @@ def test_an_interrupted_sweep_over_two_testbeds_resumes_with_exactly_the_missing
     after = [r.trial for r in read_trials(run_dir / "trials.csv").records]
     assert sorted(after) == sorted(t.trial for t in plan_trials(FAKE_SWEEP)) and len(after) == len(set(after))
     assert summary["ran"] == len(after) - len(before)
+
+
+def test_several_inventories_are_testbeds_of_one_sweep_with_distinct_prefixes(fake_inventory):
+    other = replace(fake_inventory, prefix="tbg")
+    both = sweep_inventories([fake_inventory, other], 1)
+    assert [i.prefix for i in both] == ["tbf", "tbg"] and {i.cpu_lock for i in both} == {CPU_LOCK}
+    assert [i.prefix for i in sweep_inventories([fake_inventory, other], 2)] == ["tbf", "tbf1", "tbg", "tbg1"]
+    (alone,) = sweep_inventories([fake_inventory], 1)
+    assert alone.cpu_lock is None
+    lab = replace(fake_inventory, backend="ssh", prefix="lab")
+    assert [i.cpu_lock for i in sweep_inventories([fake_inventory, lab], 1)] == [None, None]  # one embedded: no lock
+    with pytest.raises(UserError, match="two testbeds of the sweep have the prefix tbf"):
+        sweep_inventories([fake_inventory, fake_inventory], 1)
