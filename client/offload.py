@@ -20,7 +20,7 @@ import urllib3
 from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
-from contracts.trials import DTYPES, SERVER_STAGES, parse_server_timing
+from contracts.trials import DTYPES, SERVER_STAGES, SERVER_START, parse_server_timing
 
 CLOSE = {"Connection": "close"}  # the server closes after the response; urllib3 then opens anew
 
@@ -46,6 +46,8 @@ class StageTimes:
     cpu_server_decode: float | None = None
     cpu_server_compute: float | None = None
     cpu_server_encode: float | None = None
+    # the cgi stack's process start-up (inside t_request, counted in t_comm); None on the wsgi stack
+    t_server_start: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -160,6 +162,8 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     (the gaps between a stage's end and the next one's start are the throttle's preparations, outside
     every stage); cpu: process time before and after encode, before and after decode. Communication
     is the request time minus the server's stages (the paper's Fig. 3): it cannot be measured directly.
+    A cgi server's process start-up (`server_start`) is reported but stays in communication, as in
+    the paper, whose CGI server's start-up was in its POST time and not among its probed stages.
     """
     t0, t1, tr, t2, t3, t4 = wall
     c0, c1, c3, c4 = cpu
@@ -178,6 +182,7 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
         "t_total": (t1 - t0) + (t2 - tr) + (t4 - t3),
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
+        "t_server_start": server.get(SERVER_START[0]),
     }
 
 

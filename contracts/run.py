@@ -13,6 +13,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   `cpu_server_*`); the experiment its `connection` and `server_device`, the manifest `server_device`. Older files load as they
   are (empty columns; their experiment's connection reads as persistent, which is how their remote
   trials ran) and are rewritten in version 3's columns on resume.
+- 4: the column `t_server_start` (the cgi stack's per-request process start-up) and the experiment's
+  `server_stack`. Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
+  one they had); resuming one rewrites its trials.csv in version 4's columns first.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -36,7 +39,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, STAGES
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 MANIFEST_FILE = "manifest.json"
@@ -98,6 +101,9 @@ class TrialRecord:
     # how): what was repaired and why the first attempt failed; this row is the attempt that followed
     repair: str | None = None
     connection: str | None = None  # a remote trial's connection policy (contracts.trials.CONNECTIONS)
+    # the cgi stack's process start-up, inside t_request and counted in t_comm (the paper's
+    # definition); empty on the wsgi stack, for gRPC and in runs of formats 1 to 3
+    t_server_start: float | None = None
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -118,7 +124,7 @@ COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
 _INTS = ("trial", "rep", "bytes_up", "bytes_down")
 _BOOLS = ("ok", "emulation_flagged")
-_TIMES = ("t_total", *STAGES, "t_request")
+_TIMES = ("t_total", *STAGES, "t_request", "t_server_start")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
 _FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))
@@ -372,6 +378,7 @@ class Experiment:
     precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
     connection: str = PER_TRIAL  # a new TCP connection per remote trial, or PERSISTENT
     server_device: str | None = None  # the server's device profile (name or path); None: the inventory's
+    server_stack: str = "wsgi"  # how the server runs requests (SERVER_STACKS); runs before format 4: wsgi
 
     def as_dict(self) -> dict:
         return asdict(self)

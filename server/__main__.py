@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 from contracts.processes import stop_all
+from contracts.trials import SERVER_STACKS
 from server.lighttpd import BLAS_VARS, LighttpdPlan
 from server.wsgi import ServerConfig, serve
 
-STACKS = ("wsgi", "cgi")
+STACKS = SERVER_STACKS
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -91,10 +91,13 @@ def run_sweep(
     status = "interrupted"
     try:
         with sigterm_as_interrupt():
+            lab.server_stack = exp.server_stack
             brought_up = lab.up()
             was_up = not brought_up
             lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
-            if not lab.server_alive(grpc=GRPC in exp.methods):
+            if not lab.server_alive(grpc=GRPC in exp.methods) or (
+                was_up and lab.running_stack() != exp.server_stack  # up with the other stack
+            ):
                 lab.restart_offload_server()
             calibration, marks = calibrate_devices(lab, exp, manifest, progress, device, server_device)
             log.info("run %s: %d trials planned, %d already done", run_id, len(trials), len(done))

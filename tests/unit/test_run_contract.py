@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,7 @@ from testbed.plan import plan_trials
 from testbed.rounds import Rounds
 
 V1 = Path(__file__).resolve().parents[1] / "data" / "runs" / "v1-tiny"
+V2 = Path(__file__).resolve().parents[1] / "data" / "runs" / "v2-tiny"  # the same run in format 2
 
 
 @pytest.fixture
@@ -38,6 +40,15 @@ def v1_run(tmp_path) -> Path:
     run.mkdir()
     for name in ("trials.csv", "manifest.json"):
         shutil.copy(V1 / name, run / name)
+    return run
+
+
+@pytest.fixture
+def v2_run(tmp_path) -> Path:
+    run = tmp_path / "v2-tiny"
+    run.mkdir()
+    for name in ("trials.csv", "manifest.json"):
+        shutil.copy(V2 / name, run / name)
     return run
 
 
@@ -68,7 +79,36 @@ def test_the_stored_v1_run_loads_and_its_analysis_is_unchanged(v1_run):
         )
 
 
-def test_what_the_sweep_writes_now_is_version_2_and_reads_back_the_same(tmp_path):
+def test_the_stored_v2_run_loads_without_server_start_and_its_analysis_is_unchanged(v2_run):
+    """Format 2 had no t_server_start column and no server stacks: empty, and wsgi."""
+    trials = read_trials(v2_run / "trials.csv")
+    assert trials.version == 2 and len(trials.records) == 42
+    assert all(r.t_server_start is None for r in trials.records)
+    assert trials.records == read_trials(V1 / "trials.csv").records
+    manifest = read_manifest(v2_run / "manifest.json")
+    assert manifest.format_version == 2 and manifest.experiment.server_stack == "wsgi"
+    out = analyze(v2_run, plots=False, out=open("/dev/null", "w"))
+    for expected in sorted((V1 / "expected").glob("*.csv")):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(out / expected.name), pd.read_csv(expected), check_exact=False, rtol=1e-9
+        )
+
+
+def test_resuming_a_v2_run_upgrades_its_trials_to_this_version_before_appending(v2_run):
+    path = v2_run / "trials.csv"
+    before = read_trials(path).records
+    writer = TrialWriter(path)
+    row = TrialRecord("mul", 200, "raw", True, run_id="r", trial=99, rate_mbps=20.0, t_total=1.0)
+    writer.write(replace(row, t_server_start=0.25))
+    writer.close()
+    text = path.read_text()
+    assert text.startswith(f"{TRIALS_MARK}{FORMAT_VERSION}\n") and "t_server_start" in text.splitlines()[1]
+    after = read_trials(path)
+    assert after.version == FORMAT_VERSION == 4 and after.records[:-1] == before
+    assert after.records[-1].t_server_start == 0.25
+
+
+def test_what_the_sweep_writes_now_is_this_version_and_reads_back_the_same(tmp_path):
     records = read_trials(V1 / "trials.csv").records
     writer = TrialWriter(tmp_path / "trials.csv")
     for r in records:
