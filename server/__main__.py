@@ -14,7 +14,7 @@ from pathlib import Path
 
 from contracts.processes import stop_all
 from contracts.trials import SERVER_STACKS
-from server.lighttpd import BLAS_VARS, LighttpdPlan
+from server.lighttpd import BLAS_VARS, LighttpdPlan, find_lighttpd
 from server.wsgi import ServerConfig, serve
 
 STACKS = SERVER_STACKS
@@ -121,6 +121,7 @@ def lighttpd_plan(config: ServerConfig, state_dir: Path) -> LighttpdPlan:
         max_body_mb=config.max_body_mb,
         read_timeout=config.read_timeout,
         env={k: os.environ[k] for k in BLAS_VARS if k in os.environ},
+        program=find_lighttpd(),
     )
 
 

@@ -164,6 +164,7 @@ def main(max_body_mb: float = 256.0, environ: Mapping[str, str] | None = None) -
         )
     except Exception as exc:  # a bug: the client still gets JSON; the traceback goes to lighttpd's log
         traceback.print_exc(file=sys.stderr)
+        drain(sys.stdin.buffer, content_length(environ))  # whatever of the body is left unread
         reply = error_reply(500, "internal error", f"{type(exc).__name__}: {exc}", clock)
     write_reply(sys.stdout.buffer, reply)
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,11 @@ BLAS_VARS = (  # passed on to every CGI process, so both stacks compute with the
 )
 
 
+def find_lighttpd() -> str:
+    """lighttpd's path: on PATH, or where Debian puts it (/usr/sbin, often not on a user's PATH)."""
+    return shutil.which("lighttpd") or shutil.which("lighttpd", path="/usr/sbin:/sbin") or "lighttpd"
+
+
 def _quote(text: str) -> str:
     """A lighttpd string literal (JSON's escaping is a subset lighttpd reads the same way)."""
     return json.dumps(str(text))
@@ -53,6 +59,7 @@ class LighttpdPlan:
     python: str = sys.executable  # the project's interpreter on this host
     project_root: str = str(Path(server.__file__).resolve().parent.parent)
     env: dict[str, str] = field(default_factory=dict)  # added to every CGI process's environment
+    program: str = "lighttpd"  # its path where PATH may lack /usr/sbin (`find_lighttpd`)
 
     @property
     def limits(self) -> Limits:
@@ -82,7 +89,7 @@ class LighttpdPlan:
 
     def argv(self) -> list[str]:
         """lighttpd in the foreground with this configuration."""
-        return ["lighttpd", "-D", "-f", str(self.conf_path)]
+        return [self.program, "-D", "-f", str(self.conf_path)]
 
     def config(self) -> str:
         """lighttpd.conf."""

@@ -1,0 +1,175 @@
+"""`server_stack: wsgi|cgi` from the experiment file to the server host and back into trials.csv:
+validated where it enters, started by `up` and the sweep, named by `status` and the manifest, and the
+cgi stack's `server_start` stage read by the client, written, and shown by the analysis."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from analysis import analyze
+from client.offload import stage_times
+from contracts.errors import UserError
+from contracts.run import TrialRecord, TrialWriter, read_manifest
+from testbed.bookkeeping import start_run
+from testbed.experiment import load_experiment, override
+from testbed.lab import CGI_DIR
+from testbed.sweep import run_sweep
+from tests.fakes import FAKE_SWEEP, HEALTH
+
+EXP = """\
+name: tiny
+ops: [mul]
+sizes: [100]
+rates: [10]
+methods: [raw]
+reps: 2
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "exp.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# ------------------------------------------------------------------ the experiment
+def test_the_stack_is_wsgi_unless_the_file_or_the_flag_says_cgi(tmp_path):
+    assert load_experiment(write(tmp_path, EXP)).server_stack == "wsgi"
+    exp = load_experiment(write(tmp_path, EXP + "server_stack: cgi\n"))
+    assert exp.server_stack == "cgi" and exp.as_dict()["server_stack"] == "cgi"  # what the manifest holds
+    assert override(exp, {"server_stack": "wsgi"}).server_stack == "wsgi"
+
+
+def test_an_unknown_stack_is_refused_naming_the_file_line_and_key(tmp_path):
+    with pytest.raises(UserError) as exc:
+        load_experiment(write(tmp_path, EXP + "server_stack: apache\n"))
+    assert "exp.yaml" in exc.value.message and "server_stack" in exc.value.message
+    assert "cgi" in exc.value.fix
+    with pytest.raises(UserError, match="--server-stack: unknown server stack 'fcgi'"):
+        override(load_experiment(write(tmp_path, EXP)), {"server_stack": "fcgi"})
+
+
+# ------------------------------------------------------------------ up, status, the sweep (fake hosts)
+def stack_aware(lab) -> dict:
+    """The server's agent keeps services (as tests.fakes.services) and the client's health check says
+    the stack of the offload server last started, as /v1/health does."""
+    running, now = lab.services, {"stack": None}
+
+    def start(dir, name, argv, env=None):
+        if name.endswith("-offload"):
+            now["stack"] = argv[argv.index("--stack") + 1] if "--stack" in argv else "wsgi"
+        running[name] = 5000 + len(running)
+        return running[name]
+
+    lab.hosts["server"].reply("service.start", start)
+    answer = {"status": "ok"}
+    lab.hosts["client"].on(*HEALTH, answer=lambda argv: (0, json.dumps({**answer, "stack": now["stack"]})))
+    return now
+
+
+def test_up_with_the_cgi_stack_probes_lighttpd_and_starts_it_in_the_state_dir(netns):
+    stack_aware(netns)
+    netns.server_stack = "cgi"
+    netns.up()
+    server = netns.hosts["server"]
+    (probe,) = server.args("probe")
+    assert "lighttpd" in probe["programs"]
+    offload = server.args("service.start")[-1]
+    assert offload["argv"][-4:] == ["--stack", "cgi", "--state-dir", str(netns.state_dir / CGI_DIR)]
+    assert "--grpc-port" in offload["argv"]  # gRPC stays the long-lived server
+    netns.hosts["appliance"].reply("shape.read", {})
+    assert netns.status()["server_stack"] == "cgi"
+
+
+def test_the_wsgi_stack_neither_probes_lighttpd_nor_passes_a_stack(netns):
+    stack_aware(netns)
+    netns.up()
+    server = netns.hosts["server"]
+    assert "lighttpd" not in server.args("probe")[0]["programs"]
+    assert "--stack" not in server.args("service.start")[-1]["argv"]
+    netns.hosts["appliance"].reply("shape.read", {})
+    assert netns.status()["server_stack"] == "wsgi"
+
+
+def test_a_server_that_runs_another_stack_than_asked_is_a_bug_and_up_is_undone(netns):
+    netns.hosts["client"].on(*HEALTH, answer=(0, json.dumps({"status": "ok", "stack": "wsgi"})))
+    netns.server_stack = "cgi"
+    with pytest.raises(RuntimeError, match="asked for the cgi server stack, the server runs wsgi"):
+        netns.up()
+    assert not netns.is_up()
+
+
+def test_a_sweep_restarts_a_server_that_runs_the_other_stack_and_records_its_own(lab, tmp_path):
+    now = stack_aware(lab)
+    lab.up()  # `testbed up`: the wsgi stack
+    assert now["stack"] == "wsgi"
+    exp = replace(FAKE_SWEEP, server_stack="cgi")
+    run_dir = tmp_path / "run"
+    summary = run_sweep(lab, exp, run_dir, start_run(run_dir, "fake-cgi", exp, lab), keep_up=True)
+    assert summary["status"] == "complete" and now["stack"] == "cgi"
+    assert read_manifest(run_dir / "manifest.json").experiment.server_stack == "cgi"
+    offloads = [
+        a["argv"] for a in lab.hosts["server"].args("service.start") if a["name"].endswith("-offload")
+    ]
+    assert ["--stack" in argv for argv in offloads] == [False, True]
+
+
+def test_a_sweep_leaves_a_server_of_its_own_stack_running(lab, tmp_path):
+    stack_aware(lab)
+    lab.up()
+    run_dir = tmp_path / "run"
+    run_sweep(lab, FAKE_SWEEP, run_dir, start_run(run_dir, "fake-wsgi", FAKE_SWEEP, lab), keep_up=True)
+    offloads = [a for a in lab.hosts["server"].args("service.start") if a["name"].endswith("-offload")]
+    assert len(offloads) == 1
+
+
+# ------------------------------------------------------------------ the stage, client to analysis
+def test_the_client_reads_server_start_and_keeps_it_in_communication_as_the_paper_did():
+    wall = (0.0, 0.5, 1.0, 3.0, 3.0, 3.25)  # encode 0.5 s, POST 2 s, decode 0.25 s
+    header = "server_start;dur=300, decode;dur=100, compute;dur=400, encode;dur=100"
+    times = stage_times(wall, (0.0, 0.5, 0.0, 0.25), header)
+    assert times["t_server_start"] == pytest.approx(0.3)
+    assert times["t_comm"] == pytest.approx(2.0 - 0.6)  # the POST minus the probed stages only
+    wsgi = stage_times(wall, (0.0, 0.5, 0.0, 0.25), "decode;dur=100, compute;dur=400, encode;dur=100")
+    assert wsgi["t_server_start"] is None and wsgi["t_comm"] == times["t_comm"]
+
+
+def cgi_run(tmp_path, start: float | None) -> pd.DataFrame:
+    """A two-cell run (raw at 10 Mbit/s and its baseline), analysed; its cells.csv."""
+    run_dir = tmp_path / f"run-{start}"
+    run_dir.mkdir()
+    writer = TrialWriter(run_dir / "trials.csv")
+    stages = {"t_client_encode": 0.1, "t_server_decode": 0.1, "t_server_compute": 0.2}
+    stages |= {"t_server_encode": 0.1, "t_client_decode": 0.1}
+    for rep, comm in enumerate((1.0, 1.2, 1.4)):
+        writer.write(
+            TrialRecord("mul", 400, "local", True, run_id="r", trial=rep, rep=rep, t_total=5.0 + rep)
+        )
+        total = comm + sum(stages.values())
+        writer.write(
+            TrialRecord(
+                "mul", 400, "raw", True, run_id="r", trial=10 + rep, rep=rep, rate_mbps=10.0,
+                t_total=total, t_comm=comm, t_server_start=start, **stages,
+            )
+        )  # fmt: skip
+    writer.close()
+    analyze(run_dir, plots=False, out=open("/dev/null", "w"))
+    return pd.read_csv(run_dir / "analysis" / "cells.csv")
+
+
+def test_a_cgi_runs_cells_show_the_start_up_and_communication_without_it(tmp_path):
+    (cell,) = cgi_run(tmp_path, 0.25).to_dict("records")
+    assert cell["t_comm_mean"] == pytest.approx(1.2)  # the paper's communication: start-up included
+    assert cell["t_server_start_mean"] == pytest.approx(0.25)
+    assert cell["t_comm_net_mean"] == pytest.approx(1.2 - 0.25)
+    assert cell["t_comm_net_ci95"] == pytest.approx(cell["t_comm_ci95"])  # a constant start-up
+
+
+def test_a_run_without_a_start_up_stage_keeps_the_tables_it_had(tmp_path):
+    cells = cgi_run(tmp_path, None)
+    assert not [c for c in cells.columns if "t_server_start" in c or "t_comm_net" in c]
