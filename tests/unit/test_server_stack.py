@@ -173,3 +173,17 @@ def test_a_cgi_runs_cells_show_the_start_up_and_communication_without_it(tmp_pat
 def test_a_run_without_a_start_up_stage_keeps_the_tables_it_had(tmp_path):
     cells = cgi_run(tmp_path, None)
     assert not [c for c in cells.columns if "t_server_start" in c or "t_comm_net" in c]
+
+
+def test_python_m_client_offload_shows_the_start_up_under_communication_only_on_the_cgi_stack():
+    from client.__main__ import stage_table
+    from client.offload import StageTimes
+
+    wall = (0.0, 0.5, 1.0, 3.0, 3.0, 3.25)
+    times = stage_times(wall, (0.0, 0.5, 0.0, 0.25), "server_start;dur=300, decode;dur=100")
+    table = stage_table(StageTimes(**times, bytes_up=10, bytes_down=20)).splitlines()
+    names = [line[:18].strip() for line in table]
+    assert names.index("process start") == names.index("communication") + 1
+    assert "0.300000" in table[names.index("process start")]
+    wsgi = stage_times(wall, (0.0, 0.5, 0.0, 0.25), "decode;dur=100")
+    assert "process start" not in stage_table(StageTimes(**wsgi, bytes_up=10, bytes_down=20))
