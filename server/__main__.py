@@ -17,8 +17,6 @@ from contracts.trials import SERVER_STACKS
 from server.lighttpd import BLAS_VARS, LighttpdPlan, find_lighttpd
 from server.wsgi import ServerConfig, serve
 
-STACKS = SERVER_STACKS
-
 
 def build_parser() -> argparse.ArgumentParser:
     d = ServerConfig()
@@ -67,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--stack",
-        choices=STACKS,
+        choices=SERVER_STACKS,
         default="wsgi",
         help="wsgi: Flask under gunicorn (default); cgi: lighttpd running a fresh Python per request, "
         "as the paper's server did",

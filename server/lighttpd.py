@@ -24,17 +24,13 @@ from pathlib import Path
 
 import server
 from contracts.limits import Limits
+from contracts.profiles import BLAS_CORE_VAR, BLAS_THREAD_VARS
 from server.handler import too_large_detail
 
 SCRIPT = "offload.py"  # the CGI script; lighttpd runs it with `python` (cgi.assign by extension)
 LOCK = "one-at-a-time.lock"  # requests decode, compute and encode one at a time, as on the wsgi stack
-BLAS_VARS = (  # passed on to every CGI process, so both stacks compute with the same BLAS threads
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "BLIS_NUM_THREADS",
-    "OPENBLAS_CORETYPE",
-)
+# passed on to every CGI process, so both stacks compute with the same BLAS threads
+BLAS_VARS = (*BLAS_THREAD_VARS, BLAS_CORE_VAR)
 
 
 def find_lighttpd() -> str:
