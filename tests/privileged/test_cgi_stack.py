@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from contracts.run import FORMAT_VERSION
 from contracts.trials import parse_server_timing
 from server.app import create_app
 from server.handler import PID_HEADER
@@ -115,7 +116,7 @@ def test_a_tiny_sweep_through_the_cgi_stack(inventory, lease, tmp_path):
     run_cli(inventory, "sweep", str(exp), "--no-validate", "--results", str(results))
     (run_dir,) = results.iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["experiment"]["server_stack"] == "cgi" and manifest["format_version"] == 3
+    assert manifest["experiment"]["server_stack"] == "cgi" and manifest["format_version"] == FORMAT_VERSION
     got = rows(run_dir)
     assert got and all(r["ok"] == "true" for r in got), [r["error"] for r in got if r["ok"] != "true"]
     for r in got:
