@@ -46,8 +46,10 @@ class StageTimes:
     cpu_server_decode: float | None = None
     cpu_server_compute: float | None = None
     cpu_server_encode: float | None = None
-    # the cgi stack's process start-up (inside t_request, counted in t_comm); None on the wsgi stack
+    # the cgi stack's process start-up (inside t_request, counted in t_comm), wall and CPU seconds;
+    # None on the wsgi stack
     t_server_start: float | None = None
+    cpu_server_start: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -183,6 +185,7 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
         "t_server_start": server.get(SERVER_START[0]),
+        "cpu_server_start": cpu_server.get(SERVER_START[0]),
     }
 
 

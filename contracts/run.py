@@ -13,7 +13,8 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   `cpu_server_*`); the experiment its `connection` and `server_device`, the manifest `server_device`. Older files load as they
   are (empty columns; their experiment's connection reads as persistent, which is how their remote
   trials ran) and are rewritten in version 3's columns on resume.
-- 4: the column `t_server_start` (the cgi stack's per-request process start-up) and the experiment's
+- 4: the columns `t_server_start` and `cpu_server_start` (the cgi stack's per-request process
+  start-up, wall and CPU seconds) and the experiment's
   `server_stack`. Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
   one they had); resuming one rewrites its trials.csv in version 4's columns first.
 
@@ -102,8 +103,10 @@ class TrialRecord:
     repair: str | None = None
     connection: str | None = None  # a remote trial's connection policy (contracts.trials.CONNECTIONS)
     # the cgi stack's process start-up, inside t_request and counted in t_comm (the paper's
-    # definition); empty on the wsgi stack, for gRPC and in runs of formats 1 to 3
+    # definition); empty on the wsgi stack, for gRPC and in runs of formats 1 to 3; and its CPU
+    # seconds as the server reported them (what a server device would scale)
     t_server_start: float | None = None
+    cpu_server_start: float | None = None
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -128,6 +131,7 @@ _TIMES = ("t_total", *STAGES, "t_request", "t_server_start")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
 _FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))
+_FLOATS += ("cpu_server_start",)
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}

@@ -66,8 +66,11 @@ def test_curl_through_the_cgi_stack_new_process_per_request_hostile_refused_down
     assert code == 200, body
     assert json.loads(body)["result"] == (np.array(A) @ np.array(B)).tolist()
     stages = parse_server_timing(headers["server-timing"])
-    assert list(stages) == ["server_start", "server_start_cpu", "decode", "compute", "encode"]
-    assert stages["server_start"] > 0 and stages["server_start_cpu"] > 0
+    assert list(stages) == ["server_start", "decode", "compute", "encode"]
+    assert (
+        stages["server_start"] > 0
+        and parse_server_timing(headers["server-timing"], "cpu")["server_start"] > 0
+    )
     _, again, _ = mul(lease)
     pid = PID_HEADER.lower()
     assert headers[pid] != again[pid], "each request is a process of its own"

@@ -131,12 +131,13 @@ def test_a_sweep_leaves_a_server_of_its_own_stack_running(lab, tmp_path):
 # ------------------------------------------------------------------ the stage, client to analysis
 def test_the_client_reads_server_start_and_keeps_it_in_communication_as_the_paper_did():
     wall = (0.0, 0.5, 1.0, 3.0, 3.0, 3.25)  # encode 0.5 s, POST 2 s, decode 0.25 s
-    header = "server_start;dur=300, decode;dur=100, compute;dur=400, encode;dur=100"
+    header = "server_start;dur=300;cpu=250, decode;dur=100, compute;dur=400, encode;dur=100"
     times = stage_times(wall, (0.0, 0.5, 0.0, 0.25), header)
-    assert times["t_server_start"] == pytest.approx(0.3)
+    assert times["t_server_start"] == pytest.approx(0.3) and times["cpu_server_start"] == pytest.approx(0.25)
     assert times["t_comm"] == pytest.approx(2.0 - 0.6)  # the POST minus the probed stages only
     wsgi = stage_times(wall, (0.0, 0.5, 0.0, 0.25), "decode;dur=100, compute;dur=400, encode;dur=100")
-    assert wsgi["t_server_start"] is None and wsgi["t_comm"] == times["t_comm"]
+    assert wsgi["t_server_start"] is None and wsgi["cpu_server_start"] is None
+    assert wsgi["t_comm"] == times["t_comm"]
 
 
 def cgi_run(tmp_path, start: float | None) -> pd.DataFrame:
