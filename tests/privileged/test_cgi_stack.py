@@ -127,8 +127,9 @@ def test_a_tiny_sweep_through_the_cgi_stack(inventory, lease, tmp_path):
             start, comm = float(r["t_server_start"]), float(r["t_comm"])
             # inside communication (the paper's definition), to the clock tick the start is counted in
             assert 0 < start < comm + TICK
+            assert float(r["cpu_server_start"]) > 0
         else:  # the local baseline, and gRPC's long-lived server
-            assert r["t_server_start"] == ""
+            assert r["t_server_start"] == r["cpu_server_start"] == ""
     cells = (run_dir / "analysis" / "cells.csv").read_text().splitlines()[0].split(",")
     assert {"t_server_start_mean", "t_comm_net_mean"} <= set(cells)
     assert leftovers(lease.prefix) == []  # the sweep brought the testbed up and took it down
