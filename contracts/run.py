@@ -107,6 +107,7 @@ class TrialRecord:
     # seconds as the server reported them (what a server device would scale)
     t_server_start: float | None = None
     cpu_server_start: float | None = None
+    wall_server_start: float | None = None  # a server device's start-up replaced it: what was measured
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -131,7 +132,7 @@ _TIMES = ("t_total", *STAGES, "t_request", "t_server_start")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
 _FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))
-_FLOATS += ("cpu_server_start",)
+_FLOATS += ("cpu_server_start", "wall_server_start")
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from contracts.device import DeviceProfile
+from contracts.device import DeviceProfile, stack_key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, TrialRecord, read_trials
 from contracts.trials import GRPC, LOCAL
@@ -197,6 +197,15 @@ def run_sweep(
     }
 
 
+def server_stack_costs(exp: Experiment, profile: DeviceProfile) -> dict[str, float]:
+    """What the server device's stack costs on the device, for the worker's server scale: the cgi
+    stack's process start-up where the profile gives it (otherwise this host's start-up stays)."""
+    start = profile.stack.get("server_start")
+    if exp.server_stack != "cgi" or start is None:
+        return {}
+    return {stack_key("server_start"): start}
+
+
 def calibrate_devices(
     lab: Lab,
     exp: Experiment,
@@ -222,7 +231,8 @@ def calibrate_devices(
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
             device_emulation.record(manifest, profile, "scaled", result, now(), "server")
-            calibration = {**(calibration or {}), "server_scale": result["scale"]}
+            scale = {**result["scale"], **server_stack_costs(exp, profile)}
+            calibration = {**(calibration or {}), "server_scale": scale}
         missed = device_emulation.flagged(result)
         if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
             remote = [m for m in exp.methods if m != LOCAL]

@@ -13,12 +13,14 @@ import pytest
 
 from analysis import analyze
 from client.offload import stage_times
+from client.scaler import Scaler
+from contracts.device import DeviceProfile, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
 from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, override
 from testbed.lab import CGI_DIR
-from testbed.sweep import run_sweep
+from testbed.sweep import run_sweep, server_stack_costs
 from tests.fakes import FAKE_SWEEP, HEALTH
 
 EXP = """\
@@ -188,3 +190,42 @@ def test_python_m_client_offload_shows_the_start_up_under_communication_only_on_
     assert "0.300000" in table[names.index("process start")]
     wsgi = stage_times(wall, (0.0, 0.5, 0.0, 0.25), "decode;dur=100")
     assert "process start" not in stage_table(StageTimes(**wsgi, bytes_up=10, bytes_down=20))
+
+
+# ------------------------------------------------------------------ a server device's start-up
+def cgi_remote(start: float | None) -> dict:
+    """A remote trial's measured record (server stages and start-up), as the worker has it."""
+    out = {"t_client_encode": 0.01, "cpu_client_encode": 0.01, "t_client_decode": 0.02,
+           "cpu_client_decode": 0.02, "t_request": 1.0, "t_server_decode": 0.05, "cpu_server_decode": 0.04,
+           "t_server_compute": 0.1, "cpu_server_compute": 0.2, "t_server_encode": 0.03,
+           "cpu_server_encode": 0.03, "t_server_start": start}  # fmt: skip
+    out["t_comm"] = 1.0 - (0.05 + 0.1 + 0.03)  # the start-up inside, as the paper counted it
+    return out
+
+
+SERVER_SCALE = {key("decode", "mul", 400, "raw"): 1.0, key("kernel", "mul", 400): 1.0,
+                key("encode", "mul", 400, "raw"): 1.0}  # fmt: skip
+
+
+def test_a_server_devices_start_up_replaces_the_measured_one_in_communication():
+    out = cgi_remote(0.3)
+    Scaler(None, {**SERVER_SCALE, stack_key("server_start"): 2.0}).remote(out, "mul", 400, "raw")
+    assert out["t_server_start"] == 2.0 and out["wall_server_start"] == 0.3
+    assert out["t_comm"] == pytest.approx(0.82 - 0.3 + 2.0)
+    assert out["t_total"] == pytest.approx(0.01 + out["t_comm"] + 0.04 + 0.2 + 0.03 + 0.02)
+
+
+def test_without_a_start_up_figure_or_a_start_up_communication_stays_as_measured():
+    for scale, start in ((SERVER_SCALE, 0.3), ({**SERVER_SCALE, stack_key("server_start"): 2.0}, None)):
+        out = cgi_remote(start)
+        Scaler(None, scale).remote(out, "mul", 400, "raw")
+        assert out["t_comm"] == pytest.approx(0.82) and out["t_server_start"] == start
+        assert "wall_server_start" not in out
+
+
+def test_the_sweep_passes_the_profiles_start_up_to_the_worker_only_on_the_cgi_stack():
+    profile = DeviceProfile("srv", {"mul": SpeedCurve(((1, 1.0),))}, {}, stack={"server_start": 1.5})
+    cgi = replace(FAKE_SWEEP, server_stack="cgi")
+    assert server_stack_costs(cgi, profile) == {stack_key("server_start"): 1.5}
+    assert server_stack_costs(FAKE_SWEEP, profile) == {}  # wsgi: no process start-up to replace
+    assert server_stack_costs(cgi, replace(profile, stack={})) == {}  # no figure: this host's stays
