@@ -68,6 +68,13 @@ def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.Dat
         s = good[stage].agg(["count", "mean", "std"]).reindex(index)
         cells[f"{stage}_mean"] = s["mean"]
         cells[f"{stage}_ci95"] = ci95(s["std"], s["count"].fillna(0))
+    if (
+        "t_server_start" in trials and trials["t_server_start"].notna().any()
+    ):  # a cgi run: its start-up, and communication without it
+        for column in ("t_server_start", "t_comm_net"):
+            s = good[column].agg(["count", "mean", "std"]).reindex(index)
+            cells[f"{column}_mean"] = s["mean"]
+            cells[f"{column}_ci95"] = ci95(s["std"], s["count"].fillna(0))
     cells["marshalling_ratio"] = (cells["mean"] - cells["t_server_compute_mean"]) / cells["mean"]
     cells["json_ratio"] = cells["mean"] / _reference_means(cells)
     # a cell whose remote trials or local baseline came from a device emulation that missed its target

@@ -19,7 +19,7 @@ from contracts.run import COLUMNS, MANIFEST_FILE, TRIALS_FILE, Manifest
 from contracts.trials import LOCAL, STAGES
 
 # numeric columns, NaN where a row has no value (not measured, a failed trial, an older run)
-NUMBERS = ("trial", "rep", "bytes_up", "bytes_down", "t_total", *STAGES, "t_request")
+NUMBERS = ("trial", "rep", "bytes_up", "bytes_down", "t_total", *STAGES, "t_request", "t_server_start")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,9 @@ def trials_frame(path: Path) -> pd.DataFrame:
         frame[column] = frame[column].fillna("")
     for column in NUMBERS:
         frame[column] = frame[column].astype(float)  # NaN: not measured, or failed
+    # communication without the cgi stack's process start-up (t_comm includes it: the paper's
+    # definition); the same as t_comm where the server had no start-up stage (wsgi, older runs)
+    frame["t_comm_net"] = frame["t_comm"] - frame["t_server_start"].fillna(0.0)
     _check_run(frame, path)
     return frame
 

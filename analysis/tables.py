@@ -41,6 +41,9 @@ CELL_COLUMNS = [
     "energy_penalty_j",
     *(f"{stage}_{what}" for stage in STAGES for what in ("mean", "ci95")),
 ]
+# a cgi run's cells also have these (a run without a server start-up stage has no such columns, so
+# the tables of earlier runs stay as they were): the start-up, and communication without it
+CGI_COLUMNS = [f"{c}_{what}" for c in ("t_server_start", "t_comm_net") for what in ("mean", "ci95")]
 FILES = {
     "cells": "cells.csv",
     "decision_vectors": "decision_vectors.csv",
@@ -73,9 +76,10 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, Pa
             path.unlink(missing_ok=True)
             continue
         frame = tables[name]
+        columns = None
         if name == "cells":  # every column, empty where the run has no such view
-            frame = frame.reindex(columns=CELL_COLUMNS)
-        columns = CELL_COLUMNS if name == "cells" else None
+            columns = CELL_COLUMNS + [c for c in CGI_COLUMNS if c in frame]
+            frame = frame.reindex(columns=columns)
         csv_frame(frame, columns).to_csv(path, index=False, na_rep="", float_format=None)
         paths[name] = path
     return paths

@@ -149,6 +149,8 @@ def stage_table(stages: StageTimes) -> str:
         ("client decode", stages.t_client_decode),
         ("total", stages.t_total),
     ]
+    if stages.t_server_start is not None:  # the cgi stack: a process per request, in communication
+        rows.insert(6, ("    process start", stages.t_server_start))
     lines = [f"{'stage':<18}{'seconds':>12}"] + [f"{name:<18}{sec:>12.6f}" for name, sec in rows]
     return "\n".join([*lines, f"{'bytes up / down':<18}{stages.bytes_up:>12} / {stages.bytes_down}"])
 

@@ -21,7 +21,7 @@ from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
-from contracts.trials import DTYPES, SERVER_STAGES, parse_server_timing
+from contracts.trials import DTYPES, SERVER_STAGES, SERVER_START, parse_server_timing
 
 # replicas on one host: every timed client stage holds the host's CPU lock (its waits count in no stage)
 CPU_LOCK = CpuLock.from_env()
@@ -49,6 +49,10 @@ class StageTimes:
     cpu_server_decode: float | None = None
     cpu_server_compute: float | None = None
     cpu_server_encode: float | None = None
+    # the cgi stack's process start-up (inside t_request, counted in t_comm), wall and CPU seconds;
+    # None on the wsgi stack
+    t_server_start: float | None = None
+    cpu_server_start: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -165,6 +169,8 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     (the gaps between a stage's end and the next one's start are the throttle's preparations, outside
     every stage); cpu: process time before and after encode, before and after decode. Communication
     is the request time minus the server's stages (the paper's Fig. 3): it cannot be measured directly.
+    A cgi server's process start-up (`server_start`) is reported but stays in communication, as in
+    the paper, whose CGI server's start-up was in its POST time and not among its probed stages.
     """
     t0, t1, tr, t2, t3, t4 = wall
     c0, c1, c3, c4 = cpu
@@ -183,6 +189,8 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
         "t_total": (t1 - t0) + (t2 - tr) + (t4 - t3),
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
+        "t_server_start": server.get(SERVER_START[0]),
+        "cpu_server_start": cpu_server.get(SERVER_START[0]),
     }
 
 

@@ -3,12 +3,15 @@
 The client's stages by the client device's slowdowns; with a server device, the server's stages (the
 CPU times it measured around exactly each stage and reported in `Server-Timing`) by the server
 device's. Communication is measured, never scaled: the request's wall time minus the server's
-measured (not scaled) stages.
+measured (not scaled) stages. One exception, the cgi stack's process start-up, which the paper's
+communication includes: with a server device whose profile gives its start-up (`stack:
+server_start`, seconds on the device), the measured start-up in communication is replaced by the
+device's (`t_server_start` becomes it, `wall_server_start` keeps what was measured).
 """
 
 from __future__ import annotations
 
-from contracts.device import key
+from contracts.device import key, stack_key
 
 CLIENT_STAGES = (("client_encode", "encode"), ("client_decode", "decode"))
 SERVER_STAGES = (("server_decode", "decode"), ("server_compute", "kernel"), ("server_encode", "encode"))
@@ -53,5 +56,10 @@ class Scaler:
         if self.server_scale is None:  # the request as measured: communication and the server's stages
             out["t_total"] = out["t_client_encode"] + out["t_request"] + out["t_client_decode"]
             return
+        device_start = self.server_scale.get(stack_key("server_start"))
+        if device_start is not None and out.get("t_server_start") is not None:
+            out["wall_server_start"] = out["t_server_start"]
+            out["t_comm"] += device_start - out["t_server_start"]
+            out["t_server_start"] = device_start
         server = sum(out[f"t_{stage}"] for stage, _ in SERVER_STAGES)
         out["t_total"] = out["t_client_encode"] + out["t_comm"] + server + out["t_client_decode"]

@@ -40,6 +40,12 @@ def key(kind: str, op: str, size: int, codec: str | None = None) -> str:
     return "|".join([kind, *([codec] if codec else []), op, str(size)])
 
 
+def stack_key(cost: str) -> str:
+    """`stack|server_start`: a server stack's own cost as the worker's server scale carries it (seconds
+    on the device, not a slowdown: `DeviceProfile.stack`)."""
+    return f"stack|{cost}"
+
+
 def operand_bytes(op: str, size: int, itemsize: int = 8) -> int:
     """Matrix data in a request: the operands' elements times their item size."""
     arity = 2 if op == "mul" else 1

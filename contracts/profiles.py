@@ -17,6 +17,17 @@ MIN_CPU_QUOTA = 0.001  # the kernel's 1 ms quota per its longest 1 s period
 MIN_QUOTA_US = 1000
 MIN_PERIOD_US = 1000
 MAX_PERIOD_US = 1_000_000
+# what caps the threads of every BLAS/OpenMP flavour NumPy may be linked against (each set to the
+# count), and the OpenBLAS kernel choice: set on the client's commands, passed on to CGI processes
+BLAS_THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+BLAS_CORE_VAR = "OPENBLAS_CORETYPE"
 
 
 @dataclass(frozen=True)

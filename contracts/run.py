@@ -9,11 +9,16 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
 - 2: `trials.csv` begins with the line `# offload-testbed trials format 2`; `manifest.json` has
   `"format_version": 2` and only the sections typed below.
 - 3: trials gain `repair` (what the sweep repaired before the row's trial ran again),
-  `connection` (per-trial or persistent), the server's measured stages (`wall_server_*`,
-  `cpu_server_*`) and `replica` (which testbed of a sweep over several ran it, as do the manifest's
-  validation, counters, repairs and calibrations); the experiment its `connection` and `server_device`, the manifest `server_device`. Older files load as they
-  are (empty columns; their experiment's connection reads as persistent, which is how their remote
-  trials ran) and are rewritten in version 3's columns on resume.
+  `connection` (per-trial or persistent) and the server's measured stages (`wall_server_*`,
+  `cpu_server_*`); the experiment its `connection` and `server_device`, the manifest
+  `server_device`. Older files load as they are (empty columns; their experiment's connection reads
+  as persistent, which is how their remote trials ran) and are rewritten in version 3's columns on
+  resume.
+- 4: the columns `t_server_start` and `cpu_server_start` (the cgi stack's per-request process
+  start-up, wall and CPU seconds) and `replica` (which testbed of a sweep over several ran it, as
+  the manifest's validation, counters, repairs, calibrations and sessions' `testbeds` say); the
+  experiment's `server_stack` and `replicas`. Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
+  one they had); resuming one rewrites its trials.csv in version 4's columns first.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -37,7 +42,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, STAGES
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 MANIFEST_FILE = "manifest.json"
@@ -100,6 +105,12 @@ class TrialRecord:
     # how): what was repaired and why the first attempt failed; this row is the attempt that followed
     repair: str | None = None
     connection: str | None = None  # a remote trial's connection policy (contracts.trials.CONNECTIONS)
+    # the cgi stack's process start-up, inside t_request and counted in t_comm (the paper's
+    # definition); empty on the wsgi stack, for gRPC and in runs of formats 1 to 3; and its CPU
+    # seconds as the server reported them (what a server device would scale)
+    t_server_start: float | None = None
+    cpu_server_start: float | None = None
+    wall_server_start: float | None = None  # a server device's start-up replaced it: what was measured
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -120,10 +131,11 @@ COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
 _INTS = ("trial", "rep", "bytes_up", "bytes_down", "replica")
 _BOOLS = ("ok", "emulation_flagged")
-_TIMES = ("t_total", *STAGES, "t_request")
+_TIMES = ("t_total", *STAGES, "t_request", "t_server_start")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
 _FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))
+_FLOATS += ("cpu_server_start", "wall_server_start")
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", "t_total", *STAGES)
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
@@ -375,6 +387,7 @@ class Experiment:
     connection: str = PER_TRIAL  # a new TCP connection per remote trial, or PERSISTENT
     server_device: str | None = None  # the server's device profile (name or path); None: the inventory's
     replicas: int = 1  # embedded testbeds side by side that share the work (testbed.replicas)
+    server_stack: str = "wsgi"  # how the server runs requests (SERVER_STACKS); runs before format 4: wsgi
 
     def as_dict(self) -> dict:
         return asdict(self)

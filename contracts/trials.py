@@ -38,6 +38,15 @@ STAGES = (
 )
 # The server's own stages, as named in `Server-Timing`, and the trial column each one fills.
 SERVER_STAGES = {"decode": "t_server_decode", "compute": "t_server_compute", "encode": "t_server_encode"}
+# The cgi stack's per-request process start-up (interpreter and imports), in `Server-Timing` as
+# `server_start` and in trials.csv as `t_server_start` (its `cpu=` as `cpu_server_start`). It is not
+# one of STAGES: it happens inside the POST, and communication includes it (the paper's definition:
+# the POST time minus the server's probed stages); the analysis also shows communication without it
+# (`t_comm_net`, docs/analysis.md).
+SERVER_START = ("server_start", "t_server_start")
+# How the server runs requests: `wsgi` (Flask under gunicorn, long-lived) or `cgi` (lighttpd, a fresh
+# Python process per request, as the paper's server did). gRPC is a long-lived server on both.
+SERVER_STACKS = ("wsgi", "cgi")
 
 _METRIC = re.compile(r"^\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(?:;(.*))?$")
 _PARAM = re.compile(r"^\s*(dur|cpu)\s*=\s*\"?([0-9.eE+\-]+)\"?\s*$")

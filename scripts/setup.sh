@@ -11,7 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool iproute2 iputils-ping kmod curl
-              openssh-server openssh-client
+              lighttpd openssh-server openssh-client
               python3 python3-venv python3-dev ca-certificates git)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -20,14 +20,19 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  # Never let the package scripts start Open vSwitch or iperf3 in the root namespace: the testbed
-  # runs its own daemons inside the appliance namespace.
+  # Never let the package scripts start Open vSwitch, iperf3 or lighttpd in the root namespace: the
+  # testbed runs its own daemons inside its namespaces (lighttpd: the cgi server stack, started by
+  # `testbed up` with a configuration of its own).
   policy=/usr/sbin/policy-rc.d
   created_policy=0
   if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created_policy=1; fi
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
   [ "$created_policy" = 1 ] && rm -f "$policy"
+  # nor at boot: the package enables its service, which would hold port 80 of the root namespace
+  if [[ " ${missing[*]} " == *" lighttpd "* ]] && command -v systemctl >/dev/null; then
+    systemctl disable lighttpd >/dev/null 2>&1 || true
+  fi
 fi
 
 PY=${PYTHON:-python3}

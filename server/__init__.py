@@ -1,5 +1,7 @@
 """The offload server: runs on the server host and executes whitelisted matrix operations over HTTP.
 
-Modules: `ops` (the operations table), `wire` and `codecs` (marshalling, shared with the client),
-`timing` (Server-Timing), `app` (the Flask application), `wsgi` (gunicorn), `__main__` (the CLI).
+Modules: `handler` (one request, whatever stack runs it), `stages` (decode, compute, encode),
+`refusals` (what each refusal answers), `timing` (Server-Timing); the `wsgi` stack: `app` (the Flask
+application) and `wsgi` (gunicorn); the `cgi` stack: `lighttpd` (its plan) and `cgi` (one request,
+one process); `grpc_service` (gRPC); `__main__` (the CLI).
 """

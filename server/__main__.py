@@ -1,15 +1,20 @@
-"""`python -m server --bind ADDR --port N [--grpc-port M]`: the offload server (Flask under gunicorn,
-and the gRPC transport in a child process when --grpc-port is given)."""
+"""`python -m server --bind ADDR --port N [--grpc-port M] [--stack wsgi|cgi]`: the offload server
+(Flask under gunicorn, or lighttpd running a CGI process per request with `--stack cgi`), and the
+gRPC transport in a child process when --grpc-port is given (a long-lived server on both stacks)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from contracts.processes import stop_all
+from contracts.trials import SERVER_STACKS
+from server.lighttpd import BLAS_VARS, LighttpdPlan, find_lighttpd
 from server.wsgi import ServerConfig, serve
 
 
@@ -58,7 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grpc-port", type=int, help="also serve offload.v1.Offload/Execute (gRPC) on this TCP port"
     )
-    p.add_argument("--dry-run", action="store_true", help="print the gunicorn settings and exit")
+    p.add_argument(
+        "--stack",
+        choices=SERVER_STACKS,
+        default="wsgi",
+        help="wsgi: Flask under gunicorn (default); cgi: lighttpd running a fresh Python per request, "
+        "as the paper's server did",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        help="--stack cgi: the directory for lighttpd's configuration, CGI script, logs and uploads",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the server's plan and exit")
     return p
 
 
@@ -71,6 +88,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--workers must be at least 1 and --threads at least 2 (one is left for the others)")
     if min(args.timeout, args.read_timeout, args.max_body_mb) <= 0:
         parser.error("--timeout, --read-timeout and --max-body-mb must be positive")
+    if args.stack == "cgi" and args.state_dir is None:
+        parser.error("--stack cgi needs --state-dir (where lighttpd's files go)")
     return ServerConfig(
         bind=args.bind,
         port=args.port,
@@ -91,10 +110,57 @@ def spawn_grpc(config: ServerConfig, port: int) -> subprocess.Popen:
     return subprocess.Popen([*argv, "--max-body-mb", str(config.max_body_mb), "--parent", str(os.getpid())])
 
 
+def lighttpd_plan(config: ServerConfig, state_dir: Path) -> LighttpdPlan:
+    """The cgi stack's plan from the same settings as the wsgi stack's."""
+    return LighttpdPlan(
+        bind=config.bind,
+        port=config.port,
+        state_dir=state_dir,
+        max_body_mb=config.max_body_mb,
+        read_timeout=config.read_timeout,
+        env={k: os.environ[k] for k in BLAS_VARS if k in os.environ},
+        program=find_lighttpd(),
+    )
+
+
+def serve_cgi(plan: LighttpdPlan) -> int:
+    """lighttpd in the foreground, as this process's child, until it exits or we are told to stop.
+
+    SIGTERM (the agent's `service.stop` signals the whole group anyway) stops lighttpd and returns.
+    """
+    plan.write()
+    lighttpd = subprocess.Popen(plan.argv())
+
+    def stop(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return lighttpd.wait()
+    finally:
+        stop_all(lambda: [lighttpd.pid] if lighttpd.poll() is None else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     config = config_from_args(args, parser)
+    if args.stack == "cgi":
+        plan = lighttpd_plan(config, args.state_dir)
+        if args.dry_run:
+            print(
+                json.dumps(
+                    {"server": config.as_dict(), "lighttpd": plan.plan(), "grpc_port": args.grpc_port},
+                    indent=2,
+                )
+            )
+            return 0
+        grpc = spawn_grpc(config, args.grpc_port) if args.grpc_port else None
+        try:
+            return serve_cgi(plan)
+        finally:
+            if grpc is not None:
+                stop_all(lambda: [grpc.pid] if grpc.poll() is None else [])
     if args.dry_run:
         plan = {
             "server": config.as_dict(),

@@ -1,4 +1,5 @@
-"""The Flask application: one endpoint per whitelisted operation, timed in three stages.
+"""The Flask application (the `wsgi` stack): one endpoint per whitelisted operation, timed in three
+stages; the request itself is `server.handler`'s, shared with the `cgi` stack.
 
 A request runs decode -> compute -> encode, each timed into `Server-Timing`. Reading the body is not
 a stage: it is network time, and the client counts it as communication. Every failure becomes a JSON
@@ -13,21 +14,14 @@ trials never share a CPU and only one request holds more than its body (docs/ser
 from __future__ import annotations
 
 import io
-import json
 import threading
-from collections.abc import Mapping
 
 from flask import Flask, Request, Response, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException
 
-from contracts import __version__
-from contracts.codecs import CODECS, get_codec
-from contracts.limits import Limits, check_request
-from contracts.ops import OPS, get_op
-from contracts.trials import DTYPES
-from contracts.wire import Codec, CodecError
-from server.refusals import REFUSED, refusal_of
-from server.stages import run_stages
+from contracts.limits import Limits
+from server import handler
+from server.handler import BodyTooLarge, Reply, error_reply
 from server.timing import StageClock
 
 READ_CHUNK = 1 << 20
@@ -36,12 +30,11 @@ DRAIN_LIMIT = 1 << 30  # bodies up to this much over the limit still get to read
 
 
 def error_response(status: int, error: str, detail: str = "", clock: StageClock | None = None) -> Response:
-    resp = Response(
-        json.dumps({"error": error, "detail": detail}), status=status, mimetype="application/json"
-    )
-    if clock is not None and clock.ms:
-        resp.headers["Server-Timing"] = clock.header()
-    return resp
+    return to_response(error_reply(status, error, detail, clock))
+
+
+def to_response(reply: Reply) -> Response:
+    return Response(reply.body, status=reply.status, headers=reply.headers)
 
 
 def drain(req: Request, limit: int = DRAIN_LIMIT) -> None:
@@ -75,7 +68,7 @@ def read_body(req: Request, max_body: int) -> bytes:
     """
     length = req.content_length
     if length is not None and length > max_body:
-        raise RequestEntityTooLarge()
+        raise BodyTooLarge()
     stream = req.environ["wsgi.input"]
     want = length if length is not None else max_body + 1
     buf = io.BytesIO()
@@ -85,18 +78,8 @@ def read_body(req: Request, max_body: int) -> bytes:
             break
         buf.write(chunk)
     if buf.tell() > max_body:
-        raise RequestEntityTooLarge()
+        raise BodyTooLarge()
     return buf.getvalue()
-
-
-def declared_check(op: str, codec: Codec, headers: Mapping[str, str], limits: Limits) -> None:
-    """The limits, from headers that declare the operands; malformed ones are left to the decoder."""
-    try:
-        declared = codec.declared_operands(headers)
-    except CodecError:
-        return
-    if declared is not None:
-        check_request(op, *declared, codec, limits)
 
 
 def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: float = 900.0) -> Flask:
@@ -108,39 +91,20 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
 
     @app.get("/v1/health")
     def health() -> Response:
-        ops = {name: {"arity": op.arity, "doc": op.doc} for name, op in OPS.items()}
-        info = {
-            "status": "ok",
-            "version": __version__,
-            "operations": ops,
-            "codecs": list(CODECS),
-            "dtypes": list(DTYPES),
-            "max_body_bytes": max_body,
-            "limits": {**limits.as_dict(), "read_timeout_s": read_timeout, "timeout_s": timeout},
-        }
-        return Response(json.dumps(info), mimetype="application/json")
+        return to_response(handler.health(limits, "wsgi", read_timeout_s=read_timeout, timeout_s=timeout))
 
     @app.post("/v1/ops/<op>")
     def run_op(op: str) -> Response:
         clock = StageClock()
         try:
-            get_op(op)
-            codec = get_codec(request.headers.get("X-Codec", "").strip().lower() or None)
-            declared_check(op, codec, request.headers, limits)
-            body = [read_body(request, max_body)]  # handed over: run_stages frees it once decoded
-            with one_at_a_time:
-                _, out, headers = run_stages(codec, body, request.headers, clock, limits, op)
-        except REFUSED as exc:  # the status, error and detail of each: server.refusals
-            if "decode" not in clock.ms:  # refused from the URL or headers, before the body was read
-                drain(request)
-            refusal = refusal_of(exc)
-            return error_response(refusal.http, *refusal.error_and_detail(exc), clock)
-        except RequestEntityTooLarge:
-            drain(request)
-            return error_response(
-                413,
-                "body too large",
-                f"the server accepts at most {max_body} bytes (python -m server --max-body-mb)",
+            reply = handler.handle_op(
+                op,
+                request.headers,
+                lambda: read_body(request, max_body),
+                limits,
+                clock,
+                drain=lambda: drain(request),
+                one_at_a_time=one_at_a_time,
             )
         except TimeoutError as exc:
             return error_response(
@@ -152,10 +116,7 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
         except Exception as exc:  # a bug; the worker must keep serving, and the client still gets JSON
             app.logger.exception("POST /v1/ops/%s failed", op)
             return error_response(500, "internal error", f"{type(exc).__name__}: {exc}", clock)
-        resp = Response(out, status=200, headers=headers)
-        resp.headers["X-Codec"] = codec.name
-        resp.headers["Server-Timing"] = clock.header()
-        return resp
+        return to_response(reply)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.profiles import MIN_CPU_QUOTA, CpuProfile
+from contracts.trials import SERVER_STACKS
 from contracts.units import format_rate
 from testbed.cli_args import (
     RESULTS,
@@ -28,6 +29,13 @@ from testbed.cli_args import (
 def register(sub) -> None:
     p = sub.add_parser("up", help="bring up client, appliance and server")
     p.add_argument("--no-server", action="store_true", help="do not start the offload server")
+    p.add_argument(
+        "--server-stack",
+        choices=SERVER_STACKS,
+        default="wsgi",
+        help="wsgi: gunicorn (default); cgi: lighttpd running a fresh Python per request (a sweep "
+        "uses its experiment's server_stack)",
+    )
     p.set_defaults(handler=cmd_up, busy=always)
 
     p = sub.add_parser("down", help="remove everything the tool created (idempotent, also after a crash)")
@@ -96,6 +104,7 @@ def register(sub) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     lab = open_lab(load(args))
+    lab.server_stack = args.server_stack
     require_root()
     if lab.up(start_server=not args.no_server):
         hosts = ", ".join(f"{h.role} ({h.where})" for h in lab.hosts.values())
@@ -229,7 +238,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(
             "  services: "
             + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
-            + f"; offload server {status['server_url']}, gRPC {status['grpc_target']}"
+            + f"; offload server {status['server_url']} ({status['server_stack'] or 'no'} stack), "
+            + f"gRPC {status['grpc_target']}"
         )
     return 0
 

@@ -6,7 +6,9 @@ One trial of a cell costs, in the model:
 - remote: the device's encode of the operands and decode of the result (`DeviceProfile.marshal_s`),
   both bodies through the link at its TCP goodput (`contracts.units.expected_goodput`), and the
   server's decode, compute and encode at this machine's speed (the embedded server is this machine);
-- plus a fixed per-trial overhead (the worker's round trip, HTTP, the connection).
+- plus a fixed per-trial overhead (the worker's round trip, HTTP, the connection), and on the cgi
+  server stack, for every HTTP trial, a fresh interpreter's start-up with what a CGI request imports
+  (timed once on this machine, which is the embedded server).
 That is what a trial measures (`Model.trial_s`). How long it takes (`Model.wall_s`, what the duration
 and the ETA add up) differs in `scaled` mode: the client works at this machine's speed there and the
 device's time is computed from CPU time, so its stages cost this machine's time (timed on samples).
@@ -21,12 +23,15 @@ model said they would (`Progress`), so it corrects itself as trials complete.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from contracts.device import DeviceProfile, operand_bytes, result_bytes, work
-from contracts.trials import LOCAL, method_codec
+from contracts.trials import GRPC, LOCAL, method_codec
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
 
@@ -44,10 +49,12 @@ class HostSpeeds:
     gflops: float  # matrix multiplication
     codecs: dict[str, dict[str, float]]  # codec -> {"encode": MB/s, "decode": MB/s} of matrix data
     wire_ratio: dict[str, float]  # codec -> body bytes per byte of matrix data
+    cgi_start_s: float = 0.0  # the cgi stack's per-request process start-up (0: not measured, wsgi)
 
 
-def measure_host(methods, dtype: str = "float64", seed: int = 1) -> HostSpeeds:
-    """Time a multiplication and each codec on small samples (well under a second in all)."""
+def measure_host(methods, dtype: str = "float64", seed: int = 1, cgi: bool = False) -> HostSpeeds:
+    """Time a multiplication and each codec on small samples (well under a second in all); with `cgi`,
+    also a fresh interpreter importing what a CGI request imports (NumPy and the codecs)."""
     from contracts.codecs import CODECS
     from contracts.marshal_speed import best_time, marshal_times  # as `testbed bench` measures them
     from contracts.ops import execute
@@ -68,7 +75,19 @@ def measure_host(methods, dtype: str = "float64", seed: int = 1) -> HostSpeeds:
         t = marshal_times(CODECS[method_codec(name)], operands, result, (2, 5, 0.05))  # grpc: protobuf
         codecs[name] = {"encode": data / t["encode_s"] / MB, "decode": data / t["decode_s"] / MB}
         ratio[name] = (t["bytes_up"] + t["bytes_down"]) / data
-    return HostSpeeds(gflops, codecs, ratio)
+    return HostSpeeds(gflops, codecs, ratio, cgi_start_time() if cgi else 0.0)
+
+
+def cgi_start_time() -> float:
+    """Seconds a new interpreter takes to import what `server.cgi` needs (the shared request code's
+    imports, all in `contracts`); the faster of two runs, the second with warm caches."""
+    argv = [sys.executable, "-c", "import contracts.codecs, contracts.limits, contracts.ops"]
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 @dataclass(frozen=True)
@@ -128,6 +147,8 @@ class Model:
             server_s += up / (self.host.codecs[method]["decode"] * MB) + down / (
                 self.host.codecs[method]["encode"] * MB
             )
+        if self.exp.server_stack == "cgi" and method != GRPC:  # gRPC stays a long-lived server
+            server_s += self.host.cgi_start_s
         client = self.client_marshal_s(method, "encode", up, device)
         client += self.client_marshal_s(method, "decode", down, device)
         return client + wire + server_s + TRIAL_OVERHEAD_S
@@ -193,7 +214,7 @@ def model_for(
     cpu_quota: float | None,
     server_device: DeviceProfile | None = None,
 ) -> Model:
-    host = measure_host(exp.methods, exp.dtype, exp.seed)
+    host = measure_host(exp.methods, exp.dtype, exp.seed, cgi=exp.server_stack == "cgi")
     return Model(exp, host, device, cpu_quota, server_device=server_device, replicas=exp.replicas)
 
 

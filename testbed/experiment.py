@@ -11,7 +11,7 @@ from contracts.device import MODES
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment, Validation
-from contracts.trials import CONNECTIONS, DTYPES, PER_TRIAL
+from contracts.trials import CONNECTIONS, DTYPES, PER_TRIAL, SERVER_STACKS
 from contracts.units import parse_rate
 from testbed.devices import load_device
 from testbed.inventory import parse_cpu_profile
@@ -113,6 +113,7 @@ FLAGS = (
     "connection",
     "server_device",
     "replicas",
+    "server_stack",
     "name",
 )
 
@@ -150,6 +151,7 @@ def load_experiment(path: Path) -> Experiment:
         trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
         connection=doc.get("connection", str, PER_TRIAL),
         replicas=doc.get("replicas", int, 1),
+        server_stack=doc.get("server_stack", str, "wsgi"),
     )
     try:
         return check(exp)
@@ -198,6 +200,12 @@ def check(exp: Experiment) -> Experiment:
             "connection",
             f"unknown connection policy {exp.connection!r}",
             f"use one of: {', '.join(CONNECTIONS)}",
+        )
+    if exp.server_stack not in SERVER_STACKS:
+        raise InvalidValue(
+            "server_stack",
+            f"unknown server stack {exp.server_stack!r}",
+            f"use one of: {', '.join(SERVER_STACKS)} (wsgi: gunicorn; cgi: lighttpd, a process per request)",
         )
     if not _NAME.match(exp.name):
         raise InvalidValue(
@@ -363,4 +371,6 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["validation"] = replace(exp.validation, enabled=False)
     if flags.get("name") is not None:
         changes["name"] = flags["name"]
+    if flags.get("server_stack") is not None:
+        changes["server_stack"] = flags["server_stack"]  # checked in `check`, as a file's
     return check(replace(exp, **changes))

@@ -19,6 +19,7 @@ from typing import Any
 
 from contracts.command import Result, run
 from contracts.errors import AgentBug, UserError
+from contracts.profiles import BLAS_CORE_VAR, BLAS_THREAD_VARS
 from testbed.agent_link import AgentLink, local_spawn
 from testbed.inventory import HostSpec
 
@@ -141,18 +142,9 @@ def agent_answer(host: str, result: Result) -> Any:
 
 def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
     """Cap every BLAS/OpenMP flavour numpy may be linked against, so the device model holds."""
-    n = str(threads)
-    keys = (
-        "OMP_NUM_THREADS",
-        "OPENBLAS_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "BLIS_NUM_THREADS",
-        "VECLIB_MAXIMUM_THREADS",
-        "NUMEXPR_NUM_THREADS",
-    )
-    env = dict.fromkeys(keys, n)
+    env = dict.fromkeys(BLAS_THREAD_VARS, str(threads))
     if core:
-        env["OPENBLAS_CORETYPE"] = core
+        env[BLAS_CORE_VAR] = core
     return env
 
 

@@ -36,6 +36,8 @@ PROGRAMS = {  # what each role's host must have
     "server": ("ip", "ethtool", "iperf3"),
     "appliance": ("ip", "ethtool", *OVS_PROGRAMS),
 }
+STACK_PROGRAMS = {"wsgi": (), "cgi": ("lighttpd",)}  # what the server's host needs for each stack
+CGI_DIR = "cgi-stack"  # the cgi stack's files (lighttpd's config, CGI script, logs) in the server's state dir
 
 
 def require_root() -> None:
@@ -82,6 +84,9 @@ class Lab(ABC):
     cgroup: str  # the client's CPU limit
     probes: dict[str, dict]  # the hosts' answers to `probe`, by role, from the last preflight
     replica: int | None = None  # which of a sweep's testbeds this is (None: the sweep has one)
+    # how the offload server runs requests (contracts.trials.SERVER_STACKS): what `up` and a restart
+    # start; a sweep sets its experiment's, `testbed up --server-stack` the one asked for
+    server_stack: str = "wsgi"
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -149,8 +154,9 @@ class Lab(ABC):
     def probe(self, role: str, interfaces: list[str] = ()) -> list[str]:
         """The problems the host of `role` reports about itself (see `probe_problems`)."""
         needs_cgroup = role == "client" and bool(self.inv.client_cpu.cpu_quota)
+        programs = [*PROGRAMS[role], *(STACK_PROGRAMS[self.server_stack] if role == "server" else ())]
         probe = self.host(role).agent(
-            "probe", programs=list(PROGRAMS[role]), interfaces=list(interfaces), cgroup=needs_cgroup
+            "probe", programs=programs, interfaces=list(interfaces), cgroup=needs_cgroup
         )
         self.probes[role] = probe  # what `_up` needs to know of the host (its Open vSwitch, say)
         return probe_problems(role, probe, needs_cgroup)
@@ -194,8 +200,24 @@ class Lab(ABC):
         server = self.host("server")
         addr = str(self.inv.host("server").address.ip)
         ports = ("--port", str(self.inv.server_port), "--grpc-port", str(self.inv.grpc_port))
-        server.start("offload", server.python("server", "--bind", addr, *ports))
-        self.wait_for_server()
+        stack = ()
+        if self.server_stack == "cgi":  # lighttpd's files in the server's state dir; `down` removes it
+            stack = ("--stack", "cgi", "--state-dir", str(server.state_dir / CGI_DIR))
+        server.start("offload", server.python("server", "--bind", addr, *ports, *stack))
+        health = self.wait_for_server()
+        running = health.get("stack", "wsgi")
+        if running != self.server_stack:  # a bug: the server was started with other flags
+            raise RuntimeError(f"asked for the {self.server_stack} server stack, the server runs {running}")
+
+    def running_stack(self) -> str | None:
+        """The stack the offload server says it runs (its /v1/health, asked from the client host); None
+        when no server answers."""
+        client = self.host("client")
+        argv = client.python("client", "health", "--url", self.server_url, "--wait", "5")
+        result = client.run(argv, limited=False, check=False, timeout=60)
+        if not result.ok:
+            return None
+        return json.loads(result.stdout or "{}").get("stack", "wsgi")  # servers before stacks: wsgi
 
     def wait_for_server(self, timeout: float = 60.0) -> dict:
         """Ask from the client host, so the answer also proves the path through the switch."""
@@ -354,6 +376,7 @@ class Lab(ABC):
             svc: bool(self.host("server").service_pid(svc)) for svc in ("iperf3", "offload")
         }
         status["services"]["grpc"] = status["services"]["offload"] and self.grpc_answers()
+        status["server_stack"] = self.running_stack() if status["services"]["offload"] else None
         status["server_url"] = self.server_url
         status["grpc_target"] = self.grpc_target
         return status

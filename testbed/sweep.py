@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contracts.device import DeviceProfile
+from contracts.device import DeviceProfile, stack_key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, TrialRecord, read_trials
 from contracts.trials import GRPC, LOCAL
@@ -188,11 +188,14 @@ class Sweep:
         self.session = start_session(self.manifest, skipped_done=len(self.done), testbeds=testbeds)
 
     def bring_up(self, tb: Testbed) -> None:
-        lab = tb.lab
+        lab, exp = tb.lab, self.exp
+        lab.server_stack = exp.server_stack
         tb.brought_up = lab.up()
         tb.was_up = not tb.brought_up
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
-        if not lab.server_alive(grpc=GRPC in self.exp.methods):
+        if not lab.server_alive(grpc=GRPC in exp.methods) or (
+            tb.was_up and lab.running_stack() != exp.server_stack  # up with the other stack
+        ):
             lab.restart_offload_server()
 
     def calibrate(self, tb: Testbed) -> None:
@@ -343,6 +346,15 @@ class Sweep:
         return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")
 
 
+def server_stack_costs(exp: Experiment, profile: DeviceProfile) -> dict[str, float]:
+    """What the server device's stack costs on the device, for the worker's server scale: the cgi
+    stack's process start-up where the profile gives it (otherwise this host's start-up stays)."""
+    start = profile.stack.get("server_start")
+    if exp.server_stack != "cgi" or start is None:
+        return {}
+    return {stack_key("server_start"): start}
+
+
 def calibrate_devices(
     lab: Lab,
     exp: Experiment,
@@ -368,7 +380,8 @@ def calibrate_devices(
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
             device_emulation.record(manifest, profile, "scaled", result, now(), "server", lab.replica)
-            calibration = {**(calibration or {}), "server_scale": result["scale"]}
+            scale = {**result["scale"], **server_stack_costs(exp, profile)}
+            calibration = {**(calibration or {}), "server_scale": scale}
         missed = device_emulation.flagged(result)
         if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
             remote = [m for m in exp.methods if m != LOCAL]

@@ -57,6 +57,11 @@ def register(sub) -> None:
         type=int,
         help="embedded testbeds side by side that share the work (default 1; each with its own prefix)",
     )
+    p.add_argument(
+        "--server-stack",
+        help="how the server runs requests: wsgi (gunicorn, default) or cgi (lighttpd, a fresh Python "
+        "per request, as the paper's server did)",
+    )
     p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
     p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")
     p.add_argument(

@@ -49,6 +49,20 @@ def test_a_remote_trial_adds_the_device_marshalling_the_wire_and_the_server():
     assert 7.5 < wire < 7.7  # 9 MB at 9.56 Mbit/s of goodput
 
 
+def test_on_the_cgi_stack_every_http_trial_pays_a_process_start_up_and_grpc_does_not():
+    host = replace(HOST, cgi_start_s=0.3, codecs={**HOST.codecs, "grpc": HOST.codecs["raw"]})
+    host = replace(host, wire_ratio={**HOST.wire_ratio, "grpc": 1.5})
+    wsgi, cgi = Model(EXP, host, DEVICE), Model(replace(EXP, server_stack="cgi"), host, DEVICE)
+    assert cgi.trial_s("mul", 500, 10.0, "raw") == pytest.approx(wsgi.trial_s("mul", 500, 10.0, "raw") + 0.3)
+    assert cgi.trial_s("mul", 500, 10.0, "grpc") == wsgi.trial_s("mul", 500, 10.0, "grpc")
+    assert cgi.trial_s("mul", 500, None, LOCAL) == wsgi.trial_s("mul", 500, None, LOCAL)
+
+
+def test_the_start_up_is_measured_only_for_the_cgi_stack():
+    assert measure_host(("raw",)).cgi_start_s == 0.0
+    assert measure_host(("raw",), cgi=True).cgi_start_s > 0  # a new interpreter importing NumPy
+
+
 def test_without_a_device_the_client_is_this_host_under_its_quota():
     model = Model(EXP, HOST, None, cpu_quota=0.25)
     assert model.trial_s("mul", 500, None, LOCAL) == pytest.approx(4 * 2 * 500**3 / 10e9 + TRIAL_OVERHEAD_S)

@@ -172,6 +172,9 @@ def test_several_inventories_are_testbeds_of_one_sweep_with_distinct_prefixes(fa
     (alone,) = sweep_inventories([fake_inventory], 1)
     assert alone.cpu_lock is None
     lab = replace(fake_inventory, backend="ssh", prefix="lab")
-    assert [i.cpu_lock for i in sweep_inventories([fake_inventory, lab], 1)] == [None, None]  # one embedded: no lock
+    assert [i.cpu_lock for i in sweep_inventories([fake_inventory, lab], 1)] == [
+        None,
+        None,
+    ]  # one embedded: no lock
     with pytest.raises(UserError, match="two testbeds of the sweep have the prefix tbf"):
         sweep_inventories([fake_inventory, fake_inventory], 1)

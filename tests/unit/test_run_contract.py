@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,7 @@ from testbed.plan import plan_trials
 from testbed.rounds import Rounds
 
 V1 = Path(__file__).resolve().parents[1] / "data" / "runs" / "v1-tiny"
+RUNS = V1.parent  # v2-tiny, v3-tiny: the same run in formats 2 and 3
 
 
 @pytest.fixture
@@ -39,6 +41,16 @@ def v1_run(tmp_path) -> Path:
     for name in ("trials.csv", "manifest.json"):
         shutil.copy(V1 / name, run / name)
     return run
+
+
+@pytest.fixture(params=["v2-tiny", "v3-tiny"])
+def older_run(request, tmp_path) -> tuple[Path, int]:
+    """A copy of the v1 run as formats 2 and 3 wrote it (before t_server_start and server stacks)."""
+    run = tmp_path / request.param
+    run.mkdir()
+    for name in ("trials.csv", "manifest.json"):
+        shutil.copy(RUNS / request.param / name, run / name)
+    return run, int(request.param[1])
 
 
 def test_a_field_the_worker_emits_that_the_schema_lacks_raises():
@@ -68,7 +80,37 @@ def test_the_stored_v1_run_loads_and_its_analysis_is_unchanged(v1_run):
         )
 
 
-def test_what_the_sweep_writes_now_is_version_2_and_reads_back_the_same(tmp_path):
+def test_stored_v2_and_v3_runs_load_without_server_start_and_their_analysis_is_unchanged(older_run):
+    """Formats 2 and 3 had no t_server_start column and no server stacks: empty, and wsgi."""
+    run, version = older_run
+    trials = read_trials(run / "trials.csv")
+    assert trials.version == version and len(trials.records) == 42
+    assert all(r.t_server_start is None for r in trials.records)
+    assert trials.records == read_trials(V1 / "trials.csv").records
+    manifest = read_manifest(run / "manifest.json")
+    assert manifest.format_version == version and manifest.experiment.server_stack == "wsgi"
+    out = analyze(run, plots=False, out=open("/dev/null", "w"))
+    for expected in sorted((V1 / "expected").glob("*.csv")):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(out / expected.name), pd.read_csv(expected), check_exact=False, rtol=1e-9
+        )
+
+
+def test_resuming_a_v2_or_v3_run_upgrades_its_trials_to_this_version_before_appending(older_run):
+    path = older_run[0] / "trials.csv"
+    before = read_trials(path).records
+    writer = TrialWriter(path)
+    row = TrialRecord("mul", 200, "raw", True, run_id="r", trial=99, rate_mbps=20.0, t_total=1.0)
+    writer.write(replace(row, t_server_start=0.25))
+    writer.close()
+    text = path.read_text()
+    assert text.startswith(f"{TRIALS_MARK}{FORMAT_VERSION}\n") and "t_server_start" in text.splitlines()[1]
+    after = read_trials(path)
+    assert after.version == FORMAT_VERSION == 4 and after.records[:-1] == before
+    assert after.records[-1].t_server_start == 0.25
+
+
+def test_what_the_sweep_writes_now_is_this_version_and_reads_back_the_same(tmp_path):
     records = read_trials(V1 / "trials.csv").records
     writer = TrialWriter(tmp_path / "trials.csv")
     for r in records:

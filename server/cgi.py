@@ -1,0 +1,186 @@
+"""One request of the `cgi` stack: a fresh Python process per request, as the paper's server ran.
+
+lighttpd (`server.lighttpd`) starts the generated script for every request; the script imports this
+module (and so NumPy and the codecs) and calls `main`. The request is read per the CGI specification
+(RFC 3875): REQUEST_METHOD, PATH_INFO, CONTENT_LENGTH, the headers as HTTP_* variables, the body on
+stdin; the answer is a `Status:` line, headers and the body on stdout. The request itself is
+`server.handler`'s, the same as the wsgi stack's: op table, codecs, limits, refusals, stages.
+
+The process's start-up (fork and exec by lighttpd, the interpreter, its imports, up to the top of
+`main`) is a stage of its own, `server_start` in `Server-Timing`: the wall time since the kernel
+started the process (`/proc/self/stat`, whose start time counts in clock ticks, so the figure may
+overstate by less than one tick, 10 ms at the usual 100 Hz). Its CPU time (`time.process_time`, all
+threads: OpenBLAS's start its own at import, so it can exceed the wall time) goes along as
+its `cpu=` parameter (as every stage's), for a server device profile to scale (`cpu_server_start`). The client counts the start-up in
+communication, as the paper did (its communication is the POST time minus the probed stages).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from http import HTTPStatus
+from typing import BinaryIO
+
+from contracts.limits import Limits
+from server import handler
+from server.handler import BodyTooLarge, Reply, error_reply
+from server.timing import StageClock
+
+START_STAGE = "server_start"  # contracts.trials.SERVER_START: t_server_start and cpu_server_start
+READ_CHUNK = 1 << 20
+DRAIN_LIMIT = 1 << 30
+
+
+class CgiHeaders(Mapping[str, str]):
+    """The request's headers from the CGI environment, looked up case-insensitively like HTTP's.
+
+    HTTP_X_CODEC is X-Codec; CONTENT_TYPE and CONTENT_LENGTH are the two headers CGI passes without
+    the HTTP_ prefix.
+    """
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._h: dict[str, str] = {}
+        for key, value in environ.items():
+            if key.startswith("HTTP_"):
+                self._h[key[5:].replace("_", "-").lower()] = value
+            elif key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+                self._h[key.replace("_", "-").lower()] = value
+
+    def __getitem__(self, key: str) -> str:
+        return self._h[key.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._h)
+
+    def __len__(self) -> int:
+        return len(self._h)
+
+
+def content_length(environ: Mapping[str, str]) -> int:
+    """CONTENT_LENGTH (lighttpd buffers the body first, so it is always set for a body); 0 if none."""
+    text = environ.get("CONTENT_LENGTH", "").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def read_body(stdin: BinaryIO, length: int, max_body: int) -> bytes:
+    """The body from stdin: exactly CONTENT_LENGTH bytes, or BodyTooLarge past `max_body`."""
+    if length > max_body:
+        raise BodyTooLarge()
+    buf = io.BytesIO()
+    while buf.tell() < length:
+        chunk = stdin.read(min(READ_CHUNK, length - buf.tell()))
+        if not chunk:
+            break
+        buf.write(chunk)
+    return buf.getvalue()
+
+
+def drain(stdin: BinaryIO, left: int) -> None:
+    """Read what lighttpd still sends of a refused body, so its write to our stdin never fails."""
+    left = min(left, DRAIN_LIMIT)
+    while left > 0:
+        chunk = stdin.read(min(READ_CHUNK, left))
+        if not chunk:
+            break
+        left -= len(chunk)
+
+
+@contextmanager
+def file_lock(path: str | None) -> Iterator[None]:
+    """Requests decode, compute and encode one at a time across processes, as the wsgi stack's lock
+    does within its worker: trials never share a CPU."""
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def respond(
+    environ: Mapping[str, str], stdin: BinaryIO, limits: Limits, clock: StageClock, lock: str | None = None
+) -> Reply:
+    """The reply to the request `environ` describes (its body on `stdin`)."""
+    method = environ.get("REQUEST_METHOD", "GET").upper()
+    path = environ.get("PATH_INFO", "")
+    length = content_length(environ)
+    if path == "/v1/health":
+        if method not in ("GET", "HEAD"):
+            reply = error_reply(405, "method not allowed", "GET /v1/health")
+            reply.headers["Allow"] = "GET, HEAD"
+            return reply
+        return handler.health(limits, "cgi")
+    if path.startswith("/v1/ops/") and path.count("/") == 3:
+        if method != "POST":
+            reply = error_reply(405, "method not allowed", "POST /v1/ops/<op>")
+            reply.headers["Allow"] = "POST"
+            return reply
+        read = {"left": length}
+
+        def body() -> bytes:
+            data = read_body(stdin, length, limits.max_body)
+            read["left"] = 0
+            return data
+
+        return handler.handle_op(
+            path.rsplit("/", 1)[1],
+            CgiHeaders(environ),
+            body,
+            limits,
+            clock,
+            drain=lambda: drain(stdin, read["left"]),
+            one_at_a_time=file_lock(lock),
+        )
+    return error_reply(404, "not found", f"no {path or '/'}; POST /v1/ops/<op> or GET /v1/health")
+
+
+def write_reply(out: BinaryIO, reply: Reply) -> None:
+    """The CGI response: a Status line, the headers, a blank line, the body."""
+    phrase = HTTPStatus(reply.status).phrase
+    head = [f"Status: {reply.status} {phrase}"]
+    head += [f"{k}: {v}" for k, v in reply.headers.items()]
+    head.append(f"Content-Length: {len(reply.body)}")
+    out.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+    out.write(reply.body)
+    out.flush()
+
+
+def since_start() -> float:
+    """Seconds since the kernel started this process (its start time is in clock ticks since boot)."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # the command name may hold spaces and parentheses
+    started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+
+
+def main(max_body_mb: float = 256.0, environ: Mapping[str, str] | None = None) -> int:
+    """Answer the one request of this process."""
+    cpu, wall = time.process_time(), since_start()  # the interpreter and every import: server_start
+    environ = os.environ if environ is None else environ
+    clock = StageClock()
+    clock.ms[START_STAGE] = wall * 1000.0
+    clock.cpu_ms[START_STAGE] = cpu * 1000.0
+    try:
+        reply = respond(
+            environ, sys.stdin.buffer, Limits.from_mb(max_body_mb), clock, environ.get("OFFLOAD_LOCK")
+        )
+    except Exception as exc:  # a bug: the client still gets JSON; the traceback goes to lighttpd's log
+        traceback.print_exc(file=sys.stderr)
+        drain(sys.stdin.buffer, content_length(environ))  # whatever of the body is left unread
+        reply = error_reply(500, "internal error", f"{type(exc).__name__}: {exc}", clock)
+    write_reply(sys.stdout.buffer, reply)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
