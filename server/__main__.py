@@ -14,7 +14,7 @@ from pathlib import Path
 
 from contracts.processes import stop_all
 from contracts.trials import SERVER_STACKS
-from server.lighttpd import BLAS_VARS, LighttpdPlan, find_lighttpd
+from server.lighttpd import PASSED_VARS, LighttpdPlan, find_lighttpd
 from server.wsgi import ServerConfig, serve
 
 
@@ -118,7 +118,7 @@ def lighttpd_plan(config: ServerConfig, state_dir: Path) -> LighttpdPlan:
         state_dir=state_dir,
         max_body_mb=config.max_body_mb,
         read_timeout=config.read_timeout,
-        env={k: os.environ[k] for k in BLAS_VARS if k in os.environ},
+        env={k: os.environ[k] for k in PASSED_VARS if k in os.environ},
         program=find_lighttpd(),
     )
 
