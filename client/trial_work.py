@@ -13,10 +13,10 @@ import numpy as np
 
 from client.sampling import Work
 from contracts.codecs import get_codec
-from contracts.wire import body_bytes
 from contracts.device import DeviceProfile, Grid, key
 from contracts.ops import execute
 from contracts.trials import GRPC, method_codec
+from contracts.wire import body_bytes
 
 
 def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray]:
