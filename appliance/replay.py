@@ -8,8 +8,8 @@ and 0% rather than deleting it. `--dry-run` prints this list; `replay` executes 
 
 `replay` keeps time on the monotonic clock from a start instant the orchestrator chose (given in
 wall-clock time, the one clock the two machines share, converted once on arrival). At each step it
-reads both classes' counters (the interval's boundary) and then applies the step; at the end it
-reads them once more. It answers what it applied and when, to the microsecond, so a late step is
+applies the step and then reads both classes' counters (the interval's boundary: a fresh port has no
+class before the first step); at the end it reads them once more. It answers what it applied and when, to the microsecond, so a late step is
 seen, never hidden.
 """
 
@@ -89,12 +89,13 @@ def replay(
     end_s: float,
     ifnames: list[str],
     start_mono: float,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], None] | None = None,
 ) -> dict:
     """Apply each step at `start_mono + t_s` on `shaper`'s socket, sampling the classes' counters
-    at each step's boundary and at the end; returns what happened with the actual times (seconds
+    just after each step's change and at the end; returns what happened with the actual times (seconds
     after the start). The caller checked the ports (`Shaper.check_ports`) and the plan."""
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
     index = shaper.indexes(ifnames)
 
     def wait_until(t_s: float) -> None:
@@ -105,10 +106,10 @@ def replay(
     steps = []
     for step in timed:
         wait_until(step.t_s)
-        sampled = clock() - start_mono
-        counters = shaper.counters(index)
         shaper.execute(list(step.ops), index)
         applied = clock() - start_mono
+        counters = shaper.counters(index)  # after the change: a fresh port has no class before it
+        sampled = clock() - start_mono
         steps.append(
             {
                 "t_s": step.t_s,

@@ -136,8 +136,16 @@ def checked_replay(lab: Lab, plan: ReplayPlan, loops: int, direction: str) -> Re
     samples = iperf3_samples(data)
     # iperf3's time 0, in wall-clock time: its process returned just after its last interval
     iperf3_zero = flow["returned"] - samples[-1][1]
+    offset = done.start - iperf3_zero  # trace_t 0 in iperf3's time (its process's exit: +- tens of ms)
     for k in range(len(done.passes)):
-        offset = done.start + k * plan.end_s - iperf3_zero
-        done.checks += iperf3_intervals(plan, samples, offset, direction, lab.inv.link.mtu, k)
-    done.flow = {"direction": direction, "goodput_bps": outcome[0], "retransmits": outcome[1]}
+        done.checks += iperf3_intervals(
+            plan, samples, offset + k * plan.end_s, direction, lab.inv.link.mtu, k
+        )
+    done.flow = {
+        "direction": direction,
+        "goodput_bps": outcome[0],
+        "retransmits": outcome[1],
+        "offset_s": offset,
+        "samples": samples,  # iperf3's intervals (start, end, bytes) in its own time
+    }
     return done

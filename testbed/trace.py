@@ -7,7 +7,8 @@ Two formats, told apart by their first data line (a comma: CSV):
   row's `t_s` is the trace's end (its other values are not used). Delay and loss need netem on the
   appliance; a trace that asks for them is refused there in one line where the kernel has none.
 - **Mahimahi** packet-delivery traces (`mm-link`'s format): one line per 1500-byte delivery
-  opportunity, its time in ms; the trace repeats after its last timestamp. Read at a granularity
+  opportunity, its time in ms; the trace repeats after its last timestamp (which is thus the next
+  pass's time 0, as `mm-link` plays it). Read at a granularity
   (the width of an interval, in ms): each interval's rate is its opportunities x 1500 bytes over its
   width (the last interval over its own, shorter, width). One file shapes both directions unless a
   second one is given for the down direction (server -> client).
@@ -104,7 +105,8 @@ def read_mahimahi_rates(path: Path, granularity_ms: int) -> tuple[list[int], flo
     n = math.ceil(length / granularity_ms)
     counts = [0] * n
     for stamp in stamps:
-        counts[min(stamp // granularity_ms, n - 1)] += 1
+        # the trace repeats every `length` ms, so its last opportunity is the next pass's time 0
+        counts[(stamp % length) // granularity_ms] += 1
     widths = [granularity_ms] * (n - 1) + [length - (n - 1) * granularity_ms]
     rates = [round(c * MAHIMAHI_BYTES * 8 * 1000 / w) for c, w in zip(counts, widths, strict=True)]
     return rates, length / 1000

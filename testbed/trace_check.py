@@ -86,9 +86,19 @@ def htb_intervals(
 
 
 def iperf3_samples(data: dict) -> list[tuple[float, float, int]]:
-    """(start, end, bytes) of each of iperf3's intervals, in seconds after its test's start; the
-    omitted ones included (the replay may start during them)."""
-    return [(i["sum"]["start"], i["sum"]["end"], int(i["sum"]["bytes"])) for i in data["intervals"]]
+    """(start, end, bytes) of each of iperf3's intervals, in seconds after its test's start, the
+    omitted ones included (the replay may start during them). iperf3 restarts its clock at 0 when
+    the omitted seconds end (the captured runs show it), so the later intervals are shifted by them."""
+    sums = [i["sum"] for i in data["intervals"]]
+    omitted = max((s["end"] for s in sums if s.get("omitted")), default=0.0)
+    return [
+        (
+            s["start"] + (0 if s.get("omitted") else omitted),
+            s["end"] + (0 if s.get("omitted") else omitted),
+            int(s["bytes"]),
+        )
+        for s in sums
+    ]
 
 
 def iperf3_intervals(
