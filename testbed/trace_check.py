@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass
 from contracts.trace import ReplayPlan
 from contracts.units import expected_goodput
 
-MIN_HONOURED_S = 0.2  # shorter intervals are flagged (see the module's docstring)
+# shorter intervals are flagged (see the module's docstring); measured: the shipped ramp's 100-ms
+# steps came within 3.1% by the counters, so 0.2 s leaves room for a busier machine
+MIN_HONOURED_S = 0.2
 CHECK_FORMAT = 1
 
 
@@ -42,6 +44,7 @@ class IntervalCheck:
     target_bps: float  # the rate (htb) or the goodput it can carry (iperf3)
     achieved_bps: float
     short: bool  # under MIN_HONOURED_S: reported, not judged
+    idle: bool = False  # htb: the class never held a packet back (no demand to measure the rate by)
 
     @property
     def error_pct(self) -> float | None:
@@ -69,6 +72,8 @@ def htb_intervals(
         for direction, port in ports.items():
             sent = c1[port]["bytes"] - c0[port]["bytes"]
             rate = step.up_bps if direction == "up" else step.down_bps
+            # overlimits count the packets HTB held back: none means the flow, not the link, set the pace
+            held_back = c1[port].get("overlimits", 1) - c0[port].get("overlimits", 0)
             out.append(
                 IntervalCheck(
                     "htb",
@@ -79,7 +84,8 @@ def htb_intervals(
                     round(s1 - s0, 6),
                     rate,
                     sent * 8 / (s1 - s0),
-                    t1 - t0 < MIN_HONOURED_S,
+                    round(t1 - t0, 6) < MIN_HONOURED_S,
+                    idle=held_back <= 0,
                 )
             )
     return out
@@ -133,29 +139,40 @@ def iperf3_intervals(
                 round(b - a, 6),
                 expected_goodput(rate, mtu) if rate else 0,
                 sent * 8 / (b - a),
-                t1 - t0 < MIN_HONOURED_S,
+                round(t1 - t0, 6) < MIN_HONOURED_S,
             )
         )
     return out
 
 
 def summary(checks: list[IntervalCheck], tolerance_pct: float, min_interval_s: float = 1.0) -> dict:
-    """What the check says: per measure and direction, the worst error over intervals of at least
-    `min_interval_s` (the ones held to `tolerance_pct`), over the others, and the failures."""
+    """What the check says: per measure and direction, the worst error over the intervals of at
+    least `min_interval_s` and over the shorter ones, and the intervals that fail `tolerance_pct`.
+
+    Only the HTB counters judge (`failed`), and only intervals the flow kept busy: an idle interval
+    (after an outage the flow waits out its retransmission timeout) says nothing of the link and is
+    listed as such. iperf3's view is recorded (`over_tolerance`) but not judged: its 1-s reports
+    straddle the trace's steps and are placed on its time axis only as well as its process's exit
+    time allows, and its receiver lags the link by the queue.
+    """
     out: dict = {}
     for measure in sorted({c.measure for c in checks}):
         for direction in sorted({c.direction for c in checks if c.measure == measure}):
             mine = [c for c in checks if c.measure == measure and c.direction == direction]
-            long = [c for c in mine if c.planned_s >= min_interval_s and c.error_pct is not None]
-            rest = [c for c in mine if c.planned_s < min_interval_s and c.error_pct is not None]
+            judged = [c for c in mine if c.error_pct is not None and not c.idle]
+            long = [c for c in judged if c.planned_s >= min_interval_s]
+            rest = [c for c in judged if c.planned_s < min_interval_s]
+            over = [c.t_s for c in long if abs(c.error_pct) > tolerance_pct]
             out[f"{measure}.{direction}"] = {
                 "intervals": len(mine),
                 f"worst_pct_at_least_{min_interval_s:g}s": max(
                     (abs(c.error_pct) for c in long), default=None
                 ),
                 f"worst_pct_under_{min_interval_s:g}s": max((abs(c.error_pct) for c in rest), default=None),
-                "failed": [c.t_s for c in long if abs(c.error_pct) > tolerance_pct],
+                ("failed" if measure == "htb" else "over_tolerance"): over,
                 "short_flagged": [c.t_s for c in mine if c.short],
+                "idle": [c.t_s for c in mine if c.idle],
+                "outages": [c.t_s for c in mine if c.error_pct is None],
             }
     return out
 
@@ -165,7 +182,7 @@ def format_table(checks: list[IntervalCheck]) -> str:
     lines = ["measure  dir   pass  t_s      len_s   target      achieved    error"]
     for c in checks:
         error = "outage" if c.error_pct is None else f"{c.error_pct:+6.1f}%"
-        flag = "  short" if c.short else ""
+        flag = ("  short" if c.short else "") + ("  idle" if c.idle else "")
         lines.append(
             f"{c.measure:<8} {c.direction:<5} {c.pass_index:>4}  {c.t_s:<8g} {c.measured_s:<7.3f} "
             f"{c.target_bps / 1e6:>7.2f}Mbit {c.achieved_bps / 1e6:>8.2f}Mbit  {error}{flag}"

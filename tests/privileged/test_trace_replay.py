@@ -59,6 +59,7 @@ def test_replay_short_trace_within_10pct_per_interval(inventory, lease, tmp_path
     # every interval (1 s each) of the loaded direction within 10% of its rate (HTB counters)
     htb = [c for c in result["checks"] if c["measure"] == "htb"]
     assert [c["target_bps"] for c in htb] == [20e6, 5e6, 40e6, 10e6]
+    assert not any(c["idle"] for c in htb)  # the flow kept the link busy: every interval is judged
     assert all(abs(c["error_pct"]) <= 10 for c in htb), proc.stdout
     assert result["summary"]["htb.down"]["failed"] == []
     # the link is back as it was before the replay

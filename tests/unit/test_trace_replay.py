@@ -324,3 +324,28 @@ def test_iperf3_check_on_captured_intervals():
     mean = (one["bits_per_second"] + two["bits_per_second"]) / 2
     assert straddle.achieved_bps == pytest.approx(mean, rel=1e-3)
     assert iperf3_intervals(half, samples, two["end"] - 0.5, "down") == []  # past the capture's end
+
+
+def test_only_busy_intervals_are_judged_and_short_ones_flagged():
+    """An interval in which HTB held nothing back (no overlimits: the flow, not the link, set the
+    pace, as after an outage) is listed idle, never failed; one under 0.2 s is flagged short."""
+    plan = ReplayPlan(
+        (TraceStep(0, 0, 10**7), TraceStep(1, 0, 10**7), TraceStep(2, 0, 10**7), TraceStep(3, 0, 10**7)), 3.19
+    )
+
+    def sample(t, sent, over):
+        return {"t_s": t, "sampled_s": t, "counters": {"d": {"bytes": sent, "overlimits": over}}}
+
+    # 1 s at exactly 10 Mbit/s (busy); 1 s at 8 (busy: fails); 1 s at 5 (idle); 0.19 s at 10 (busy)
+    steps = [sample(0, 0, 0), sample(1, 1_250_000, 40), sample(2, 2_250_000, 90), sample(3, 2_875_000, 90)]
+    answer = {
+        "steps": steps,
+        "end": {"sampled_s": 3.19, "counters": {"d": {"bytes": 3_112_500, "overlimits": 95}}},
+    }
+    checks = htb_intervals(plan, answer, {"down": "d"})
+    assert [round(c.error_pct, 6) for c in checks] == [0.0, -20.0, -50.0, 0.0]
+    assert [c.idle for c in checks] == [False, False, True, False]
+    assert [c.short for c in checks] == [False, False, False, True]
+    verdict = summary(checks, tolerance_pct=10)["htb.down"]
+    assert verdict["failed"] == [1.0] and verdict["idle"] == [2.0] and verdict["short_flagged"] == [3.0]
+    assert verdict["worst_pct_at_least_1s"] == pytest.approx(20.0)
