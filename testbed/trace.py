@@ -29,7 +29,7 @@ DEFAULT_GRANULARITY_MS = 100
 
 
 def _bad(path: Path, line: int, reason: str) -> UserError:
-    return UserError(f"{path}:{line}: {reason}", "fix the trace file (formats: see `testbed shape --help`)")
+    return UserError(f"{path}:{line}: {reason}", "correct that line (the formats: `testbed shape --help`)")
 
 
 def _data_lines(path: Path) -> list[tuple[int, str]]:

@@ -211,10 +211,15 @@ def test_agent_refuses_a_missing_port(agent_socket):
         verbs.VERBS["shape.replay"](PLAN.as_dict(), BASE.as_dict(), "up0", "gone0", 0.0)
 
 
-def test_dry_run_verb_is_the_replay_plan(agent_socket):
+def test_dry_run_verb_is_what_the_replay_applies(agent_socket):
+    clock, kernel = agent_socket
     steps = verbs.VERBS["shape.replay.plan"](PLAN.as_dict(), BASE.as_dict(), "up0", "down0")
     timed = plan_replay(PLAN, BASE, "up0", "down0", {"up0": FRESH, "down0": FRESH}, HZ)
     assert steps == [t.as_dict() for t in timed]
+    assert kernel.requests == []  # the dry run changed nothing
+    answer = verbs.VERBS["shape.replay"](PLAN.as_dict(), BASE.as_dict(), "up0", "down0", clock.now + 1e6)
+    assert [s["commands"] for s in answer["steps"]] == [s["commands"] for s in steps]
+    assert len(kernel.requests) == sum(len(s["commands"]) for s in steps)  # one request per command
 
 
 def test_replay_loop_on_one_time_axis_and_the_link_restored(netns):
