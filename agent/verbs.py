@@ -17,12 +17,15 @@ from pathlib import Path
 from agent import probe as probe_mod
 from agent import services
 from appliance.ovsdb import read_bridge
+from appliance.replay import TimedOps, plan_replay, replay
 from appliance.shaper import PortShaping, Shaper, plan_shaping
 from appliance.switch import SCHEMA, Switch
 from appliance.tc_ops import TcOp
 from client.cpulimit import CpuLimit, detect_version
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
+from contracts.trace import ReplayPlan
+from contracts.units import kernel_hz
 
 
 def probe(programs: list[str] = (), interfaces: list[str] = (), cgroup: bool = False) -> dict:
@@ -72,6 +75,36 @@ def shape_apply(link: dict, up_if: str, down_if: str) -> list[dict]:
     """Apply the link; the answer carries the operations executed (what `shape.plan` prints)."""
     plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
     return _shape_answer(plan, _shaper().apply(plan))
+
+
+def _replay_ops(plan: dict, link: dict, up_if: str, down_if: str) -> tuple[ReplayPlan, list[TimedOps]]:
+    """The trace (validated here, where it enters the host) and its timed operations from the
+    ports' state now, with this host's HZ: what `shape.replay` executes."""
+    trace = ReplayPlan.from_dict(plan)
+    ports = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
+    shaper = _shaper()
+    return trace, plan_replay(
+        trace, LinkSpec.from_dict(link), up_if, down_if, shaper.states(ports), kernel_hz()
+    )
+
+
+def shape_replay_plan(plan: dict, link: dict, up_if: str, down_if: str) -> list[dict]:
+    """What `shape.replay` would do now, step by step: `t_s` and the `tc` commands (the dry run)."""
+    return [step.as_dict() for step in _replay_ops(plan, link, up_if, down_if)[1]]
+
+
+def shape_replay(plan: dict, link: dict, up_if: str, down_if: str, start: float) -> dict:
+    """Replay a trace: each step's in-place class change at `start + t_s` (`start` in wall-clock
+    seconds, the instant every row refers to), both ports' counters sampled at each step; returns
+    when the trace has been played, with what was applied and when (`appliance.replay`)."""
+    shaper = _shaper()
+    shaper.indexes([up_if, down_if])  # a missing port is refused before anything changes
+    trace, timed = _replay_ops(plan, link, up_if, down_if)
+    if trace.needs_netem:
+        shaper.check_netem()
+    start_mono = time.monotonic() + (start - time.time())  # the one conversion between the clocks
+    answer = replay(shaper, timed, trace.end_s, [up_if, down_if], start_mono)
+    return {"start": start, **answer}
 
 
 def shape_classes(ifs: list[str]) -> dict:
@@ -206,6 +239,8 @@ VERBS: dict[str, Callable] = {
     "shape.apply": shape_apply,
     "shape.read": shape_read,
     "shape.classes": shape_classes,
+    "shape.replay.plan": shape_replay_plan,
+    "shape.replay": shape_replay,
     "shape.clear": shape_clear,
     "cpu.apply": cpu_apply,
     "cpu.read": cpu_read,

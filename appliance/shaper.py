@@ -93,6 +93,18 @@ def _class_rates(cls) -> dict[str, int]:
     return {"rate": rate * 8, "ceil": ceil * 8}
 
 
+@dataclass(frozen=True)
+class _Port:
+    """What `Shaper._check` reads of a port: its name, and whether it needs netem."""
+
+    ifname: str
+    netem: bool = False
+
+    @property
+    def needs_netem(self) -> bool:
+        return self.netem
+
+
 class Shaper:
     """Plans, applies and reads shaping in one network namespace (None: the current one).
 
@@ -200,6 +212,32 @@ class Shaper:
             ops = [op for port in plan for op in port_ops(port, self._state_of(ipr, index[port.ifname]))]
             self._execute(ipr, ops, index)
         return ops
+
+    def indexes(self, ifnames: list[str]) -> dict[str, int]:
+        """Each port's interface index, refused in one line where one does not exist (a replay
+        looks them up once, before its first step)."""
+        with self._ipr() as ipr:
+            return self._check(ipr, [_Port(name) for name in ifnames])
+
+    def check_netem(self) -> None:
+        """Refuse in one line where the kernel has no netem (a trace with delay or loss needs it)."""
+        with self._ipr() as ipr:
+            self._check(ipr, [_Port("lo", netem=True)])
+
+    def execute(self, ops: list[TcOp], index: dict[str, int]) -> None:
+        """Execute these operations on ports already looked up (a replay's step: no state read)."""
+        with self._ipr() as ipr:
+            self._execute(ipr, ops, index)
+
+    def counters(self, index: dict[str, int]) -> dict[str, dict]:
+        """Our class's counters per port already looked up: one netlink request per port."""
+        out: dict[str, dict] = {}
+        with self._ipr() as ipr:
+            for ifname, found in index.items():
+                for cls in ipr.get_classes(found):
+                    if cls.get_attr("TCA_KIND") == "htb" and cls["handle"] == CLASS_ID:
+                        out[ifname] = class_counters(cls.get_attr("TCA_STATS2"))
+        return out
 
     @staticmethod
     def _execute(ipr, ops: list[TcOp], index: dict[str, int]) -> None:

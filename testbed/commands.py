@@ -24,6 +24,7 @@ from testbed.cli_args import (
     require_root,
     resolve_link,
 )
+from testbed.trace import DEFAULT_GRANULARITY_MS
 
 
 def register(sub) -> None:
@@ -44,6 +45,46 @@ def register(sub) -> None:
     p = sub.add_parser("shape", help="set the link's rate (HTB on both appliance egress ports)")
     add_link_flags(p)
     p.add_argument("--dry-run", action="store_true", help="print the tc commands instead of applying them")
+    p.add_argument(
+        "--trace",
+        type=Path,
+        help="replay a link trace and return when it has been played: a CSV "
+        "(t_s,up_mbps,down_mbps[,delay_ms,loss_pct]; each row holds until the next row's t_s, the last "
+        "row's t_s is the end) or a Mahimahi packet-delivery trace (ms per 1500-byte opportunity)",
+    )
+    p.add_argument("--down-trace", type=Path, help="a second Mahimahi trace for server->client")
+    p.add_argument(
+        "--granularity",
+        type=int,
+        default=DEFAULT_GRANULARITY_MS,
+        metavar="MS",
+        help=f"a Mahimahi trace's interval in ms (default {DEFAULT_GRANULARITY_MS})",
+    )
+    p.add_argument(
+        "--loop",
+        type=int,
+        nargs="?",
+        const=0,
+        default=1,
+        metavar="N",
+        help="play the trace N times (without N: until interrupted)",
+    )
+    p.add_argument(
+        "--check",
+        choices=("up", "down"),
+        nargs="?",
+        const="down",
+        default=None,
+        help="load one direction with iperf3 during the replay (default down) and compare what each "
+        "interval achieved with the trace",
+    )
+    p.add_argument("--tolerance", type=float, default=10.0, help="--check: allowed error in %% (default 10)")
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="--check: write the replay here (default results/trace-*.json)",
+    )
     p.set_defaults(handler=cmd_shape, busy=lambda a: not a.dry_run)
 
     p = sub.add_parser("validate", help="measure the shaped link with iperf3 in both directions")
@@ -132,6 +173,12 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_shape(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        from testbed.trace_cli import cmd_trace
+
+        return cmd_trace(args)
+    if args.down_trace is not None or args.check is not None:
+        raise UserError("--down-trace and --check go with --trace", "add --trace FILE")
     inv = load(args)
     link = resolve_link(inv.link, args)
     lab = open_lab(inv)

@@ -24,6 +24,7 @@ from contracts.cpu_lock import ENV as CPU_LOCK_ENV
 from contracts.errors import UserError
 from contracts.processes import daemon_pids, stop_all, watch
 from contracts.profiles import LinkSpec
+from contracts.trace import ReplayPlan
 from testbed import topology
 from testbed.hosts import Host, NetnsHost, blas_env
 from testbed.inventory import Inventory
@@ -270,6 +271,24 @@ class Lab(ABC):
     def set_rate(self, rate_bps: int) -> None:
         """The sweep's in-place rate change between cells: both directions, nothing else altered."""
         self.shape(replace(self.inv.link, up_rate=rate_bps, down_rate=rate_bps, ceil=None, burst=None))
+
+    def replay_plan(self, plan: ReplayPlan) -> list[dict]:
+        """The appliance's timed operations for a trace, from its ports' state now (the dry run)."""
+        return self.host("appliance").agent(
+            "shape.replay.plan", plan=plan.as_dict(), link=self.inv.link.as_dict(), **self._ports()
+        )
+
+    def replay_trace(self, plan: ReplayPlan, start: float) -> dict:
+        """One pass of a trace from `start` (wall-clock seconds), in place on both ports; returns
+        when it has been played, with the times each step was applied and the counters at each."""
+        return self.host("appliance").agent(
+            "shape.replay",
+            plan=plan.as_dict(),
+            link=self.inv.link.as_dict(),
+            start=start,
+            timeout=max(0.0, start - time.time()) + plan.end_s + 60,
+            **self._ports(),
+        )
 
     def shaping_classes(self) -> dict[str, dict]:
         """The appliance's HTB class per port now: rate, ceil (bits/s) and counters (bytes sent...)."""
