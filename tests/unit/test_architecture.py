@@ -404,3 +404,10 @@ def test_the_testbed_benchmarks_cycle_is_one_only_through_the_dispatch_edge(tmp_
     assert violations(graph, ALLOWED, DISPATCH) == []
     assert package_cycles(graph, DISPATCH) == []
     assert package_cycles(graph) == [["benchmarks", "testbed"]]  # the dispatch edge is the only way
+
+
+def test_every_test_module_has_a_basename_of_its_own():
+    """pytest collects the unit, integration and privileged folders together (rootdir imports): two
+    test files of one name stop the whole run at collection."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
