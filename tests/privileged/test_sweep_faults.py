@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import rows, start_sweep, trials_by_id, wait_for_rows
 
 pytestmark = pytest.mark.privileged
+LOOSE_PCT = 40  # link validation in tests about something else (see `_experiment`)
 
 
 def test_shaping_deleted_mid_rate_is_never_kept_as_shaped_and_is_repaired(inventory, lease, tmp_path):
@@ -22,10 +23,8 @@ def test_shaping_deleted_mid_rate_is_never_kept_as_shaped_and_is_repaired(invent
     unshaped is failed with what was read back, the shaping is applied and validated again (recorded in
     the manifest), and the sweep completes with every other trial kept."""
     results = tmp_path / "results"
-    proc = start_sweep(
-        inventory, "--ops", "mul", "--sizes", "96", "--rates", "20", "--methods", "raw", "--reps", "24",
-        "--warmup", "0", "--results", str(results), "--name", "qdisc", "--no-analyze",
-    )  # fmt: skip
+    exp = _experiment(tmp_path, "qdisc", 96, "raw", 24)
+    proc = start_sweep(inventory, str(exp), "--results", str(results), "--no-analyze")
     run_dir = wait_for_rows(proc, results, 24 + 4)  # the local baseline, then some at 20 Mbit/s
     for port in ("a0", "a1"):
         subprocess.run(
@@ -50,11 +49,13 @@ def test_shaping_deleted_mid_rate_is_never_kept_as_shaped_and_is_repaired(invent
 def _experiment(tmp_path, name: str, size: int, method: str, reps: int):
     """A small experiment file with a short trial timeout (a trial in flight when the switch dies
     waits for it), validated briefly and loosely: these tests are about repairs, and the userspace
-    switch forwards slower on a busy machine (measured: 18.0 of 19.1 Mbit/s with the CPU shared)."""
+    switch forwards slower when the machine's CPU is taken (measured here: 16.0 of 19.1 Mbit/s with
+    a third of the CPU stolen by the hypervisor, `st` in vmstat)."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\nops: [mul]\nsizes: [{size}]\nrates: [20]\nmethods: [{method}]\nreps: {reps}\n"
-        "warmup: 0\ntrial_timeout: 15\nvalidation: {enabled: true, duration: 2, retries: 2, tolerance_pct: 20}\n"
+        "warmup: 0\ntrial_timeout: 15\n"
+        f"validation: {{enabled: true, duration: 2, retries: 2, tolerance_pct: {LOOSE_PCT}}}\n"
     )
     return path
 

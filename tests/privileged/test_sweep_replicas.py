@@ -25,11 +25,14 @@ def replicas_inventory(tmp_path, leases):
 def test_a_sweep_over_two_replicas_shares_its_trials_and_down_removes_both(replicas_inventory, tmp_path):
     inventory, lease = replicas_inventory
     results = tmp_path / "results"
+    exp = tmp_path / "replicas.yaml"  # two testbeds validate at once on two cores: loosely
+    exp.write_text(
+        "name: replicas\nops: [mul]\nsizes: [64]\nrates: [20, 40]\nmethods: [raw]\nreps: 4\nwarmup: 0\n"
+        "replicas: 2\nvalidation: {enabled: true, duration: 2, retries: 2, tolerance_pct: 40}\n"
+    )
     out = run_cli(
-        inventory, "sweep", "--ops", "mul", "--sizes", "64", "--rates", "20,40", "--methods", "raw",
-        "--reps", "4", "--warmup", "0", "--replicas", "2", "--keep-up", "--results", str(results),
-        "--name", "replicas", "--no-analyze", timeout=900,
-    ).stdout  # fmt: skip
+        inventory, "sweep", str(exp), "--keep-up", "--results", str(results), "--no-analyze", timeout=900
+    ).stdout
     assert "on 2 testbeds side by side" in out and "sweep complete" in out
     (run_dir,) = results.iterdir()
     got = rows(run_dir)
