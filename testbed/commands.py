@@ -160,7 +160,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from testbed.lab import STATE_ROOT
-    from testbed.replicas import present_replicas
+    from testbed.replicas import present_replicas, remove_cpu_lock
 
     require_root()
     inv = load(args)
@@ -168,6 +168,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     if inv.backend == "netns":  # a sweep's replicas of this testbed, whatever state they were left in
         for replica in present_replicas(inv, STATE_ROOT):
             removed += open_lab(replica).down()
+        removed += remove_cpu_lock(STATE_ROOT)
     print("testbed down: " + (", ".join(removed) if removed else "nothing to remove"))
     return 0
 

@@ -65,6 +65,16 @@ def sweep_inventories(invs: list[Inventory], count: int) -> list[Inventory]:
     return out
 
 
+def remove_cpu_lock(state_root: Path) -> list[str]:
+    """The replicas' CPU lock file, once no testbed's state is left beside it (`down` of the last)."""
+    lock = state_root / Path(CPU_LOCK).name
+    others = [p for p in state_root.iterdir() if p.is_dir()] if state_root.is_dir() else []
+    if lock.exists() and not others:
+        lock.unlink(missing_ok=True)
+        return [f"lock {lock}"]
+    return []
+
+
 def present_replicas(inv: Inventory, state_root: Path) -> list[Inventory]:
     """Replicas 1.. of `inv` that have anything on this machine (namespaces or state), for `down`."""
     found = []

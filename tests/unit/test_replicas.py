@@ -13,7 +13,13 @@ from contracts.errors import UserError
 from contracts.run import read_trials
 from testbed.bookkeeping import start_run
 from testbed.plan import phases, plan_trials
-from testbed.replicas import CPU_LOCK, present_replicas, replica_inventories, sweep_inventories
+from testbed.replicas import (
+    CPU_LOCK,
+    present_replicas,
+    remove_cpu_lock,
+    replica_inventories,
+    sweep_inventories,
+)
 from testbed.results import ManifestFile
 from testbed.rounds import Rounds
 from testbed.scheduler import WorkSource, split_by_rep
@@ -178,3 +184,14 @@ def test_several_inventories_are_testbeds_of_one_sweep_with_distinct_prefixes(fa
     ]  # one embedded: no lock
     with pytest.raises(UserError, match="two testbeds of the sweep have the prefix tbf"):
         sweep_inventories([fake_inventory, fake_inventory], 1)
+
+
+def test_the_cpu_lock_file_goes_with_the_last_testbed(tmp_path):
+    (tmp_path / "cpu.lock").write_text("")
+    (tmp_path / "tb1").mkdir()  # a testbed still up: its replicas may still time stages
+    assert remove_cpu_lock(tmp_path) == [] and (tmp_path / "cpu.lock").exists()
+    (tmp_path / "tb1").rmdir()
+    assert (
+        remove_cpu_lock(tmp_path) == [f"lock {tmp_path / 'cpu.lock'}"]
+        and not (tmp_path / "cpu.lock").exists()
+    )
