@@ -148,10 +148,17 @@ class Model:
                 self.host.codecs[method]["encode"] * MB
             )
         if self.exp.server_stack == "cgi" and method != GRPC:  # gRPC stays a long-lived server
-            server_s += self.host.cgi_start_s
+            server_s += self.start_up_s(sd)
         client = self.client_marshal_s(method, "encode", up, device)
         client += self.client_marshal_s(method, "decode", down, device)
         return client + wire + server_s + TRIAL_OVERHEAD_S
+
+    def start_up_s(self, server_device: DeviceProfile | None) -> float:
+        """A CGI request's process start-up: the server device's figure when its profile has one (what
+        the trial measures, scaled), else this host's (what it takes here)."""
+        if server_device is not None and "server_start" in server_device.stack:
+            return server_device.stack["server_start"]
+        return self.host.cgi_start_s
 
     def wire_s(self, op: str, size: int, rate_mbps: float | None, method: str) -> float:
         """Seconds the trial's bytes take on the shaped link, both ways (none for a local trial)."""
@@ -216,6 +223,17 @@ def model_for(
 ) -> Model:
     host = measure_host(exp.methods, exp.dtype, exp.seed, cgi=exp.server_stack == "cgi")
     return Model(exp, host, device, cpu_quota, server_device=server_device, replicas=exp.replicas)
+
+
+def replica_hint(share: float, running: int) -> str | None:
+    """What replicas give a sweep on this host, from the timed CPU work's share of a testbed's time: said
+    when several run, or when one leaves the CPU idle most of the time (then as the option to use)."""
+    fit = max(1, int(1 / max(share, 0.01)))
+    if running > 1:
+        return f"timed CPU work is {share:.0%} of a testbed's time: about {fit} testbeds can share this host's CPU lock (running {running})"
+    if share < 0.5 and fit > 1:
+        return f"timed CPU work is {share:.0%} of a testbed's time: --replicas {fit} would keep this host's CPU busy"
+    return None
 
 
 def format_duration(seconds: float) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts.cpu_lock import CpuLock
 from contracts.device import DeviceProfile, stack_key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, TrialRecord, read_trials
@@ -86,6 +87,10 @@ class Testbed:
     warmed: set = field(default_factory=set)  # rates its worker was warmed up at
     brought_up: bool = False
     was_up: bool = False
+    cpu_lock: CpuLock = field(init=False)  # the replicas' host-wide lock, this testbed's own open file
+
+    def __post_init__(self) -> None:
+        self.cpu_lock = CpuLock(self.lab.inv.cpu_lock)
 
 
 class Sweep:
@@ -251,7 +256,10 @@ class Sweep:
         lab, exp = tb.lab, self.exp
         if rate is not None and rate not in tb.problems:
             self.show(f"validating {rate:g} Mbit/s")
-            tb.problems[rate] = validate_or_heal(lab, exp, rate, self.manifest)
+            with (
+                tb.cpu_lock.held()
+            ):  # iperf3 through a userspace switch is CPU work: no replica's stage beside it
+                tb.problems[rate] = validate_or_heal(lab, exp, rate, self.manifest)
         elif rate is not None and not tb.problems[rate]:
             lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
         if tb.problems.get(rate):

@@ -86,7 +86,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.bookkeeping import start_run
     from testbed.device_emulation import client_cpu as emulation_cpu
     from testbed.device_emulation import resolve_device, resolve_server_device
-    from testbed.estimate import format_duration, model_for
+    from testbed.estimate import format_duration, model_for, replica_hint
     from testbed.experiment import FLAGS, load_experiment, override, trial_range
     from testbed.inventory import load_inventory
     from testbed.lock import held
@@ -138,12 +138,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(
         f"estimated duration{whole}: {span} (from the device profile, each method's bytes on the wire, the rates)"
     )
-    share = model.cpu_share()
-    if len(labs) > 1 or share < 0.5:  # say what replicas would give, or give
-        print(
-            f"timed CPU work is {share:.0%} of a testbed's time: about {max(1, int(1 / max(share, 0.01)))} "
-            f"testbeds can share this host's CPU lock (running {len(labs)})"
-        )
+    if hint := replica_hint(model.cpu_share(), len(labs)):
+        print(hint)
     if not args.resume:
         manifest.update(estimate_s=[low, high])
     try:

@@ -4,6 +4,7 @@ code asked a fake host for something nobody scripted."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -172,8 +173,11 @@ def two_testbeds(fake_inventory, tmp_path, monkeypatch):
     from testbed.replicas import replica_inventories
 
     wiring: dict = {}
+    lock = str(tmp_path / "cpu.lock")  # the host-wide lock, where a test may open it
     return [
-        sweep_ready(fake_netns_lab(inv, tmp_path / f"state-{inv.prefix}", monkeypatch, wiring))
+        sweep_ready(
+            fake_netns_lab(replace(inv, cpu_lock=lock), tmp_path / f"state-{inv.prefix}", monkeypatch, wiring)
+        )
         for inv in replica_inventories(fake_inventory, 2)
     ]
 

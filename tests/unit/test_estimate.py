@@ -14,7 +14,15 @@ import pytest
 from contracts.device import DeviceProfile, SpeedCurve
 from contracts.trials import LOCAL
 from contracts.units import expected_goodput
-from testbed.estimate import HTTP_HEADERS, TRIAL_OVERHEAD_S, HostSpeeds, Model, format_duration, measure_host
+from testbed.estimate import (
+    HTTP_HEADERS,
+    TRIAL_OVERHEAD_S,
+    HostSpeeds,
+    Model,
+    format_duration,
+    measure_host,
+    replica_hint,
+)
 from testbed.experiment import Experiment, Validation
 from testbed.progress import PRIOR_S, Progress
 
@@ -56,6 +64,18 @@ def test_on_the_cgi_stack_every_http_trial_pays_a_process_start_up_and_grpc_does
     assert cgi.trial_s("mul", 500, 10.0, "raw") == pytest.approx(wsgi.trial_s("mul", 500, 10.0, "raw") + 0.3)
     assert cgi.trial_s("mul", 500, 10.0, "grpc") == wsgi.trial_s("mul", 500, 10.0, "grpc")
     assert cgi.trial_s("mul", 500, None, LOCAL) == wsgi.trial_s("mul", 500, None, LOCAL)
+
+
+def test_a_server_device_with_a_start_up_figure_gives_the_trials_start_up_and_the_host_its_wall_time():
+    host = replace(HOST, cgi_start_s=0.3)
+    server = replace(DEVICE, name="srv", stack={"server_start": 1.2})
+    plain = Model(replace(EXP, server_stack="cgi"), host, DEVICE, server_device=replace(DEVICE, name="srv"))
+    model = Model(replace(EXP, server_stack="cgi"), host, DEVICE, server_device=server)
+    assert model.trial_s("mul", 500, 10.0, "raw") == pytest.approx(
+        plain.trial_s("mul", 500, 10.0, "raw") + 0.9
+    )
+    # the testbed's own time: the process starts at this host's speed whatever the device
+    assert model.wall_s("mul", 500, 10.0, "raw") == plain.wall_s("mul", 500, 10.0, "raw")
 
 
 def test_the_start_up_is_measured_only_for_the_cgi_stack():
@@ -158,3 +178,9 @@ def test_grpc_is_estimated_with_its_codec_protobuf():
     device = replace(DEVICE, marshalling={"protobuf": {"encode": 50.0, "decode": 400.0}})
     model = Model(replace(EXP, methods=("grpc",)), host, device)
     assert model.client_marshal_s("grpc", "encode", 10**6) == pytest.approx(10**6 / 50e6)
+
+
+def test_the_replica_hint_is_said_when_replicas_run_or_would_help():
+    assert replica_hint(0.6, 1) is None  # one testbed keeps the CPU busy enough
+    assert replica_hint(0.3, 1).endswith("--replicas 3 would keep this host's CPU busy")
+    assert replica_hint(0.3, 4).endswith("about 3 testbeds can share this host's CPU lock (running 4)")

@@ -3,6 +3,8 @@ the host-wide CPU lock, and a sweep over two fake testbeds."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from dataclasses import replace
 
@@ -24,7 +26,7 @@ from testbed.results import ManifestFile
 from testbed.rounds import Rounds
 from testbed.scheduler import WorkSource, split_by_rep
 from testbed.sweep import run_sweep
-from tests.fakes import FAKE_SWEEP
+from tests.fakes import FAKE_SWEEP, link
 from tests.helpers import saved
 
 
@@ -142,6 +144,30 @@ def test_a_sweep_over_two_testbeds_runs_every_trial_once_and_records_where(two_t
     assert (run_dir / "worker-0.log").exists() and (run_dir / "worker-1.log").exists()
     (session,) = data["sessions"]
     assert [(t["replica"], t["prefix"]) for t in session["testbeds"]] == [(0, "tbf"), (1, "tbf1")]
+
+
+def test_each_testbed_validates_its_link_holding_the_cpu_lock(two_testbeds, tmp_path):
+    """iperf3 through the embedded (userspace) switch is CPU work: while one testbed validates, no
+    other testbed's timed stage and no other validation may run on the host."""
+    path = two_testbeds[0].inv.cpu_lock
+    seen = []
+
+    def locked(rate_mbps: float, run: int) -> float:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # another process's view of the lock
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            seen.append(False)
+        except BlockingIOError:
+            seen.append(True)
+        finally:
+            os.close(fd)
+        return 0.99
+
+    for lab in two_testbeds:
+        link(lab, locked)
+    run_dir = tmp_path / "run"
+    run_sweep(two_testbeds, FAKE_SWEEP, run_dir, start_run(run_dir, "fake-lock", FAKE_SWEEP, two_testbeds[0]))
+    assert seen and all(seen), "every iperf3 run happened under the host-wide lock"
 
 
 def test_an_interrupted_sweep_over_two_testbeds_resumes_with_exactly_the_missing_trials(
