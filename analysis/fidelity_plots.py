@@ -16,11 +16,24 @@ WORK_OF_ROLE = {
 }
 
 
+def across_sizes(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows, those of no size repeated at every size of the others (one point each)."""
+    sized = rows[rows["size"].notna()]
+    unsized = rows[rows["size"].isna()]
+    if unsized.empty or sized.empty:
+        return sized if not sized.empty else rows
+    sizes = sorted(sized["size"].unique())
+    spread = [unsized.assign(size=s) for s in sizes]
+    return pd.concat([sized, *spread], ignore_index=True).astype({"size": int})
+
+
 def fidelity_figure(
     rows: pd.DataFrame, device: str, mode: str, tolerance_pct: float, role: str = "client"
 ) -> Figure:
     """`rows`: one calibration's rows (work, op, size, target_s, achieved_s, error_pct, flagged) of the
-    device emulated on `role`'s host; the title names the role, so two such figures are told apart."""
+    device emulated on `role`'s host; the title names the role, so two such figures are told apart.
+    Work of no size (the cgi stack's start-up) is drawn flat across the sizes."""
+    rows = across_sizes(rows)
     works = list(dict.fromkeys(rows["work"]))
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax_time, ax_err = fig.subplots(1, 2, width_ratios=(3, 2))

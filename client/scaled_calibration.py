@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 
 from client.sampling import BUDGET_S, precise, sampled
-from client.trial_work import check_row, grid_works, target_s
-from contracts.device import DeviceProfile, Grid, key
+from client.trial_work import check_row, grid_works, target_s, work_key
+from contracts.device import DeviceProfile, Grid
 
 
 def calibrate(
@@ -58,7 +58,17 @@ def calibrate(
     ):
         target = target_s(device, kind, op, size, codec, data)
         factor = target / max(host_s, 1e-7)
-        scale[key(kind, op, size, codec)] = factor
+        scale[work_key(kind, op, size, codec)] = factor
         row = check_row(kind, codec, op, size, target, again_s * factor, tolerance_pct)
+        if row["flagged"]:  # the error is the two means' difference: this host's noise, said as such
+            known = all(precise(taken[h::2], tolerance_pct / 200) for h in (0, 1))
+            row["reason"] = (
+                f"this host's CPU time for it varied: two means of {len(taken) // 2} samples each"
+                + (
+                    ""
+                    if known
+                    else f", neither known within ±{tolerance_pct / 2:g}% when its {budget_s:g} s ran out"
+                )
+            )
         rows.append({**row, "host_cpu_s": host_s, "slowdown": factor, "samples": len(taken)})
     return {"device": device.name, "mode": "scaled", "role": grid.role, "rows": rows, "scale": scale}

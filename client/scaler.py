@@ -5,8 +5,9 @@ CPU times it measured around exactly each stage and reported in `Server-Timing`)
 device's. Communication is measured, never scaled: the request's wall time minus the server's
 measured (not scaled) stages. One exception, the cgi stack's process start-up, which the paper's
 communication includes: with a server device whose profile gives its start-up (`stack:
-server_start`, seconds on the device), the measured start-up in communication is replaced by the
-device's (`t_server_start` becomes it, `wall_server_start` keeps what was measured).
+server_start`, seconds on the device, calibrated into a slowdown like any work), the measured
+start-up in communication is replaced by its CPU time times that slowdown (`t_server_start` becomes
+it, `wall_server_start` keeps what was measured).
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ class Scaler:
         if self.server_scale is None:  # the request as measured: communication and the server's stages
             out["t_total"] = out["t_client_encode"] + out["t_request"] + out["t_client_decode"]
             return
-        device_start = self.server_scale.get(stack_key("server_start"))
-        if device_start is not None and out.get("t_server_start") is not None:
+        start = self.server_scale.get(stack_key("server_start"))  # a slowdown, as every stage's
+        if start is not None and out.get("t_server_start") is not None:
+            if out.get("cpu_server_start") is None:
+                raise ValueError("the trial has no CPU time for server_start: the server did not report it")
+            device_start = out["cpu_server_start"] * start
             out["wall_server_start"] = out["t_server_start"]
             out["t_comm"] += device_start - out["t_server_start"]
             out["t_server_start"] = device_start

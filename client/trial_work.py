@@ -2,21 +2,26 @@
 
 Every kind of work of a grid: each operation at each size (`kernel`), and each method's codec
 encoding the request (`encode`) and decoding the response (`decode`), on the very operands the
-trials use. The calibration, the throttle check and a measured profile all time these.
+trials use. The calibration, the throttle check and a measured profile all time these. On the
+server's cgi stack, one more: a request's process start-up (`server_start`, whatever the op and
+size), timed by a fresh process that starts as the CGI script does (`Grid.start_argv`).
 """
 
 from __future__ import annotations
 
+import subprocess
 import zlib
 
 import numpy as np
 
-from client.sampling import Work
+from client.sampling import SelfTimed, Work
 from contracts.codecs import get_codec
-from contracts.device import DeviceProfile, Grid, key
+from contracts.device import DeviceProfile, Grid, key, stack_key
 from contracts.ops import execute
-from contracts.trials import GRPC, method_codec
+from contracts.trials import GRPC, SERVER_START, method_codec
 from contracts.wire import body_bytes
+
+START = SERVER_START[0]  # the cgi stack's process start-up, a kind of work of its own
 
 
 def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray]:
@@ -67,6 +72,8 @@ def target_s(
     device: DeviceProfile, kind: str, op: str, size: int, codec: str | None, data_bytes: int
 ) -> float:
     """The device's time for a kind of work, from its profile."""
+    if kind == START:
+        return device.stack[START]
     if kind == "kernel":
         return device.compute_s(op, size)
     return device.marshal_s(codec, kind, data_bytes)
@@ -78,7 +85,7 @@ def check_row(
     """One row of a calibration's table: a kind of work's target, what was achieved, and the error."""
     error = (achieved - target) / target * 100
     return {
-        "key": key(kind, op, size, codec),
+        "key": work_key(kind, op, size, codec),
         "work": kind if codec is None else f"{codec} {kind}",
         "op": op,
         "size": size,
@@ -90,10 +97,27 @@ def check_row(
 
 
 def grid_works(grid: Grid) -> list[tuple]:
-    """(op, size, kind, codec, work, bytes of matrix data) for every kind of work of the grid."""
-    return [
+    """(op, size, kind, codec, work, bytes of matrix data) for every kind of work of the grid; the
+    stack's start-up, if the grid has one, for any op and size (op "any", size None)."""
+    out = [
         (op, size, *w)
         for op in grid.ops
         for size in grid.sizes
         for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs), grid.role)
     ]
+    if grid.start_argv:
+        out.append(("any", None, START, None, SelfTimed(lambda: start_cpu_s(grid.start_argv)), 0))
+    return out
+
+
+def work_key(kind: str, op: str, size: int | None, codec: str | None = None) -> str:
+    """The calibration's key of a kind of work (`contracts.device.key`; the start-up's is its stack key)."""
+    return stack_key(START) if kind == START else key(kind, op, size, codec)
+
+
+def start_cpu_s(argv: tuple[str, ...]) -> float:
+    """CPU seconds a fresh process took to start as a CGI request's does: what it prints, its
+    `time.process_time()` where the request's `server_start` stage ends (the parent's clock cannot
+    see a child's CPU)."""
+    out = subprocess.run(list(argv), capture_output=True, text=True, check=True, timeout=120)
+    return float(out.stdout.split()[-1])

@@ -133,14 +133,28 @@ class Grid:
     dtype: str = "float64"
     seed: int = 1
     role: str = "client"
+    # the server's cgi stack: argv of a process that starts as a CGI request's does and prints its CPU
+    # seconds at the point the request's `server_start` stage ends (empty: no start-up to calibrate)
+    start_argv: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, ops, sizes, codecs, dtype: str = "float64", seed: int = 1, role: str = "client") -> Grid:
+    def of(
+        cls,
+        ops,
+        sizes,
+        codecs,
+        dtype: str = "float64",
+        seed: int = 1,
+        role: str = "client",
+        start_argv=(),
+    ) -> Grid:
         """Sizes sorted and once each; the local marker is not a codec."""
         if role not in ROLES:
             raise ValueError(f"role {role!r} is not one of {ROLES}")
+        if start_argv and role != "server":
+            raise ValueError("only the server has a stack start-up to calibrate")
         codecs = tuple(c for c in codecs if c != LOCAL)
-        return cls(tuple(ops), tuple(sorted(set(sizes))), codecs, dtype, seed, role)
+        return cls(tuple(ops), tuple(sorted(set(sizes))), codecs, dtype, seed, role, tuple(start_argv))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -154,4 +168,5 @@ class Grid:
             data["dtype"],
             data["seed"],
             data.get("role", "client"),
+            data.get("start_argv", ()),
         )

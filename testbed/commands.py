@@ -11,7 +11,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.profiles import MIN_CPU_QUOTA, CpuProfile
-from contracts.trials import SERVER_STACKS
+from contracts.trials import SERVER_STACKS, SERVER_START
 from contracts.units import format_rate
 from testbed.cli_args import (
     RESULTS,
@@ -332,11 +332,16 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
         inv = inv.with_client_cpu(device_emulation.client_cpu(device, args.mode))
     lab = open_lab(inv)
     lab.require_up()
-    grid = Grid.of(ops, sizes, codecs, role=args.host)
+    grid = (
+        device_emulation.server_grid(lab, device, ops, sizes, codecs)
+        if args.host == "server"
+        else Grid.of(ops, sizes, codecs)
+    )
     result = device_emulation.emulate(lab, device, args.mode, grid, slow_host)
     if args.json:
         kernels = [r for r in result["rows"] if r["work"] == "kernel"]
-        codec_rows = [r for r in result["rows"] if r["work"] != "kernel"]
+        stack = [r for r in result["rows"] if r["work"] == SERVER_START[0]]  # the cgi stack's start-up
+        codec_rows = [r for r in result["rows"] if r["work"] not in ("kernel", SERVER_START[0])]
         keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
         # throttle: the quota each work ran under, its period, why it is flagged, the first check's error;
         # scaled: how many samples it took to know the work's mean
@@ -356,6 +361,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
                     {"codec": r["work"].split()[0], "stage": r["work"].split()[1], **row(r)}
                     for r in codec_rows
                 ],
+                **({"stack": [{"cost": r["work"], **row(r)} for r in stack]} if stack else {}),
             }
         )
     else:

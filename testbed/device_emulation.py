@@ -16,7 +16,7 @@ from contracts.device import MODES, DeviceProfile, Grid
 from contracts.errors import UserError
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Calibration, Device
-from contracts.trials import LOCAL
+from contracts.trials import LOCAL, SERVER_START
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
 from testbed.inventory import Inventory
@@ -60,8 +60,27 @@ def resolve_server_device(
 def emulate_server_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> dict:
     """Calibrate the server host for its device (scaled: the server's stages are scaled from the CPU
     time it measures around each, whatever mode the client is emulated in)."""
-    grid = Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed, role="server")
+    grid = server_grid(
+        lab, device, exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed, exp.server_stack == "cgi"
+    )
     return emulate(lab, device, "scaled", grid)
+
+
+def server_grid(
+    lab: Lab,
+    device: DeviceProfile,
+    ops,
+    sizes,
+    codecs,
+    dtype: str = "float64",
+    seed: int = 1,
+    cgi: bool = True,
+) -> Grid:
+    """The server's work for its calibration, and on the cgi stack its process start-up where the
+    device's profile gives one (`server.start_probe` starts as a CGI request's process does)."""
+    start = cgi and SERVER_START[0] in device.stack
+    argv = lab.host("server").python("server.start_probe") if start else ()
+    return Grid.of(ops, sizes, codecs, dtype, seed, role="server", start_argv=argv)
 
 
 def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
@@ -221,7 +240,7 @@ def flagged(calibration: dict) -> set[tuple[str, int, str]]:
     """(op, size, method) of every trial a missed target affects; method "local" for the kernel."""
     out = set()
     for row in calibration["rows"]:
-        if row["flagged"]:
+        if row["flagged"]:  # the start-up's row: (any, None, server_start)
             codec = row["work"].split()[0] if row["work"] != "kernel" else LOCAL
             out.add((row["op"], row["size"], codec))
     return out
@@ -256,7 +275,7 @@ def format_calibration(calibration: dict) -> str:
             else ""
         )
         lines.append(
-            f"{r['work']:<20} {r['op']:<4} {r['size']:>5} {r['target_s']:>10.4f} {r['achieved_s']:>11.4f} "
+            f"{r['work']:<20} {r['op']:<4} {r['size'] or '-':>5} {r['target_s']:>10.4f} {r['achieved_s']:>11.4f} "
             f"{r['error_pct']:>+7.1f}%{per_work}"
             + (f" {r['samples']:>8}" if counted else "")
             + ("  FLAGGED" if r["flagged"] else "")

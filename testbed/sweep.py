@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.cpu_lock import CpuLock
-from contracts.device import DeviceProfile, stack_key
+from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, TrialRecord, read_trials
-from contracts.trials import GRPC, LOCAL
+from contracts.trials import GRPC, LOCAL, SERVER_START
 from testbed import device_emulation
 from testbed.bookkeeping import (
     counters_after,
@@ -354,13 +354,17 @@ class Sweep:
         return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")
 
 
-def server_stack_costs(exp: Experiment, profile: DeviceProfile) -> dict[str, float]:
-    """What the server device's stack costs on the device, for the worker's server scale: the cgi
-    stack's process start-up where the profile gives it (otherwise this host's start-up stays)."""
-    start = profile.stack.get("server_start")
-    if exp.server_stack != "cgi" or start is None:
-        return {}
-    return {stack_key("server_start"): start}
+def server_marks(exp: Experiment, missed: set[tuple]) -> set[tuple[str, int, str]]:
+    """The (op, size, method) of the trials a server calibration's missed targets mark: its kernel's
+    every remote trial of its (op, size); its start-up's every HTTP trial (gRPC has no cgi process)."""
+    remote = [m for m in exp.methods if m != LOCAL]
+    out = set()
+    for op, size, work in missed:
+        if work == SERVER_START[0]:
+            out |= {(o, s, m) for o in exp.ops for s in exp.sizes for m in remote if m != GRPC}
+        else:
+            out |= {(op, size, m) for m in (remote if work == LOCAL else [work])}
+    return out
 
 
 def calibrate_devices(
@@ -388,12 +392,10 @@ def calibrate_devices(
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
             device_emulation.record(manifest, profile, "scaled", result, now(), "server", lab.replica)
-            scale = {**result["scale"], **server_stack_costs(exp, profile)}
-            calibration = {**(calibration or {}), "server_scale": scale}
+            calibration = {**(calibration or {}), "server_scale": result["scale"]}
         missed = device_emulation.flagged(result)
         if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
-            remote = [m for m in exp.methods if m != LOCAL]
-            missed = {(op, size, m) for op, size, w in missed for m in (remote if w == LOCAL else [w])}
+            missed = server_marks(exp, missed)
         marks |= missed
         progress.reset_clock()
         if missed:

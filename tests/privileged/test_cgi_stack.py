@@ -133,3 +133,29 @@ def test_a_tiny_sweep_through_the_cgi_stack(inventory, lease, tmp_path):
     cells = (run_dir / "analysis" / "cells.csv").read_text().splitlines()[0].split(",")
     assert {"t_server_start_mean", "t_comm_net_mean"} <= set(cells)
     assert leftovers(lease.prefix) == []  # the sweep brought the testbed up and took it down
+
+
+def test_a_server_devices_start_up_is_calibrated_and_scales_each_requests(inventory, lease, tmp_path):
+    """paper-i3 on the cgi stack: the server's calibration times fresh start-ups (`server_start`'s
+    row), and each HTTP trial's start-up is its CPU time times that slowdown, in communication."""
+    results = tmp_path / "results"
+    run_cli(
+        inventory, "sweep", "--ops", "mul", "--sizes", "64", "--rates", "50", "--methods", "raw,grpc",
+        "--reps", "2", "--warmup", "0", "--server-stack", "cgi", "--server-device", "paper-i3",
+        "--no-validate", "--no-analyze", "--results", str(results), timeout=900,
+    )  # fmt: skip
+    (run_dir,) = results.iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (calibration,) = manifest["server_device"]["calibrations"]
+    (start,) = [r for r in calibration["rows"] if r["work"] == "server_start"]
+    assert start["key"] == "stack|server_start" and start["target_s"] == 0.15 and start["host_cpu_s"] > 0
+    for r in rows(run_dir):
+        if r["method"] == "raw":
+            f = {k: float(v) for k, v in r.items() if k.startswith(("t_", "wall_", "cpu_")) and v}
+            assert f["t_server_start"] == pytest.approx(f["cpu_server_start"] * start["slowdown"])
+            measured = f["wall_server_decode"] + f["wall_server_compute"] + f["wall_server_encode"]
+            comm = f["t_request"] - measured - f["wall_server_start"] + f["t_server_start"]
+            assert f["t_comm"] == pytest.approx(comm, abs=1e-6)
+        elif r["method"] == "grpc":  # a long-lived server: no start-up
+            assert r["t_server_start"] == ""
+    assert leftovers(lease.prefix) == []

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyze
+from analysis.fidelity_plots import across_sizes, fidelity_figure
 from analysis.plots import BUILDERS, fidelity_jobs
 from analysis.synthetic import write_synthetic_run
 from contracts.run import TrialWriter, read_manifest, read_trials
@@ -211,3 +212,20 @@ def test_the_stored_v1_run_shows_its_client_device_and_a_server_that_ran_as_its_
     assert "  calibration 1 (2026-11-24T04:05:27+0000): 0 of 14 outside 10%" in lines
     assert "server: the server ran as its host (no device profile)" in lines
     assert sorted(p.name for p in out.glob("fidelity*")) == ["fidelity-client.png", "fidelity-client.svg"]
+
+
+def test_a_start_up_row_of_no_size_is_drawn_flat_across_the_sizes():
+    rows = pd.DataFrame(
+        [
+            {"work": "kernel", "op": "mul", "size": s, "target_s": s / 100, "achieved_s": s / 100,
+             "error_pct": 0.0, "flagged": False}
+            for s in (200, 400)
+        ]
+        + [{"work": "server_start", "op": "any", "size": None, "target_s": 0.15, "achieved_s": 0.16,
+            "error_pct": 6.7, "flagged": False}]
+    )  # fmt: skip
+    spread = across_sizes(rows)
+    start = spread[spread["work"] == "server_start"]
+    assert list(start["size"]) == [200, 400] and set(start["achieved_s"]) == {0.16}
+    fig = fidelity_figure(rows, "paper-i3", "scaled", 10.0, role="server")
+    assert len(fig.axes[0].get_lines()) == 2 * 2  # target and achieved, kernel and start-up

@@ -5,18 +5,20 @@ that calibrates the server host and hands its slowdowns to the trial worker."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 
 import pytest
 
 from client.scaled_calibration import calibrate
 from client.trial_work import works
-from contracts.device import DeviceProfile, Grid, SpeedCurve, key
+from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import read_manifest, write_manifest
 from contracts.trials import format_server_timing, parse_server_timing
 from server.timing import StageClock
 from testbed.bookkeeping import start_run
+from testbed.device_emulation import format_calibration
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, override
 from testbed.results import ManifestFile
@@ -70,6 +72,38 @@ def test_a_server_calibration_reaches_its_targets_on_this_host():
     assert decode["target_s"] == pytest.approx(2 * 64 * 64 * 8 / 50e6)  # both operands, at 50 MB/s
     assert set(result["scale"]) == {key("kernel", "mul", 64), key("decode", "mul", 64, "raw"),
                                     key("encode", "mul", 64, "raw")}  # fmt: skip
+
+
+def test_the_cgi_start_up_is_calibrated_from_what_its_process_reports(tmp_path):
+    """The start-up's time is the child's own (the CPU seconds it prints), scaled to the profile's
+    figure like any work; its row and slowdown carry the stack's key, whatever the op and size."""
+    device = DeviceProfile(
+        "srv", {"mul": SpeedCurve(((1, 0.05),))}, {"raw": {"encode": 100, "decode": 50}},
+        stack={"server_start": 0.15},
+    )  # fmt: skip
+    child = [sys.executable, "-c", "print(0.375)"]  # a start-up that always costs 0.375 s of CPU
+    grid = Grid.of(["mul"], [64], ["raw"], role="server", start_argv=child)
+    result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
+    (start,) = [r for r in result["rows"] if r["work"] == "server_start"]
+    assert (start["key"], start["op"], start["size"]) == (stack_key("server_start"), "any", None)
+    assert start["host_cpu_s"] == 0.375 and start["achieved_s"] == pytest.approx(0.15)
+    assert result["scale"][stack_key("server_start")] == pytest.approx(0.15 / 0.375)
+    assert "server_start" in format_calibration(result)
+
+
+def test_a_flagged_scaled_row_says_why(tmp_path):
+    """The check's error is the difference of two means of alternate samples: a host whose time for the
+    work alternates (here a start-up of 0.4 s, then 0.1 s, ...) misses, and the row says so."""
+    device = DeviceProfile("srv", {"mul": SpeedCurve(((1, 0.05),))}, {}, stack={"server_start": 0.15})
+    count = tmp_path / "count"
+    count.write_text("0")
+    flip = [sys.executable, "-c", f"import pathlib; p = pathlib.Path({str(count)!r}); n = int(p.read_text()); "
+            "p.write_text(str(n + 1)); print(0.1 if n % 2 == 0 else 0.4)"]  # fmt: skip
+    grid = Grid.of(["mul"], [32], [], role="server", start_argv=flip)
+    result = calibrate(device, grid, reps=4, tolerance_pct=10, budget_s=0)
+    (start,) = [r for r in result["rows"] if r["work"] == "server_start"]
+    assert start["flagged"] and start["error_pct"] == pytest.approx(-75.0)  # 0.1 against 0.4
+    assert start["reason"] == "this host's CPU time for it varied: two means of 4 samples each"
 
 
 def test_an_experiment_names_its_server_device_and_a_bad_one_is_refused(tmp_path):

@@ -17,10 +17,12 @@ from client.scaler import Scaler
 from contracts.device import DeviceProfile, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
+from contracts.trials import LOCAL
 from testbed.bookkeeping import start_run
+from testbed.device_emulation import server_grid
 from testbed.experiment import load_experiment, override
 from testbed.lab import CGI_DIR
-from testbed.sweep import run_sweep, server_stack_costs
+from testbed.sweep import run_sweep, server_marks
 from tests.fakes import FAKE_SWEEP, HEALTH
 
 EXP = """\
@@ -198,7 +200,8 @@ def cgi_remote(start: float | None) -> dict:
     out = {"t_client_encode": 0.01, "cpu_client_encode": 0.01, "t_client_decode": 0.02,
            "cpu_client_decode": 0.02, "t_request": 1.0, "t_server_decode": 0.05, "cpu_server_decode": 0.04,
            "t_server_compute": 0.1, "cpu_server_compute": 0.2, "t_server_encode": 0.03,
-           "cpu_server_encode": 0.03, "t_server_start": start}  # fmt: skip
+           "cpu_server_encode": 0.03, "t_server_start": start,
+           "cpu_server_start": None if start is None else 0.25}  # fmt: skip
     out["t_comm"] = 1.0 - (0.05 + 0.1 + 0.03)  # the start-up inside, as the paper counted it
     return out
 
@@ -207,11 +210,11 @@ SERVER_SCALE = {key("decode", "mul", 400, "raw"): 1.0, key("kernel", "mul", 400)
                 key("encode", "mul", 400, "raw"): 1.0}  # fmt: skip
 
 
-def test_a_server_devices_start_up_replaces_the_measured_one_in_communication():
+def test_a_server_devices_start_up_is_its_cpu_time_scaled_and_replaces_the_measured_one_in_communication():
     out = cgi_remote(0.3)
     Scaler(None, {**SERVER_SCALE, stack_key("server_start"): 2.0}).remote(out, "mul", 400, "raw")
-    assert out["t_server_start"] == 2.0 and out["wall_server_start"] == 0.3
-    assert out["t_comm"] == pytest.approx(0.82 - 0.3 + 2.0)
+    assert out["t_server_start"] == pytest.approx(0.25 * 2.0) and out["wall_server_start"] == 0.3
+    assert out["t_comm"] == pytest.approx(0.82 - 0.3 + 0.5)
     assert out["t_total"] == pytest.approx(0.01 + out["t_comm"] + 0.04 + 0.2 + 0.03 + 0.02)
 
 
@@ -223,9 +226,23 @@ def test_without_a_start_up_figure_or_a_start_up_communication_stays_as_measured
         assert "wall_server_start" not in out
 
 
-def test_the_sweep_passes_the_profiles_start_up_to_the_worker_only_on_the_cgi_stack():
+def test_a_start_up_without_its_cpu_time_is_a_bug_not_a_guess():
+    out = {**cgi_remote(0.3), "cpu_server_start": None}
+    with pytest.raises(ValueError, match="no CPU time for server_start"):
+        Scaler(None, {**SERVER_SCALE, stack_key("server_start"): 2.0}).remote(out, "mul", 400, "raw")
+
+
+def test_the_server_calibrates_its_start_up_only_on_the_cgi_stack_with_a_profile_figure(netns):
     profile = DeviceProfile("srv", {"mul": SpeedCurve(((1, 1.0),))}, {}, stack={"server_start": 1.5})
     cgi = replace(FAKE_SWEEP, server_stack="cgi")
-    assert server_stack_costs(cgi, profile) == {stack_key("server_start"): 1.5}
-    assert server_stack_costs(FAKE_SWEEP, profile) == {}  # wsgi: no process start-up to replace
-    assert server_stack_costs(cgi, replace(profile, stack={})) == {}  # no figure: this host's stays
+    grid = server_grid(netns, profile, cgi.ops, cgi.sizes, cgi.methods, cgi=True)
+    assert grid.start_argv[-2:] == ("-m", "server.start_probe") and grid.role == "server"
+    assert server_grid(netns, profile, ["mul"], [100], ["raw"], cgi=False).start_argv == ()  # wsgi
+    assert server_grid(netns, replace(profile, stack={}), ["mul"], [100], ["raw"]).start_argv == ()
+
+
+def test_a_missed_start_up_marks_every_http_trial_and_a_missed_kernel_its_remote_ones():
+    exp = replace(FAKE_SWEEP, server_stack="cgi", methods=("json", "grpc"))
+    marks = server_marks(exp, {("any", None, "server_start")})
+    assert marks == {(o, s, "json") for o in exp.ops for s in exp.sizes}  # gRPC starts no process
+    assert server_marks(exp, {("mul", 100, LOCAL)}) == {("mul", 100, "json"), ("mul", 100, "grpc")}
