@@ -31,11 +31,13 @@ def analyze(
     from analysis.energy import as_decision_cells, energy_cells, run_power
     from analysis.link_counters import link_counters
     from analysis.load import load_run, output_dir
+    from analysis.paper_checks import held_out_summary, judged, paper_checks
     from analysis.plots import make_plots, remove_plots
     from analysis.replicas import has_replicas, replica_effect, replica_summary
     from analysis.report import write_report
     from analysis.summary import summary_text
     from analysis.tables import write_tables
+    from analysis.trial_fidelity import fidelity_lines, trial_fidelity
     from contracts.power import load_power
     from contracts.run import MANIFEST_FILE
 
@@ -48,6 +50,12 @@ def analyze(
         "cumulative_penalty": cumulative_penalties(cells),
         "link_counters": link_counters(run.trials, run.manifest),
     }
+    if not (
+        fidelity := trial_fidelity(run.trials, run.manifest)
+    ).empty:  # the devices, as the trials kept them
+        tables["trial_fidelity"] = fidelity
+    if judged(checks := paper_checks(cells)):  # the paper's grid, or part of it: its statements
+        tables["paper_checks"] = checks
     if has_replicas(run.trials):  # a sweep over several testbeds: did they measure alike?
         tables["replica_effect"] = replica_effect(run.trials)
     if figures_of is not None:
@@ -66,8 +74,14 @@ def analyze(
     summary = summary_text(
         run_id, run.trials, cells, tables["decision_vectors"], tables["cumulative_penalty"], run.manifest
     )
+    if "trial_fidelity" in tables:
+        summary += "\n" + "\n".join(fidelity_lines(tables["trial_fidelity"]))
     if (replicas := replica_summary(tables.get("replica_effect"), run.trials)) is not None:
         summary += "\n" + replicas
+    if "paper_checks" in tables:
+        summary += (
+            f"\nagainst the paper: {held_out_summary(tables['paper_checks'])} (analysis/paper_checks.csv)"
+        )
     write_report(
         out_dir / "report.html",
         run_id=run_id,

@@ -70,6 +70,7 @@ def write_report(
         "cell is missing (no successful trial or no local baseline); the count in brackets counts the 1s only "
         "and says how many rates are undecided or missing. Penalty = mean remote - mean local completion time "
         "(s), given for undecided cells too; a cumulative penalty is only given when every rate is known.</p>",
+        *_paper_html(tables.get("paper_checks")),
         '<h2 id="manifest">Run</h2>',
         _manifest_html(manifest),
         '<h2 id="validation">Link validation</h2>',
@@ -89,6 +90,7 @@ def write_report(
         "<h3>Cumulative penalty vectors (s)</h3>",
         _table(tables["cumulative_penalty"]),
         *_replicas_html(tables.get("replica_effect")),
+        *_trial_fidelity_html(tables.get("trial_fidelity")),
         "<h3>Undecided cells</h3>",
         _undecided_html(cells),
         "<h3>Failures</h3>",
@@ -367,6 +369,40 @@ def _prediction_html(out_dir: Path) -> list[str]:
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{_e(png.stem)}"></figure>')
     return parts
+
+
+def _trial_fidelity_html(table: pd.DataFrame | None) -> list[str]:
+    """The devices as the trials kept them: each kind of work's mean used time against its target."""
+    if table is None:
+        return []
+    note = (
+        '<p class="note">Per role, kind of work, op, size and method: the device profile\'s time (target_s) '
+        "against the mean of the time the trials used for that stage (mean_s, ± ci95), over every successful "
+        "trial; flagged outside the calibration's tolerance. A calibration checks the work in its own "
+        "process; this checks it where it counted, inside the trials (analysis/trial_fidelity.py).</p>"
+    )
+    classes = ["missing" if f else "" for f in table["flagged"]]
+    return ['<h3 id="trial-fidelity">The devices in the trials</h3>', note, _table(table, classes)]
+
+
+def _paper_html(checks: pd.DataFrame | None) -> list[str]:
+    """ "Against the paper": each of its statements, the measured figure, and whether it holds."""
+    if checks is None:
+        return []
+    from analysis.paper_checks import FAILS, held_out_summary
+
+    note = (
+        '<p class="note">The quantitative statements of section III of "The Effect of Data Marshalling on '
+        'Computation Offloading Decisions", judged on this run (analysis/paper_checks.py). <em>fit</em>: the '
+        "device profiles were derived from the statement; <em>held out</em>: they were not, so it validates "
+        "them. Figures are means ± the half-width of their 95% CI; a decision statement is undecided when a "
+        f"cell it needs is. {_e(held_out_summary(checks))}.</p>"
+    )
+    return [
+        '<h2 id="paper">Against the paper</h2>',
+        note,
+        _table(checks, ["missing" if h == FAILS else "" for h in checks["holds"]]),
+    ]
 
 
 def _replicas_html(table: pd.DataFrame | None) -> list[str]:

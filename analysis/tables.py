@@ -52,6 +52,8 @@ FILES = {
     "decision_vectors_energy": "decision_vectors_energy.csv",
     "cumulative_penalty_energy": "cumulative_penalty_energy.csv",
     "replica_effect": "replica_effect.csv",
+    "paper_checks": "paper_checks.csv",
+    "trial_fidelity": "trial_fidelity.csv",
 }
 
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from analysis.paper_checks import held_out_summary, paper_checks  # noqa: E402
 from contracts.trials import LOCAL  # noqa: E402
 from testbed.devices import load_device  # noqa: E402
 from testbed.estimate import HostSpeeds, Model  # noqa: E402
@@ -34,7 +35,6 @@ from testbed.experiment import Experiment, Validation  # noqa: E402
 SIZES = (400, 500, 600, 700, 800, 900, 1000, 1100, 1200)
 RATES = (10, 20, 40, 60, 80, 100)  # Mbit/s
 METHODS = ("json", "ujson", "raw")
-USED = frozenset({6, 7, 10, 11, 16, 20})  # what paper-p4 and paper-i3 were derived from
 SAMPLE = 64
 
 
@@ -120,158 +120,33 @@ class Grid:
     def vector(self, size: int, method: str, op: str = "mul") -> str:
         return "".join("1" if self.cell(size, r, method, op).offload else "0" for r in RATES)
 
-    def count(self, size: int, method: str, op: str = "mul") -> int:
-        return self.vector(size, method, op).count("1")
-
     def penalty(self, size: int, method: str, op: str = "mul") -> float:
         """The cumulative penalty: remote less local, summed over the six rates (as `analysis`)."""
         return sum(self.cell(size, r, method, op).penalty for r in RATES)
 
-    def gap(self, size: int, worse: str, better: str = "raw") -> float:
-        return self.penalty(size, worse) - self.penalty(size, better)
 
-    def ratio(self, size: int, method: str, rate: int = 100, op: str = "mul") -> float:
-        return self.cell(size, rate, method, op).marshalling_ratio
-
-    def lowest_rate(self, size: int, method: str) -> int | None:
-        paying = [r for r, bit in zip(RATES, self.vector(size, method), strict=True) if bit == "1"]
-        return min(paying) if paying else None
-
-
-@dataclass(frozen=True)
-class Check:
-    number: int
-    statement: str
-    paper: str
-    judge: Callable[[Grid], tuple[str, bool]]
+def model_cells(cells: list[Cell]) -> pd.DataFrame:
+    """The model's cells in the analysis's shape (`analysis.cells.cell_table`), for the paper's checks:
+    means without noise (CIs zero, every difference significant)."""
+    return pd.DataFrame(
+        [
+            {"op": c.op, "size": c.size, "rate_mbps": float(c.rate), "method": c.method, "n": 1,
+             "mean": c.remote_s, "ci95": 0.0, "local_mean": c.local_s, "offload": int(c.offload),
+             "significant": True, "penalty": c.penalty, "t_server_compute_mean": c.compute_s,
+             "t_server_compute_ci95": 0.0}
+            for c in cells
+        ]
+    ).astype({"offload": "Int64", "significant": "boolean"})  # fmt: skip
 
 
-def _near(value: float, target: float, rel: float) -> bool:
-    return abs(value - target) <= rel * abs(target)
-
-
-def _pct(values: dict[str, float]) -> str:
-    return ", ".join(f"{m} {v:.0%}" for m, v in values.items())
-
-
-def _ratios(g: Grid, size: int, targets: dict[str, float]) -> tuple[str, bool]:
-    """Marshalling-to-completion at 100 Mbit/s, within 5 points of each quoted figure."""
-    got = {m: g.ratio(size, m) for m in targets}
-    return _pct(got), all(abs(got[m] - t) <= 0.05 for m, t in targets.items())
-
-
-def _gap(g: Grid, size: int, worse: str, target: float) -> tuple[str, bool]:
-    """A cumulative penalty gap within 25% of the paper's seconds."""
-    value = g.gap(size, worse)
-    return f"{value:.2f} s", _near(value, target, 0.25)
-
-
-def _vectors_equal(g: Grid, size: int) -> tuple[str, bool]:
-    vectors = {m: g.vector(size, m) for m in METHODS}
-    return " ".join(f"{m} {v}" for m, v in vectors.items()), len(set(vectors.values())) == 1
-
-
-def _practically_never(g: Grid) -> tuple[str, bool]:
-    above = sum(not g.cell(400, r, m).offload for r in RATES for m in METHODS)
-    return f"remote above local in {above} of 18", above >= 16
-
-
-def _raw_to_json_400(g: Grid) -> tuple[str, bool]:
-    ratios = [g.cell(400, r, "raw").remote_s / g.cell(400, r, "json").remote_s for r in RATES]
-    return f"{min(ratios):.0%}-{max(ratios):.0%}", all(0.4 <= x <= 0.6 for x in ratios)
-
-
-def _ujson_first_at_600(g: Grid) -> tuple[str, bool]:
-    counts = {s: g.count(s, "ujson") for s in (400, 500, 600)}
-    text = ", ".join(f"{s}: {c}" for s, c in counts.items())
-    return f"uJSON offloading rates {text}", counts[400] == counts[500] == 0 < counts[600]
-
-
-def _close_behind(g: Grid) -> tuple[str, bool]:
-    counts = {m: g.count(1200, m) for m in ("json", "ujson")}
-    return ", ".join(f"{m} {c}/6" for m, c in counts.items()), all(c >= 4 for c in counts.values())
-
-
-def _ujson_faster(g: Grid) -> tuple[str, bool]:
-    """ "uJSON up to 77% faster than JSON": JSON's time over uJSON's, at most, 1.77 (within 0.2)."""
-    best = max(g.cell(1200, r, "json").remote_s / g.cell(1200, r, "ujson").remote_s for r in RATES)
-    return f"JSON/uJSON up to {best:.2f}", abs(best - 1.77) <= 0.2
-
-
-def _ordering(g: Grid) -> tuple[str, bool]:
-    bad = [s for s in SIZES if not g.count(s, "raw") >= g.count(s, "ujson") >= g.count(s, "json")]
-    return ("holds at every size" if not bad else f"not at {bad}"), not bad
-
-
-def _border_falls(g: Grid) -> tuple[str, bool]:
-    """Per method, the lowest paying rate never rises as the size grows (sizes where none pays skipped)."""
-    bad = []
-    for m in METHODS:
-        lows = [low for s in SIZES if (low := g.lowest_rate(s, m)) is not None]
-        if any(b > a for a, b in zip(lows, lows[1:], strict=False)):
-            bad.append(m)
-    return ("falls for every method" if not bad else f"rises for {bad}"), not bad
-
-
-def _unchanged_900_1000(g: Grid) -> tuple[str, bool]:
-    same = all(g.vector(900, m) == g.vector(1000, m) for m in METHODS)
-    return " ".join(f"{m} {g.vector(1000, m)}" for m in METHODS), same
-
-
-def _raw_ahead_900(g: Grid) -> tuple[str, bool]:
-    value = g.gap(900, "ujson")
-    return f"{value:.2f} s", 0.5 <= value <= 1.5
-
-
-def _under_one_800(g: Grid) -> tuple[str, bool]:
-    value = g.gap(800, "ujson")
-    return f"{value:.2f} s", abs(value) < 1.0
-
-
-CHECKS = (
-    Check(5, "mul 400: remote above local in practically every cell", "all but one", _practically_never),
-    Check(6, "mul 400: RAW offloads at exactly one rate", "1 of 6",
-          lambda g: (g.vector(400, "raw"), g.count(400, "raw") == 1)),
-    Check(7, "mul 400: marshalling-to-completion (at 100 Mbit/s)", "raw 72%, ujson 82%, json 90%",
-          lambda g: _ratios(g, 400, {"raw": 0.72, "ujson": 0.82, "json": 0.90})),
-    Check(8, "mul 400: RAW-to-JSON completion, every rate", "about 50%", _raw_to_json_400),
-    Check(9, "mul 400: RAW's cumulative penalty below JSON's", "3.34 s", lambda g: _gap(g, 400, "json", 3.34)),
-    Check(10, "mul 500: RAW offloads at four of six rates", "4 of 6",
-          lambda g: (g.vector(500, "raw"), g.count(500, "raw") == 4)),
-    Check(11, "mul 600: uJSON's first offloading rate", "none at 400 and 500", _ujson_first_at_600),
-    Check(12, "mul 600: RAW-JSON penalty gap", "10.11 s", lambda g: _gap(g, 600, "json", 10.11)),
-    Check(13, "mul 800: the same decision vector for all three methods", "same", lambda g: _vectors_equal(g, 800)),
-    Check(14, "mul 800: RAW-uJSON penalty gap", "under 1 s", _under_one_800),
-    Check(15, "mul 800: marshalling-to-completion (at 100 Mbit/s)", "ujson 50%, raw 25%",
-          lambda g: _ratios(g, 800, {"ujson": 0.50, "raw": 0.25})),
-    Check(16, "large sizes (1200): marshalling-to-completion (at 100 Mbit/s)", "json 64%, ujson 53%, raw 24%",
-          lambda g: _ratios(g, 1200, {"json": 0.64, "ujson": 0.53, "raw": 0.24})),
-    Check(17, "mul 900: RAW ahead of uJSON (penalty gap)", "almost 1 s", _raw_ahead_900),
-    Check(18, "mul 1000: decision vectors unchanged from 900", "unchanged", _unchanged_900_1000),
-    Check(19, "mul 1000: RAW-uJSON penalty gap", "8.34 s", lambda g: _gap(g, 1000, "ujson", 8.34)),
-    Check(20, "mul 1200: RAW offloads at all six rates", "6 of 6",
-          lambda g: (g.vector(1200, "raw"), g.count(1200, "raw") == 6)),
-    Check(21, "mul 1200: the others close behind (at least 4 of 6)", "close behind", _close_behind),
-    Check(22, "mul 1200: RAW-uJSON penalty gap", "12.94 s", lambda g: _gap(g, 1200, "ujson", 12.94)),
-    Check(23, "mul 1200: RAW-JSON penalty gap", "29.38 s", lambda g: _gap(g, 1200, "json", 29.38)),
-    Check(24, "mul 1200: uJSON up to 77% faster than JSON", "1.77", _ujson_faster),
-    Check(25, "every size: RAW offloads in >= as many cells as uJSON, uJSON as JSON", "holds", _ordering),
-    Check(26, "the lowest rate at which offloading pays falls as matrices grow", "falls", _border_falls),
-)  # fmt: skip
-# Statements 1-4 (inv and log) are not judged here: this testbed's inv (an LU inverse, 2n^3 flops)
-# is not the paper's "inversion" (see paper-p4.yaml), and log is one libm call per element.
-
-
-def judge(grid: Grid) -> list[dict]:
-    rows = []
-    for check in CHECKS:
-        model, holds = check.judge(grid)
-        used = "fit" if check.number in USED else "held out"
-        rows.append(
-            {"n": check.number, "statement": check.statement, "paper": check.paper, "model": model,
-             "holds": holds, "use": used}
-        )  # fmt: skip
-    return rows
+def judge(grid_cells: list[Cell]) -> list[dict]:
+    """The paper's statements on the model (`analysis.paper_checks`, as on a measured run)."""
+    checks = paper_checks(model_cells(grid_cells))
+    return [
+        {"n": int(r.n), "statement": r.statement, "paper": r.paper, "model": r.measured, "holds": r.holds,
+         "use": r.use}
+        for r in checks.itertuples(index=False)
+    ]  # fmt: skip
 
 
 def report(cells: list[Cell]) -> str:
@@ -288,20 +163,17 @@ def report(cells: list[Cell]) -> str:
         vectors = "  ".join(f"{m} {grid.vector(size, m)}" for m in METHODS)
         penalties = " ".join(f"{grid.penalty(size, m):7.2f}" for m in METHODS)
         lines.append(f"{size:4d}  {vectors}   cumulative penalty [json ujson raw] {penalties}")
-    rows = judge(grid)
+    rows = judge(cells)
     lines += [
         "",
         "statement                                                               use       holds  paper / model",
     ]
     for r in rows:
-        mark = "yes" if r["holds"] else "NO"
+        mark = {"holds": "yes", "fails": "NO"}.get(r["holds"], r["holds"])
         lines.append(
             f"{r['n']:2d} {r['statement'][:68]:68s} {r['use']:9s} {mark:5s}  {r['paper']} / {r['model']}"
         )
-    held = [r for r in rows if r["use"] == "held out"]
-    lines.append(
-        f"held out: {sum(r['holds'] for r in held)} of {len(held)} hold (statements 1-4, inv and log, not judged)"
-    )
+    lines.append(f"{held_out_summary(paper_checks(model_cells(cells)))} (inv and log are not modelled)")
     return "\n".join(lines)
 
 
@@ -317,7 +189,7 @@ def main(argv=None) -> int:
         out = {
             "cells": [c.__dict__ for c in cells],
             "vectors": {f"{s} {m}": grid.vector(s, m) for s in SIZES for m in METHODS},
-            "checks": judge(grid),
+            "checks": judge(cells),
         }
         print(json.dumps(out, indent=1))
     else:

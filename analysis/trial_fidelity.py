@@ -1,0 +1,110 @@
+"""How close the trials came to the devices: each stage's mean over the run's successful trials against
+the device profile's time for that work.
+
+A calibration checks the emulation on the work it samples, in its own process; the trials time the
+same work inside a trial (the client's long-lived worker between transfers, the server's request
+handler, on the cgi stack a fresh process per request, with cold caches and first-touch memory).
+Where those conditions make the host's CPU time differ from the calibration's, the scaled times miss
+the device's although the calibration held (measured 2026-11-24, the smoke run: the local `mul 800`
+24% above paper-p4's time, the server's encode of a JSON response 20-68% above paper-i3's). So the
+analysis checks what was used: per role, kind of work, op, size and method, the mean used stage time
+(`t_*`, the device's time in scaled mode, the quota-held wall time in throttle mode) with its 95% CI,
+the profile's target, the error, and a flag where it is outside the calibration's tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import ci95
+from contracts.device import DeviceProfile, operand_bytes, result_bytes
+from contracts.run import Device, Manifest
+from contracts.trials import LOCAL, method_codec
+
+# stage column -> (role, kind of work, the matrix data it handles)
+STAGE_WORK = {
+    "t_client_encode": ("client", "encode", "operands"),
+    "t_client_decode": ("client", "decode", "result"),
+    "t_server_decode": ("server", "decode", "operands"),
+    "t_server_compute": ("server", "kernel", None),
+    "t_server_encode": ("server", "encode", "result"),
+    "t_server_start": ("server", "server_start", None),
+}
+COLUMNS = ["role", "work", "op", "size", "method", "n", "target_s", "mean_s", "ci95", "error_pct", "flagged"]
+DEFAULT_TOLERANCE_PCT = 10.0
+
+
+def target_s(
+    profile: DeviceProfile, kind: str, method: str, op: str, size: int, data: str | None, itemsize: int
+):
+    """The device's seconds for one kind of work of a trial; None where its profile does not say."""
+    if kind == "kernel":
+        return profile.compute_s(op, size) if op in profile.kernels else None
+    if kind == "server_start":
+        return profile.stack.get("server_start")
+    if method_codec(method) not in profile.marshalling:
+        return None
+    nbytes = operand_bytes(op, size, itemsize) if data == "operands" else result_bytes(op, size, itemsize)
+    return profile.marshal_s(method, kind, nbytes)
+
+
+def tolerance(device: Device) -> float:
+    return device.calibrations[-1].tolerance_pct if device.calibrations else DEFAULT_TOLERANCE_PCT
+
+
+def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFrame:
+    """One row per role's kind of work in the run (with a device), its target and the trials' mean."""
+    if manifest is None:
+        return pd.DataFrame(columns=COLUMNS)
+    devices = {"client": manifest.device, "server": manifest.server_device}
+    itemsize = np.dtype(manifest.experiment.dtype).itemsize
+    good = trials[trials["ok"].astype(bool)]
+    rows = []
+    for (op, size, method), group in good.groupby(["op", "size", "method"], sort=True):
+        stages = {"t_total": ("client", "kernel", None)} if method == LOCAL else STAGE_WORK
+        for column, (role, kind, data) in stages.items():
+            device = devices[role]
+            if device is None or column not in group:
+                continue
+            values = group[column].dropna().astype(float)
+            profile = DeviceProfile.from_dict(device.profile)
+            target = target_s(profile, kind, method, op, int(size), data, itemsize)
+            if values.empty or target is None:
+                continue
+            mean, n = float(values.mean()), len(values)
+            half = float(ci95(values.std(), n)) if n > 1 else float("nan")
+            error = (mean - target) / target * 100
+            work = kind if kind in ("kernel", "server_start") else f"{method_codec(method)} {kind}"
+            rows.append(
+                [
+                    role,
+                    work,
+                    op,
+                    int(size),
+                    method,
+                    n,
+                    target,
+                    mean,
+                    half,
+                    error,
+                    abs(error) > tolerance(device),
+                ]
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def fidelity_lines(table: pd.DataFrame) -> list[str]:
+    """The summary's line per role: how many kinds of work the trials kept within tolerance, the worst."""
+    lines = []
+    for role, group in table.groupby("role", sort=False):
+        bad = group[group["flagged"]]
+        line = f"{role} device in the trials: {len(bad)} of {len(group)} kinds of work outside tolerance"
+        if len(bad):
+            worst = bad.loc[bad["error_pct"].abs().idxmax()]
+            line += (
+                f" (worst: {worst['op']} {worst['size']} {worst['method']} {worst['work']} "
+                f"{worst['error_pct']:+.0f}%; analysis/trial_fidelity.csv)"
+            )
+        lines.append(line)
+    return lines
