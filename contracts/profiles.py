@@ -108,3 +108,11 @@ def too_short(target_s: float, fraction: float) -> bool:
     `GRANULARITY_PERIODS` of its quota periods: the kernel grants the quota once per period, so such
     work can run at full speed within one quota, and no measurement of it is to be trusted."""
     return target_s < GRANULARITY_PERIODS * quota_period(fraction)[1] / 1e6
+
+
+def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
+    """Cap every BLAS/OpenMP flavour numpy may be linked against, so the device model holds."""
+    env = dict.fromkeys(BLAS_THREAD_VARS, str(threads))
+    if core:
+        env[BLAS_CORE_VAR] = core
+    return env

@@ -330,6 +330,8 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     inv = load(args)
     if args.host == "client":
         inv = inv.with_client_cpu(device_emulation.client_cpu(device, args.mode))
+    else:  # the calibration computes with the device's BLAS threads, as the server does in a sweep
+        inv = inv.with_server_blas(device.blas_threads)
     lab = open_lab(inv)
     lab.require_up()
     grid = (

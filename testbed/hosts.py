@@ -19,7 +19,6 @@ from typing import Any
 
 from contracts.command import Result, run
 from contracts.errors import AgentBug, UserError
-from contracts.profiles import BLAS_CORE_VAR, BLAS_THREAD_VARS
 from testbed.agent_link import AgentLink, local_spawn
 from testbed.inventory import HostSpec
 
@@ -138,14 +137,6 @@ def agent_answer(host: str, result: Result) -> Any:
     if "bug" in answer:
         raise AgentBug(host, answer.get("verb") or verb, answer["bug"])
     raise UserError(f"on {host}: {answer['error']}", answer.get("fix"))
-
-
-def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
-    """Cap every BLAS/OpenMP flavour numpy may be linked against, so the device model holds."""
-    env = dict.fromkeys(BLAS_THREAD_VARS, str(threads))
-    if core:
-        env[BLAS_CORE_VAR] = core
-    return env
 
 
 def project_path() -> str:

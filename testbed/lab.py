@@ -23,10 +23,10 @@ from contracts.command import run
 from contracts.cpu_lock import ENV as CPU_LOCK_ENV
 from contracts.errors import UserError
 from contracts.processes import daemon_pids, stop_all, watch
-from contracts.profiles import LinkSpec
+from contracts.profiles import LinkSpec, blas_env
 from contracts.trace import ReplayPlan
 from testbed import topology
-from testbed.hosts import Host, NetnsHost, blas_env
+from testbed.hosts import Host, NetnsHost
 from testbed.inventory import Inventory
 from testbed.topology import Names
 
@@ -423,7 +423,12 @@ class NetnsLab(Lab):
                 env={**blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core), **lock},
             ),
             "appliance": NetnsHost(specs["appliance"], self.names.appliance_ns, self.state_dir),
-            "server": NetnsHost(specs["server"], self.names.server_ns, self.state_dir, env=lock or None),
+            "server": NetnsHost(
+                specs["server"],
+                self.names.server_ns,
+                self.state_dir,
+                env={**inv.server_env(), **lock} or None,
+            ),
         }
 
     def switch_args(self) -> dict:

@@ -15,8 +15,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from contracts.errors import UserError
-from contracts.profiles import LinkSpec
-from testbed.hosts import blas_env
+from contracts.profiles import LinkSpec, blas_env
 from testbed.inventory import Inventory
 from testbed.lab import Lab
 from testbed.ssh import SshHost
@@ -55,7 +54,7 @@ class SshLab(Lab):
                 cgroup=self.cgroup if role == "client" and quota else None,
                 env=blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core)
                 if role == "client"
-                else None,
+                else (inv.server_env() or None if role == "server" else None),
             )
             for role in ("client", "appliance", "server")
         }

@@ -199,7 +199,11 @@ class Sweep:
         tb.was_up = not tb.brought_up
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
         if not lab.server_alive(grpc=GRPC in exp.methods) or (
-            tb.was_up and lab.running_stack() != exp.server_stack  # up with the other stack
+            tb.was_up
+            and (
+                lab.running_stack() != exp.server_stack  # up with the other stack
+                or lab.inv.server_blas_threads is not None  # started before the device's BLAS threads
+            )
         ):
             lab.restart_offload_server()
 

@@ -117,6 +117,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         invs = [i.with_client_cpu(emulation_cpu(device, exp.mode)) for i in invs]
     elif exp.client_cpu:
         invs = [i.with_client_cpu(exp.client_cpu) for i in invs]
+    if server_device:  # its processes compute with the device's BLAS threads
+        invs = [i.with_server_blas(server_device.blas_threads) for i in invs]
     inv = invs[0]
     require_root()
     labs = [open_lab(i) for i in sweep_inventories(invs, exp.replicas)]

@@ -143,7 +143,7 @@ def test_ssh_values_that_reach_remote_commands_are_validated(tmp_path, change, k
 
 
 def test_blas_core_models_an_older_device(tmp_path):
-    from testbed.hosts import blas_env
+    from contracts.profiles import blas_env
 
     inv = load_inventory(
         write(tmp_path, GOOD.replace("cpu_quota: 0.05", "cpu_quota: 0.05\n  blas_core: Prescott"))
@@ -153,3 +153,22 @@ def test_blas_core_models_an_older_device(tmp_path):
     env = blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core)
     assert env["OPENBLAS_CORETYPE"] == "Prescott" and env["OPENBLAS_NUM_THREADS"] == "1"
     assert "OPENBLAS_CORETYPE" not in blas_env(2)
+
+
+def test_a_server_devices_blas_threads_go_to_every_server_process(tmp_path):
+    from testbed.lab import NetnsLab
+    from testbed.ssh_lab import SshLab
+
+    inv = load_inventory(write(tmp_path, GOOD))
+    assert inv.server_env() == {} and "OPENBLAS_NUM_THREADS" not in NetnsLab(inv).hosts["server"].env
+    (tmp_path / "ssh.yaml").write_text(
+        "backend: ssh\nprefix: tbs\nhosts:\n"
+        "  - {role: client, name: c, address: 10.77.0.1/24, interface: eth1, ssh: {host: c.example.org}}\n"
+        "  - {role: appliance, name: a, ports: [eth1, eth2], ssh: {host: a.example.org}}\n"
+        "  - {role: server, name: s, address: 10.77.0.2/24, interface: eth1, ssh: {host: s.example.org}}\n"
+    )
+    ssh_inv = load_inventory(tmp_path / "ssh.yaml").with_server_blas(1)
+    for lab in (NetnsLab(inv.with_server_blas(1)), SshLab(ssh_inv)):
+        env = lab.hosts["server"].env
+        assert env["OPENBLAS_NUM_THREADS"] == "1" and env["OMP_NUM_THREADS"] == "1", type(lab).__name__
+        assert "OPENBLAS_NUM_THREADS" not in (lab.hosts["appliance"].env or {})
