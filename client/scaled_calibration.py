@@ -43,10 +43,14 @@ def calibrate(
     # host (which inflates CPU time too, through shared caches) falls on both alike rather than on
     # one (measured: a test suite on the other core during the first of two passes taken one after
     # the other flagged every kind of work at -13% to -46%)
+    # one run per sample, as a trial times its stage: batching short work (RAW's microseconds) left out
+    # the per-stage costs a trial's single run has (measured: the smoke run's RAW stages came out
+    # 200-950% above the device's times while their calibration held)
     samples = sampled(
         jobs,
         2 * reps,
         seed=grid.seed,
+        batch=False,
         enough=lambda _, s: all(precise(s[h::2], tolerance_pct / 200) for h in (0, 1)),
         budget_s=budget_s,
     )
