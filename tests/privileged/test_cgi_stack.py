@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from contracts.run import FORMAT_VERSION
 from contracts.trials import parse_server_timing
 from server.app import create_app
 from server.handler import PID_HEADER
+from testbed.lab import STATE_ROOT
 from tests.helpers import rows, run_cli
 from tests.isolation import leftovers
 
@@ -142,8 +144,13 @@ def test_a_server_devices_start_up_is_calibrated_and_scales_each_requests(invent
     run_cli(
         inventory, "sweep", "--ops", "mul", "--sizes", "64", "--rates", "50", "--methods", "raw,grpc",
         "--reps", "2", "--warmup", "0", "--server-stack", "cgi", "--server-device", "paper-i3",
-        "--no-validate", "--no-analyze", "--results", str(results), timeout=900,
+        "--no-validate", "--no-analyze", "--keep-up", "--results", str(results), timeout=900,
     )  # fmt: skip
+    # the server computes with the device's one BLAS thread (its CGI requests inherit the variables)
+    (pidfile,) = (STATE_ROOT / lease.prefix / "services").glob("*-offload.pid")
+    environ = Path(f"/proc/{pidfile.read_text().strip()}/environ").read_bytes().split(b"\0")
+    assert b"OPENBLAS_NUM_THREADS=1" in environ and b"OMP_NUM_THREADS=1" in environ
+    run_cli(inventory, "down")
     (run_dir,) = results.iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     (calibration,) = manifest["server_device"]["calibrations"]
