@@ -38,15 +38,13 @@ DEFAULT_TOLERANCE_PCT = 10.0
 def target_s(
     profile: DeviceProfile, kind: str, method: str, op: str, size: int, data: str | None, itemsize: int
 ):
-    """The device's seconds for one kind of work of a trial; None where its profile does not say."""
-    if kind == "kernel":
-        return profile.compute_s(op, size) if op in profile.kernels else None
-    if kind == "server_start":
-        return profile.stack.get("server_start")
-    if method_codec(method) not in profile.marshalling:
+    """The device's seconds for one kind of work of a trial (`DeviceProfile.work_s`); None where its
+    profile does not say."""
+    covered = {"kernel": op in profile.kernels, "server_start": "server_start" in profile.stack}
+    if not covered.get(kind, method_codec(method) in profile.marshalling):
         return None
     nbytes = operand_bytes(op, size, itemsize) if data == "operands" else result_bytes(op, size, itemsize)
-    return profile.marshal_s(method, kind, nbytes)
+    return profile.work_s(kind, op, size, method, nbytes)
 
 
 def tolerance(device: Device) -> float:
@@ -58,6 +56,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
     if manifest is None:
         return pd.DataFrame(columns=COLUMNS)
     devices = {"client": manifest.device, "server": manifest.server_device}
+    profiles = {role: DeviceProfile.from_dict(d.profile) for role, d in devices.items() if d is not None}
     itemsize = np.dtype(manifest.experiment.dtype).itemsize
     good = trials[trials["ok"].astype(bool)]
     rows = []
@@ -68,8 +67,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
             if device is None or column not in group:
                 continue
             values = group[column].dropna().astype(float)
-            profile = DeviceProfile.from_dict(device.profile)
-            target = target_s(profile, kind, method, op, int(size), data, itemsize)
+            target = target_s(profiles[role], kind, method, op, int(size), data, itemsize)
             if values.empty or target is None:
                 continue
             mean, n = float(values.mean()), len(values)

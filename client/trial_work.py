@@ -72,11 +72,7 @@ def target_s(
     device: DeviceProfile, kind: str, op: str, size: int, codec: str | None, data_bytes: int
 ) -> float:
     """The device's time for a kind of work, from its profile."""
-    if kind == START:
-        return device.stack[START]
-    if kind == "kernel":
-        return device.compute_s(op, size)
-    return device.marshal_s(codec, kind, data_bytes)
+    return device.work_s(kind, op, size, codec, data_bytes)
 
 
 def check_row(

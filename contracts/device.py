@@ -23,6 +23,7 @@ from contracts.trials import LOCAL, method_codec
 
 MODES = ("scaled", "throttle")
 DIRECTIONS = ("encode", "decode")
+STACK_COSTS = ("server_start",)  # a server stack's own costs, seconds on the device (DeviceProfile.stack)
 
 
 def work(op: str, size: int) -> float:
@@ -93,6 +94,15 @@ class DeviceProfile:
     def compute_s(self, op: str, size: int) -> float:
         """Seconds the device takes for `op` on an n x n input."""
         return work(op, size) / (self.kernels[op].at(size) * 1e9)
+
+    def work_s(self, kind: str, op: str, size: int, codec: str | None, data_bytes: int) -> float:
+        """The device's seconds for one kind of work of a trial: `kernel`, `encode`/`decode` of
+        `data_bytes` with `codec`, or a stack cost (`server_start`)."""
+        if kind in STACK_COSTS:
+            return self.stack[kind]
+        if kind == "kernel":
+            return self.compute_s(op, size)
+        return self.marshal_s(codec, kind, data_bytes)
 
     def marshal_s(self, codec: str, direction: str, data_bytes: int) -> float:
         """Seconds the device takes to encode or decode `data_bytes` of matrix data with `codec`."""

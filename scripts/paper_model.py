@@ -62,7 +62,7 @@ def paper_model(client: str = "paper-p4", server: str = "paper-i3", ops=("mul",)
     fell back to them would show as NaN, not as a plausible number)."""
     exp = Experiment(
         name="paper-model", ops=tuple(ops), sizes=SIZES, rates_mbps=tuple(float(r) for r in RATES),
-        methods=METHODS, reps=40, warmup=0, validation=Validation(enabled=False),
+        methods=METHODS, reps=40, warmup=0, validation=Validation(enabled=False), server_stack="cgi",
     )  # fmt: skip
     host = HostSpeeds(gflops=float("nan"), codecs={}, wire_ratio=wire_ratios())
     return Model(exp, host, load_device(client), server_device=load_device(server))
@@ -92,10 +92,9 @@ class Cell:
 
 
 def predict(model: Model) -> list[Cell]:
-    """Every cell of the grid. The CGI start-up is the server device's `stack.server_start`, added to
-    every HTTP trial (the model's own `trial_s` knows no server stack yet)."""
+    """Every cell of the grid (the model's `trial_s` adds the CGI start-up, the server device's
+    `stack.server_start`, to every HTTP trial)."""
     server = model.server_device
-    start = server.stack.get("server_start", 0.0) if server else 0.0
     cells = []
     for op in model.exp.ops:
         for size in SIZES:
@@ -103,7 +102,7 @@ def predict(model: Model) -> list[Cell]:
             compute = server.compute_s(op, size)
             for rate in RATES:
                 for method in METHODS:
-                    remote = model.trial_s(op, size, rate, method) + start
+                    remote = model.trial_s(op, size, rate, method)
                     cells.append(Cell(op, size, rate, method, local, remote, compute))
     return cells
 

@@ -10,14 +10,14 @@ import re
 from pathlib import Path
 
 from contracts.config import Section, load_yaml
-from contracts.device import DIRECTIONS, DeviceProfile, SpeedCurve
+from contracts.device import DIRECTIONS, STACK_COSTS, DeviceProfile, SpeedCurve
 from contracts.errors import UserError
 from contracts.power import parse_power
 
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "devices"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 KEYS = {"name", "description", "source", "cores", "blas_threads", "kernels", "marshalling", "power", "stack"}
-STACK = ("server_start",)  # a server stack's own costs, seconds on the device (see DeviceProfile.stack)
+STACK = STACK_COSTS
 
 
 def device_path(ref: str | Path) -> Path:

@@ -46,15 +46,18 @@ class SshLab(Lab):
         ports = inv.host("appliance").ports
         self.down_if, self.up_if = ports
         quota = inv.client_cpu.cpu_quota
+        env = {
+            "client": blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core),
+            "appliance": None,
+            "server": inv.server_env() or None,
+        }
         self.hosts = {
             role: SshHost(
                 inv.host(role),
                 self.state_root / inv.host(role).name,
                 self.code_root / inv.host(role).name / "src",
                 cgroup=self.cgroup if role == "client" and quota else None,
-                env=blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core)
-                if role == "client"
-                else (inv.server_env() or None if role == "server" else None),
+                env=env[role],
             )
             for role in ("client", "appliance", "server")
         }
