@@ -70,7 +70,7 @@ def write_report(
         "cell is missing (no successful trial or no local baseline); the count in brackets counts the 1s only "
         "and says how many rates are undecided or missing. Penalty = mean remote - mean local completion time "
         "(s), given for undecided cells too; a cumulative penalty is only given when every rate is known.</p>",
-        *_paper_html(tables.get("paper_checks")),
+        *_paper_html(tables.get("paper_checks"), plots),
         '<h2 id="manifest">Run</h2>',
         _manifest_html(manifest),
         '<h2 id="validation">Link validation</h2>',
@@ -172,13 +172,19 @@ def _plots_html(plots: list[Plot], manifest: Manifest | None = None) -> str:
         out.append(f"<h3>{_e(title)}</h3>")
         if kind == "stages":
             out.append(f'<p class="note">{_e(server_stage_note(manifest))}</p>')
-        for p in chosen:
-            data = base64.b64encode(p.png.read_bytes()).decode("ascii")
-            out.append(
-                f'<figure><img src="data:image/png;base64,{data}" alt="{_e(p.title)}">'
-                f'<figcaption>{_e(p.title)} (<a href="{_e(p.svg.name)}">SVG</a>)</figcaption></figure>'
-            )
+        out += [_figure_html(p, anchor=True) for p in chosen]
     return "\n".join(out)
+
+
+def _figure_html(plot: Plot, anchor: bool = False) -> str:
+    """A figure embedded as PNG, with its title and a link to its SVG; `anchor` gives it the id other
+    sections link to (`fig-STEM`)."""
+    data = base64.b64encode(plot.png.read_bytes()).decode("ascii")
+    ident = f' id="fig-{_e(plot.png.stem)}"' if anchor else ""
+    return (
+        f'<figure{ident}><img src="data:image/png;base64,{data}" alt="{_e(plot.title)}">'
+        f'<figcaption>{_e(plot.title)} (<a href="{_e(plot.svg.name)}">SVG</a>)</figcaption></figure>'
+    )
 
 
 def _manifest_html(manifest: Manifest | None) -> str:
@@ -376,33 +382,38 @@ def _trial_fidelity_html(table: pd.DataFrame | None) -> list[str]:
     if table is None:
         return []
     note = (
-        '<p class="note">Per role, kind of work, op, size and method: the device profile\'s time (target_s) '
-        "against the mean of the time the trials used for that stage (mean_s, ± ci95), over every successful "
-        "trial; flagged outside the calibration's tolerance. A calibration checks the work in its own "
-        "process; this checks it where it counted, inside the trials (analysis/trial_fidelity.py).</p>"
+        "Per role, kind of work, op, size and method: the device profile's time (target_s) against the mean "
+        "of the time the trials used for that stage (mean_s, ± ci95), over every successful trial; flagged "
+        "outside the calibration's tolerance. A calibration checks the work in its own process; this checks "
+        "it where it counted, inside the trials (analysis/trial_fidelity.py)."
     )
-    classes = ["missing" if f else "" for f in table["flagged"]]
-    return ['<h3 id="trial-fidelity">The devices in the trials</h3>', note, _table(table, classes)]
+    return _section('<h3 id="trial-fidelity">The devices in the trials</h3>', note, table, table["flagged"])
 
 
-def _paper_html(checks: pd.DataFrame | None) -> list[str]:
-    """ "Against the paper": each of its statements, the measured figure, and whether it holds."""
+def _paper_html(checks: pd.DataFrame | None, plots: list[Plot]) -> list[str]:
+    """ "Against the paper": each of its statements, the measured figure, and whether it holds; then the
+    run's figures in the paper's form (Fig. 5 shown here, each size's Fig. 4 linked in Plots)."""
     if checks is None:
         return []
     from analysis.paper_checks import FAILS, held_out_summary
 
     note = (
-        '<p class="note">The quantitative statements of section III of "The Effect of Data Marshalling on '
-        'Computation Offloading Decisions", judged on this run (analysis/paper_checks.py). <em>fit</em>: the '
-        "device profiles were derived from the statement; <em>held out</em>: they were not, so it validates "
-        "them. Figures are means ± the half-width of their 95% CI; a decision statement is undecided when a "
-        f"cell it needs is. {_e(held_out_summary(checks))}.</p>"
+        'The quantitative statements of section III of "The Effect of Data Marshalling on Computation '
+        'Offloading Decisions", judged on this run (analysis/paper_checks.py). <em>fit</em>: the device '
+        "profiles were derived from the statement; <em>held out</em>: they were not, so it validates them. "
+        "Figures are means ± the half-width of their 95% CI; a decision statement is undecided when a cell it "
+        f"needs is. {_e(held_out_summary(checks))}."
     )
-    return [
-        '<h2 id="paper">Against the paper</h2>',
-        note,
-        _table(checks, ["missing" if h == FAILS else "" for h in checks["holds"]]),
-    ]
+    parts = _section('<h2 id="paper">Against the paper</h2>', note, checks, checks["holds"] == FAILS)
+    if figures := [p for p in plots if p.kind == "decisions"]:
+        parts.append("<h3>Offloading counts and cumulative penalties, as the paper's Fig. 5</h3>")
+        parts += [_figure_html(p) for p in figures]
+    if stages := [p for p in plots if p.kind == "stages"]:
+        links = " ".join(
+            f'<a href="#fig-{_e(p.png.stem)}">{_e(p.png.stem.removeprefix("stages-"))}</a>' for p in stages
+        )
+        parts.append(f"<p>Completion time by stage per size, as the paper's Fig. 4: {links}.</p>")
+    return parts
 
 
 def _replicas_html(table: pd.DataFrame | None) -> list[str]:
@@ -410,8 +421,15 @@ def _replicas_html(table: pd.DataFrame | None) -> list[str]:
     if table is None:
         return []
     note = (
-        '<p class="note">The replicas compared per cell and quantity (Alexander-Govern test, unequal '
-        "variances), p adjusted over all tests with Holm's method; significant: adjusted p below 5%. "
-        f"{int(table['significant'].sum())} of {len(table)} tests significant.</p>"
+        "The replicas compared per cell and quantity (Alexander-Govern test, unequal variances), p adjusted "
+        "over all tests with Holm's method; significant: adjusted p below 5%. "
+        f"{int(table['significant'].sum())} of {len(table)} tests significant."
     )
-    return ["<h3>Replica effect</h3>", note, _table(table)]
+    return _section("<h3>Replica effect</h3>", note, table)
+
+
+def _section(heading: str, note: str, table: pd.DataFrame, highlight: pd.Series | None = None) -> list[str]:
+    """An optional section: its heading, a note saying how to read it, and its table (rows where
+    `highlight` is true marked as the report marks missing cells)."""
+    classes = None if highlight is None else ["missing" if h else "" for h in highlight]
+    return [heading, f'<p class="note">{note}</p>', _table(table, classes)]

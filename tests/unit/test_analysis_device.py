@@ -178,7 +178,7 @@ def test_the_summary_names_both_devices_and_their_flagged_work(both):
 def test_the_stage_plots_are_explained_as_the_server_devices_times(both):
     _, page, _ = both
     stages = page[page.index("Completion time by stage") :]
-    stages = stages[: stages.index("<figure>")]
+    stages = stages[: stages.index("<figure")]
     assert f"the server device {SERVER}&#x27;s times (scaled mode)" in stages
     assert "wall_server_* and cpu_server_*" in stages
 

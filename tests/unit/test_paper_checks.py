@@ -142,3 +142,15 @@ def test_a_run_at_other_rates_states_nothing_of_the_paper(tmp_path):
     out = analyze(run, plots=False, out=io.StringIO())
     assert not (out / "paper_checks.csv").exists()
     assert "Against the paper" not in (out / "report.html").read_text()
+
+
+def test_the_paper_section_shows_its_figures_in_the_papers_form(tmp_path):
+    """Fig. 5's form (offloading counts and cumulative penalties) in the section, each size's Fig. 4 form
+    (stages by rate and method) linked to where Plots shows it."""
+    run = write_synthetic_run(tmp_path / "paper", sizes=(400, 500), rates=RATES, reps=3)
+    out = analyze(run, plots=True, out=io.StringIO())
+    page = (out / "report.html").read_text()
+    section = page.split('<h2 id="paper">', 1)[1].split('<h2 id="manifest">', 1)[0]
+    assert "as the paper's Fig. 5</h3>" in section and section.count("<img ") == 1  # one op: one figure
+    for size in (400, 500):
+        assert f'href="#fig-stages-mul-{size}"' in section and f'id="fig-stages-mul-{size}"' in page

@@ -1,0 +1,165 @@
+"""Runs of one experiment side by side: did they give the same answers?
+
+A result is a fact only if another run gives it again: the README's smoke run promises identical
+decision vectors run after run, and a sweep over several replicas must answer as one testbed does
+(issue 25). `testbed compare RUN RUN [RUN ...]` reads each run's trials (as the analysis does, no
+root) and says, against the first run:
+
+- **decisions**: each cell's mark (`1`, `0`, `?` undecided, `-` missing; `analysis.decisions`) in
+  every run, whether all runs agree, and whether two runs *contradict* each other (one says 1 where
+  another says 0, both significant; a `?` beside a 1 is a weaker claim, not a contradiction);
+- **means**: every cell's completion time, its local baseline and each stage's mean, and whether each
+  run's mean lies within the first run's 95% CI and the first's within its own (the issue's criterion),
+  with the difference in percent. A mean outside both CIs is a difference to explain.
+
+It writes `compare_decisions.csv` and `compare_means.csv` to `--out` and prints a summary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.cells import KEYS, cell_table
+from analysis.decisions import OFFLOAD, STAY, decision_marks
+from analysis.load import load_run
+from contracts.errors import UserError
+
+STAGE_MEAN = re.compile(r"^(t_\w+)_mean$")
+SHOWN = 8  # differing cells and means named in the summary; the CSVs have them all
+
+
+@dataclass(frozen=True)
+class Comparison:
+    labels: list[str]  # one per run, in the order given (the first is the reference)
+    decisions: pd.DataFrame  # KEYS, one mark column per label, agree, contradict
+    means: pd.DataFrame  # KEYS, quantity, run, mean, ci95, ref_mean, ref_ci95, diff_pct, within
+
+
+def run_label(run_dir: Path, manifest) -> str:
+    return (manifest.run_id if manifest else None) or Path(run_dir).name
+
+
+def compare_runs(run_dirs: list[Path]) -> Comparison:
+    """Load each run, build its cells (`analysis.cells.cell_table`) and compare them with the first's."""
+    if len(run_dirs) < 2:
+        raise UserError("compare needs at least two runs", "pass two or more run directories")
+    labels, tables = [], []
+    for run_dir in run_dirs:
+        run = load_run(run_dir)
+        label = run_label(run_dir, run.manifest)
+        if label in labels:
+            label = f"{label} ({run_dir})"
+        labels.append(label)
+        tables.append(cell_table(run.trials, run.manifest))
+    return Comparison(labels, compare_decisions(labels, tables), compare_means(labels, tables))
+
+
+def compare_decisions(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """One row per cell of any run: its mark in each run (`-` where a run lacks the cell)."""
+    marks = [t[KEYS].assign(mark=decision_marks(t).to_numpy()).set_index(KEYS)["mark"] for t in tables]
+    table = pd.concat(marks, axis=1, keys=labels).fillna("-").sort_index()
+    values = table.to_numpy()
+    table["agree"] = (values == values[:, :1]).all(axis=1)
+    table["contradict"] = (values == OFFLOAD).any(axis=1) & (values == STAY).any(axis=1)
+    return table.reset_index()
+
+
+def _quantities(cells: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(name, mean column, CI column): completion, the local baseline and each stage measured."""
+    out = [("completion", "mean", "ci95"), ("local", "local_mean", "local_ci95")]
+    for column in cells.columns:
+        if (m := STAGE_MEAN.match(column)) and f"{m[1]}_ci95" in cells and cells[column].notna().any():
+            out.append((m[1], column, f"{m[1]}_ci95"))
+    return out
+
+
+def compare_means(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every run's means against the first run's, quantity by quantity, where both have a value."""
+    ref = tables[0].set_index(KEYS)
+    rows = []
+    for label, cells in zip(labels[1:], tables[1:], strict=True):
+        other = cells.set_index(KEYS)
+        common = ref.index.intersection(other.index)
+        for name, mean, ci in _quantities(ref):
+            if mean not in other:
+                continue
+            a, b = ref.loc[common], other.loc[common]
+            part = pd.DataFrame(
+                {
+                    "quantity": name,
+                    "run": label,
+                    "mean": b[mean],
+                    "ci95": b[ci],
+                    "ref_mean": a[mean],
+                    "ref_ci95": a[ci],
+                },
+                index=common,
+            )
+            rows.append(part[part["mean"].notna() & part["ref_mean"].notna()])
+    if not rows:
+        return pd.DataFrame(columns=[*KEYS, "quantity", "run", "mean", "ci95", "ref_mean", "ref_ci95"])
+    table = pd.concat(rows).reset_index()
+    gap = (table["mean"] - table["ref_mean"]).abs()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table["diff_pct"] = 100 * (table["mean"] - table["ref_mean"]) / table["ref_mean"]
+    # each mean within the other's CI (a CI not known, fewer than two samples, holds nothing)
+    table["within"] = (gap <= table["ref_ci95"]) & (gap <= table["ci95"])
+    # outside both: neither CI covers the other's mean, a difference to explain
+    table["outside_both"] = (gap > table["ref_ci95"].fillna(0)) & (gap > table["ci95"].fillna(0))
+    return table
+
+
+def _cell(row: pd.Series) -> str:
+    return f"{row['op']} {row['size']} {row['method']} @ {row['rate_mbps']:g} Mbit/s"
+
+
+def summary_lines(result: Comparison) -> list[str]:
+    d, m = result.decisions, result.means
+    lines = [f"compared {len(result.labels)} runs against {result.labels[0]}: {', '.join(result.labels[1:])}"]
+    differing = d[~d["agree"]]
+    lines.append(
+        f"decisions: {int(d['agree'].sum())} of {len(d)} cells alike in every run"
+        + (
+            f"; {int(d['contradict'].sum())} contradict (1 in one run, 0 in another)"
+            if len(differing)
+            else ""
+        )
+    )
+    for _, row in differing.head(SHOWN).iterrows():
+        lines.append(f"  {_cell(row)}: {' '.join(row[label] for label in result.labels)}")
+    if len(differing) > SHOWN:
+        lines.append(f"  ... {len(differing) - SHOWN} more in compare_decisions.csv")
+    if not m.empty:
+        outside = (
+            m[m["outside_both"]]
+            .assign(_abs=lambda t: t["diff_pct"].abs())
+            .sort_values("_abs", ascending=False)
+        )
+        lines.append(
+            f"means: {int(m['within'].sum())} of {len(m)} within each other's 95% CI; "
+            f"{len(outside)} outside both"
+        )
+        for _, row in outside.head(SHOWN).iterrows():
+            lines.append(
+                f"  {_cell(row)} {row['quantity']} ({row['run']}): {row['mean']:.4g} s against "
+                f"{row['ref_mean']:.4g} s ({row['diff_pct']:+.1f}%)"
+            )
+        if len(outside) > SHOWN:
+            lines.append(f"  ... {len(outside) - SHOWN} more in compare_means.csv")
+    return lines
+
+
+def write_comparison(result: Comparison, out_dir: Path) -> list[Path]:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {out_dir}: {exc.strerror}", "pass a writable --out") from None
+    paths = [out_dir / "compare_decisions.csv", out_dir / "compare_means.csv"]
+    result.decisions.to_csv(paths[0], index=False)
+    result.means.to_csv(paths[1], index=False, float_format="%.6g")
+    return paths
