@@ -189,8 +189,8 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
         "t_total": (t1 - t0) + (t2 - tr) + (t4 - t3),
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
-        "t_server_start": server.get(SERVER_START[0]),
-        "cpu_server_start": cpu_server.get(SERVER_START[0]),
+        "t_server_start": server.get(SERVER_START),
+        "cpu_server_start": cpu_server.get(SERVER_START),
     }
 
 

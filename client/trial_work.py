@@ -4,13 +4,19 @@ Every kind of work of a grid: each operation at each size (`kernel`), and each m
 encoding the request (`encode`) and decoding the response (`decode`), on the very operands the
 trials use. The calibration, the throttle check and a measured profile all time these. On the
 server's cgi stack, one more: a request's process start-up (`server_start`, whatever the op and
-size), timed by a fresh process that starts as the CGI script does (`Grid.start_argv`).
+size); and there every stage of an HTTP method is timed where the trials time it, in a fresh process
+answering a real request (`CgiRequest`, `Grid.cgi_argv`): a long-lived calibration process has
+NumPy's buffers, OpenBLAS's pool and its memory warm, which a request's new process never has
+(measured: the smoke run's server stages 10-40% above the device's times while their in-process
+calibration held, the kernel too).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,10 +24,8 @@ from client.sampling import SelfTimed, Work
 from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid, key, stack_key
 from contracts.ops import execute
-from contracts.trials import GRPC, SERVER_START, method_codec
+from contracts.trials import GRPC, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
-
-START = SERVER_START[0]  # the cgi stack's process start-up, a kind of work of its own
 
 
 def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray]:
@@ -32,18 +36,81 @@ def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray
     return make_operands(op, size, dtype, rng)
 
 
+@dataclass(frozen=True)
+class CgiRequest:
+    """One request answered by a fresh process as the cgi stack answers it (`python -m server.cgi`:
+    the request's CGI variables in its environment, its body on stdin); `cpu_s(stage)` runs it and
+    returns the stage's CPU seconds from the answer's `Server-Timing` (what a trial's row takes)."""
+
+    argv: tuple[str, ...]
+    op: str
+    body: bytes
+    headers: dict[str, str]
+
+    def environ(self) -> dict[str, str]:
+        env = {
+            **os.environ,  # the server's own environment (its device's BLAS threads among it)
+            "GATEWAY_INTERFACE": "CGI/1.1",
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": f"/v1/ops/{self.op}",
+            "CONTENT_LENGTH": str(len(self.body)),
+        }
+        for name, value in self.headers.items():
+            var = name.upper().replace("-", "_")
+            env[var if var == "CONTENT_TYPE" else f"HTTP_{var}"] = value
+        return env
+
+    def cpu_s(self, stage: str) -> float:
+        out = subprocess.run(
+            list(self.argv), input=self.body, env=self.environ(), capture_output=True, check=True, timeout=300
+        )
+        head = out.stdout.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        fields = dict(line.split(": ", 1) for line in head if ": " in line)
+        cpu = parse_server_timing(fields.get("Server-Timing"), "cpu")
+        if not fields.get("Status", "").startswith("200") or stage not in cpu:
+            raise RuntimeError(f"{self.argv} answered {head} to a {self.op} request: no {stage} time")
+        return cpu[stage]
+
+    @classmethod
+    def of(cls, argv: tuple[str, ...], op: str, codec_name: str, operands: list[np.ndarray]) -> CgiRequest:
+        """The request a trial of this codec sends (body and headers, `client.offload`'s)."""
+        codec = get_codec(codec_name)
+        body, headers = _as_bytes(codec.encode_request(operands))
+        return cls(tuple(argv), op, body, {**headers, "X-Codec": codec.name})
+
+
 def works(
-    op: str, size: int, dtype: str, seed: int, codecs: list[str], role: str = "client"
+    op: str,
+    size: int,
+    dtype: str,
+    seed: int,
+    codecs: list[str],
+    role: str = "client",
+    cgi_argv: tuple[str, ...] = (),
 ) -> list[tuple[str, str | None, Work, int]]:
     """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the
     client (encode the request, decode the response), or with `role="server"` on the server (decode
-    the request, encode the response)."""
+    the request, encode the response). With `cgi_argv` (the server's cgi stack), the kernel and each
+    HTTP method's stages are timed in a fresh process answering the trial's request (`CgiRequest`):
+    the kernel in RAW's (its decode the cheapest), gRPC's stages still in this process (its server
+    lives long)."""
     operands = trial_operands(op, size, dtype, seed)
-    out: list[tuple[str, str | None, Work, int]] = [("kernel", None, lambda: execute(op, operands), 0)]
+    http = [n for n in codecs if n != GRPC]
+    if role == "server" and cgi_argv and http:
+        in_raw = CgiRequest.of(cgi_argv, op, "raw" if "raw" in http else method_codec(http[0]), operands)
+        kernel: Work = SelfTimed(lambda r=in_raw: r.cpu_s("compute"))
+    else:
+        kernel = lambda: execute(op, operands)  # noqa: E731
+    out: list[tuple[str, str | None, Work, int]] = [("kernel", None, kernel, 0)]
     result = execute(op, operands)
     operand_bytes = sum(a.nbytes for a in operands)
     for name in codecs:  # a method: a codec, or a transport timed as its codec (grpc: protobuf)
         codec = get_codec(method_codec(name))
+        if role == "server" and cgi_argv and name != GRPC:  # in a request's own process
+            request = CgiRequest.of(cgi_argv, op, method_codec(name), operands)
+            out.append(("decode", name, SelfTimed(lambda r=request: r.cpu_s("decode")), operand_bytes))
+            out.append(("encode", name, SelfTimed(lambda r=request: r.cpu_s("encode")), result.nbytes))
+            continue
         if role == "server":  # what `server.stages.run_stages` times
             if name == GRPC:  # the message names its op
                 request = codec.encode_op_request(op, operands)
@@ -99,21 +166,14 @@ def grid_works(grid: Grid) -> list[tuple]:
         (op, size, *w)
         for op in grid.ops
         for size in grid.sizes
-        for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs), grid.role)
+        for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs), grid.role, grid.cgi_argv)
     ]
-    if grid.start_argv:
-        out.append(("any", None, START, None, SelfTimed(lambda: start_cpu_s(grid.start_argv)), 0))
+    if grid.cgi_argv and grid.start_up:  # any request will do: the smallest
+        tiny = CgiRequest.of(grid.cgi_argv, "mul", "raw", [np.eye(2), np.eye(2)])
+        out.append(("any", None, SERVER_START, None, SelfTimed(lambda: tiny.cpu_s(SERVER_START)), 0))
     return out
 
 
 def work_key(kind: str, op: str, size: int | None, codec: str | None = None) -> str:
     """The calibration's key of a kind of work (`contracts.device.key`; the start-up's is its stack key)."""
-    return stack_key(START) if kind == START else key(kind, op, size, codec)
-
-
-def start_cpu_s(argv: tuple[str, ...]) -> float:
-    """CPU seconds a fresh process took to start as a CGI request's does: what it prints, its
-    `time.process_time()` where the request's `server_start` stage ends (the parent's clock cannot
-    see a child's CPU)."""
-    out = subprocess.run(list(argv), capture_output=True, text=True, check=True, timeout=120)
-    return float(out.stdout.split()[-1])
+    return stack_key(SERVER_START) if kind == SERVER_START else key(kind, op, size, codec)

@@ -19,11 +19,11 @@ import bisect
 import math
 from dataclasses import asdict, dataclass, field
 
-from contracts.trials import LOCAL, method_codec
+from contracts.trials import LOCAL, SERVER_START, method_codec
 
 MODES = ("scaled", "throttle")
 DIRECTIONS = ("encode", "decode")
-STACK_COSTS = ("server_start",)  # a server stack's own costs, seconds on the device (DeviceProfile.stack)
+STACK_COSTS = (SERVER_START,)  # a server stack's own costs, seconds on the device (DeviceProfile.stack)
 
 
 def work(op: str, size: int) -> float:
@@ -143,9 +143,11 @@ class Grid:
     dtype: str = "float64"
     seed: int = 1
     role: str = "client"
-    # the server's cgi stack: argv of a process that starts as a CGI request's does and prints its CPU
-    # seconds at the point the request's `server_start` stage ends (empty: no start-up to calibrate)
-    start_argv: tuple[str, ...] = ()
+    # the server's cgi stack: argv of a process that answers one request as the stack's do (CGI
+    # variables in its environment, the body on stdin; `client.trial_work.CgiRequest`), in which the
+    # server's HTTP stages are timed (empty: another stack, timed in the calibration's process)
+    cgi_argv: tuple[str, ...] = ()
+    start_up: bool = False  # with cgi_argv: also the stack's start-up (`server_start`), a kind of work
 
     @classmethod
     def of(
@@ -156,15 +158,20 @@ class Grid:
         dtype: str = "float64",
         seed: int = 1,
         role: str = "client",
-        start_argv=(),
+        cgi_argv=(),
+        start_up: bool = False,
     ) -> Grid:
         """Sizes sorted and once each; the local marker is not a codec."""
         if role not in ROLES:
             raise ValueError(f"role {role!r} is not one of {ROLES}")
-        if start_argv and role != "server":
-            raise ValueError("only the server has a stack start-up to calibrate")
+        if cgi_argv and role != "server":
+            raise ValueError("only the server runs a cgi stack")
+        if start_up and not cgi_argv:
+            raise ValueError("a stack start-up is calibrated through the cgi stack's process")
         codecs = tuple(c for c in codecs if c != LOCAL)
-        return cls(tuple(ops), tuple(sorted(set(sizes))), codecs, dtype, seed, role, tuple(start_argv))
+        return cls(
+            tuple(ops), tuple(sorted(set(sizes))), codecs, dtype, seed, role, tuple(cgi_argv), bool(start_up)
+        )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -178,5 +185,6 @@ class Grid:
             data["dtype"],
             data["seed"],
             data.get("role", "client"),
-            data.get("start_argv", ()),
+            data.get("cgi_argv", ()),
+            data.get("start_up", False),
         )

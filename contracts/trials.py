@@ -43,7 +43,7 @@ SERVER_STAGES = {"decode": "t_server_decode", "compute": "t_server_compute", "en
 # one of STAGES: it happens inside the POST, and communication includes it (the paper's definition:
 # the POST time minus the server's probed stages); the analysis also shows communication without it
 # (`t_comm_net`, docs/analysis.md).
-SERVER_START = ("server_start", "t_server_start")
+SERVER_START = "server_start"
 # How the server runs requests: `wsgi` (Flask under gunicorn, long-lived) or `cgi` (lighttpd, a fresh
 # Python process per request, as the paper's server did). gRPC is a long-lived server on both.
 SERVER_STACKS = ("wsgi", "cgi")

@@ -29,11 +29,11 @@ from http import HTTPStatus
 from typing import BinaryIO
 
 from contracts.limits import Limits
+from contracts.trials import SERVER_START
 from server import handler
 from server.handler import BodyTooLarge, Reply, error_reply
 from server.timing import StageClock
 
-START_STAGE = "server_start"  # contracts.trials.SERVER_START: t_server_start and cpu_server_start
 READ_CHUNK = 1 << 20
 DRAIN_LIMIT = 1 << 30
 
@@ -168,8 +168,8 @@ def main(max_body_mb: float = 256.0, environ: Mapping[str, str] | None = None) -
     cpu, wall = time.process_time(), since_start()  # the interpreter and every import: server_start
     environ = os.environ if environ is None else environ
     clock = StageClock()
-    clock.ms[START_STAGE] = wall * 1000.0
-    clock.cpu_ms[START_STAGE] = cpu * 1000.0
+    clock.ms[SERVER_START] = wall * 1000.0
+    clock.cpu_ms[SERVER_START] = cpu * 1000.0
     try:
         reply = respond(
             environ, sys.stdin.buffer, Limits.from_mb(max_body_mb), clock, environ.get("OFFLOAD_LOCK")

@@ -76,11 +76,20 @@ def server_grid(
     seed: int = 1,
     cgi: bool = True,
 ) -> Grid:
-    """The server's work for its calibration, and on the cgi stack its process start-up where the
-    device's profile gives one (`server.start_probe` starts as a CGI request's process does)."""
-    start = cgi and SERVER_START[0] in device.stack
-    argv = lab.host("server").python("server.start_probe") if start else ()
-    return Grid.of(ops, sizes, codecs, dtype, seed, role="server", start_argv=argv)
+    """The server's work for its calibration. On the cgi stack it is timed in fresh processes answering
+    the trials' requests (`python -m server.cgi`, as lighttpd runs each request), with the process
+    start-up as a kind of work of its own where the device's profile gives one."""
+    argv = lab.host("server").python("server.cgi") if cgi else ()
+    return Grid.of(
+        ops,
+        sizes,
+        codecs,
+        dtype,
+        seed,
+        role="server",
+        cgi_argv=argv,
+        start_up=cgi and SERVER_START in device.stack,
+    )
 
 
 def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:

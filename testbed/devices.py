@@ -17,7 +17,6 @@ from contracts.power import parse_power
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "experiments" / "devices"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 KEYS = {"name", "description", "source", "cores", "blas_threads", "kernels", "marshalling", "power", "stack"}
-STACK = STACK_COSTS
 
 
 def device_path(ref: str | Path) -> Path:
@@ -63,7 +62,7 @@ def load_device(ref: str | Path) -> DeviceProfile:
     stack = {}
     if doc.has("stack"):
         sec = doc.section("stack")
-        sec.reject_unknown(set(STACK))
+        sec.reject_unknown(set(STACK_COSTS))
         stack = {key: _positive(sec, key) for key in sec.data}
     extra = {}
     if doc.has("power"):

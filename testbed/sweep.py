@@ -364,7 +364,7 @@ def server_marks(exp: Experiment, missed: set[tuple]) -> set[tuple[str, int, str
     remote = [m for m in exp.methods if m != LOCAL]
     out = set()
     for op, size, work in missed:
-        if work == SERVER_START[0]:
+        if work == SERVER_START:
             out |= {(o, s, m) for o in exp.ops for s in exp.sizes for m in remote if m != GRPC}
         else:
             out |= {(op, size, m) for m in (remote if work == LOCAL else [work])}

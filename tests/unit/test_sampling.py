@@ -5,8 +5,9 @@ advances by its own sequence of durations, so every count below is worked out by
 from __future__ import annotations
 
 import itertools
+import time
 
-from client.sampling import mean_seconds, precise, sampled
+from client.sampling import SelfTimed, mean_seconds, precise, sampled
 from contracts.profiles import too_short
 
 
@@ -123,3 +124,11 @@ def test_work_shorter_than_ten_of_its_quota_periods_is_too_short_to_trust():
     # 0.04 of a core: 1 ms every 25 ms; 0.001: 1 ms every 1 s (the longest period)
     assert too_short(0.249, 0.04) and not too_short(0.25, 0.04)
     assert too_short(9.9, 0.001) and not too_short(10.0, 0.001)
+
+
+def test_a_self_timed_work_pays_its_whole_run_against_the_budget():
+    """A child process reports a stage of a millisecond but takes tens of them to start and run: the
+    budget counts the run (here a 20 ms sleep), or a noisy stage would be sampled max_rounds times."""
+    child = SelfTimed(lambda: (time.sleep(0.02), 0.001)[1])
+    samples = sampled([child], 2, enough=lambda _, s: False, budget_s=0.1, max_rounds=400)
+    assert 4 <= len(samples[0]) <= 6 and set(samples[0]) == {0.001}

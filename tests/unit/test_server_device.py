@@ -8,10 +8,12 @@ import json
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from client.sampling import SelfTimed
 from client.scaled_calibration import calibrate
-from client.trial_work import works
+from client.trial_work import CgiRequest, works
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import read_manifest, write_manifest
@@ -74,32 +76,76 @@ def test_a_server_calibration_reaches_its_targets_on_this_host():
                                     key("encode", "mul", 64, "raw")}  # fmt: skip
 
 
-def test_the_cgi_start_up_is_calibrated_from_what_its_process_reports(tmp_path):
-    """The start-up's time is the child's own (the CPU seconds it prints), scaled to the profile's
-    figure like any work; its row and slowdown carry the stack's key, whatever the op and size."""
+def fake_cgi(*answers: str, count=None) -> list[str]:
+    """A CGI process that reads its request and answers 200 with a `Server-Timing` of `answers`, in turn
+    per request body (counted in files `count.LENGTH`; without `count`, always the first)."""
+    script = (
+        "import os, pathlib, sys\n"
+        "assert os.environ['REQUEST_METHOD'] == 'POST' and os.environ['PATH_INFO'].startswith('/v1/ops/')\n"
+        "assert len(sys.stdin.buffer.read()) == int(os.environ['CONTENT_LENGTH'])\n"
+        f"answers, count = {list(answers)!r}, {None if count is None else str(count)!r}\n"
+        "n = 0\n"
+        "if count:\n"
+        "    p = pathlib.Path(count + '.' + os.environ['CONTENT_LENGTH'])\n"
+        "    n = int(p.read_text()) if p.is_file() else 0\n"
+        "    p.write_text(str(n + 1))\n"
+        "sys.stdout.write('Status: 200 OK\\r\\nServer-Timing: ' + answers[n % len(answers)] + '\\r\\n\\r\\n')\n"
+    )
+    return [sys.executable, "-c", script]
+
+
+def test_cgi_stages_are_calibrated_from_what_each_request_process_reports():
+    """On the cgi stack every server stage is the CPU time a fresh request process reports for it, scaled
+    to the profile like any work; the start-up's row and slowdown carry the stack's key, whatever the op
+    and size."""
     device = DeviceProfile(
         "srv", {"mul": SpeedCurve(((1, 0.05),))}, {"raw": {"encode": 100, "decode": 50}},
         stack={"server_start": 0.15},
     )  # fmt: skip
-    child = [sys.executable, "-c", "print(0.375)"]  # a start-up that always costs 0.375 s of CPU
-    grid = Grid.of(["mul"], [64], ["raw"], role="server", start_argv=child)
+    child = fake_cgi(
+        "server_start;dur=1;cpu=375, decode;dur=1;cpu=20, compute;dur=1;cpu=40, encode;dur=1;cpu=10"
+    )
+    grid = Grid.of(["mul"], [64], ["raw"], role="server", cgi_argv=child, start_up=True)
     result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
+    host = {r["work"]: r["host_cpu_s"] for r in result["rows"]}
+    assert host == {"kernel": 0.04, "raw decode": 0.02, "raw encode": 0.01, "server_start": 0.375}
     (start,) = [r for r in result["rows"] if r["work"] == "server_start"]
     assert (start["key"], start["op"], start["size"]) == (stack_key("server_start"), "any", None)
-    assert start["host_cpu_s"] == 0.375 and start["achieved_s"] == pytest.approx(0.15)
+    assert start["achieved_s"] == pytest.approx(0.15)
     assert result["scale"][stack_key("server_start")] == pytest.approx(0.15 / 0.375)
     assert "server_start" in format_calibration(result)
 
 
+def test_the_real_cgi_script_answers_the_calibrations_requests():
+    """`python -m server.cgi`, as lighttpd runs it, times the stages of the request it is given: the
+    stages a trial of that method reports, each with its CPU time."""
+    child = (sys.executable, "-m", "server.cgi")
+    server = works("mul", 48, "float64", 1, ["json", "raw", "grpc"], role="server", cgi_argv=child)
+    assert [(kind, codec) for kind, codec, _, _ in server] == [
+        ("kernel", None), ("decode", "json"), ("encode", "json"), ("decode", "raw"), ("encode", "raw"),
+        ("decode", "grpc"), ("encode", "grpc"),
+    ]  # fmt: skip
+    for kind, codec, work, _ in server:
+        took = work()
+        if codec != "grpc" or kind == "kernel":  # in a request's process: its own CPU seconds
+            assert isinstance(work, SelfTimed) and 0 < took < 5
+        else:  # gRPC's server lives long: timed in this process
+            assert not isinstance(work, SelfTimed)
+    request = CgiRequest.of(child, "mul", "json", [np.eye(3), np.eye(3)])
+    assert request.environ()["HTTP_X_CODEC"] == "json" and request.cpu_s("server_start") > 0
+    with pytest.raises(RuntimeError, match="no decode time"):  # a refused request names what it lacks
+        replace(request, op="exec").cpu_s("decode")
+
+
 def test_a_flagged_scaled_row_says_why(tmp_path):
     """The check's error is the difference of two means of alternate samples: a host whose time for the
-    work alternates (here a start-up of 0.4 s, then 0.1 s, ...) misses, and the row says so."""
+    work alternates (here a start-up of 0.1 s, then 0.4 s, ...) misses, and the row says so."""
     device = DeviceProfile("srv", {"mul": SpeedCurve(((1, 0.05),))}, {}, stack={"server_start": 0.15})
-    count = tmp_path / "count"
-    count.write_text("0")
-    flip = [sys.executable, "-c", f"import pathlib; p = pathlib.Path({str(count)!r}); n = int(p.read_text()); "
-            "p.write_text(str(n + 1)); print(0.1 if n % 2 == 0 else 0.4)"]  # fmt: skip
-    grid = Grid.of(["mul"], [32], [], role="server", start_argv=flip)
+    flip = fake_cgi(
+        "server_start;dur=1;cpu=100, compute;dur=1;cpu=1", "server_start;dur=1;cpu=400, compute;dur=1;cpu=1",
+        count=tmp_path / "count",
+    )  # fmt: skip
+    grid = Grid.of(["mul"], [32], [], role="server", cgi_argv=flip, start_up=True)
     result = calibrate(device, grid, reps=4, tolerance_pct=10, budget_s=0)
     (start,) = [r for r in result["rows"] if r["work"] == "server_start"]
     assert start["flagged"] and start["error_pct"] == pytest.approx(-75.0)  # 0.1 against 0.4

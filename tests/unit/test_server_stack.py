@@ -232,13 +232,15 @@ def test_a_start_up_without_its_cpu_time_is_a_bug_not_a_guess():
         Scaler(None, {**SERVER_SCALE, stack_key("server_start"): 2.0}).remote(out, "mul", 400, "raw")
 
 
-def test_the_server_calibrates_its_start_up_only_on_the_cgi_stack_with_a_profile_figure(netns):
+def test_the_server_calibrates_in_request_processes_on_the_cgi_stack_and_its_start_up_with_a_figure(netns):
     profile = DeviceProfile("srv", {"mul": SpeedCurve(((1, 1.0),))}, {}, stack={"server_start": 1.5})
     cgi = replace(FAKE_SWEEP, server_stack="cgi")
     grid = server_grid(netns, profile, cgi.ops, cgi.sizes, cgi.methods, cgi=True)
-    assert grid.start_argv[-2:] == ("-m", "server.start_probe") and grid.role == "server"
-    assert server_grid(netns, profile, ["mul"], [100], ["raw"], cgi=False).start_argv == ()  # wsgi
-    assert server_grid(netns, replace(profile, stack={}), ["mul"], [100], ["raw"]).start_argv == ()
+    assert grid.cgi_argv[-2:] == ("-m", "server.cgi") and grid.start_up and grid.role == "server"
+    wsgi = server_grid(netns, profile, ["mul"], [100], ["raw"], cgi=False)
+    assert (wsgi.cgi_argv, wsgi.start_up) == ((), False)  # a long-lived server: timed in-process
+    no_figure = server_grid(netns, replace(profile, stack={}), ["mul"], [100], ["raw"])
+    assert no_figure.cgi_argv and not no_figure.start_up
 
 
 def test_a_missed_start_up_marks_every_http_trial_and_a_missed_kernel_its_remote_ones():
