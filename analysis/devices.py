@@ -55,11 +55,17 @@ def device_lines(manifest: Manifest | None) -> list[str]:
         told = f"  calibration {len(device.calibrations)} ({cal.at}): {len(bad)} of {len(table)} outside "
         told += f"{cal.tolerance_pct:g}%"
         if len(bad):
-            told += ": " + "; ".join(
-                f"{r.op} {r.size} {r.work} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False)
-            )
+            told += ": " + "; ".join(f"{_work(r)} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False))
         lines.append(told)
     return lines
+
+
+def _work(row) -> str:
+    """A calibration row's work as a reader names it: `mul 500 json decode`, or the stack's own
+    (`server_start`, for any op and size; its size column is empty, so the column reads as floats)."""
+    if row.op == "any" or pd.isna(row.size):
+        return row.work
+    return f"{row.op} {int(row.size)} {row.work}"
 
 
 def server_stage_note(manifest: Manifest | None) -> str:

@@ -8,9 +8,21 @@ communication includes: with a server device whose profile gives its start-up (`
 server_start`, seconds on the device, calibrated into a slowdown like any work), the measured
 start-up in communication is replaced by its CPU time times that slowdown (`t_server_start` becomes
 it, `wall_server_start` keeps what was measured).
+
+The client's slowdowns follow this host through the sweep (`targets`): this host's CPU time for the
+same work drifts by tens of percent over minutes on a shared machine (measured on the 2-core VM: the
+local 500x500 product 3% above the device's time in one smoke run and 36% in the next, JSON encode
+15-39% above, while each calibration held), so a slowdown fixed at the calibration carries whatever
+the host's speed was then into every later trial. The trial worker runs each trial's client work once
+more beside it (`refer`: the same work in the same process, outside the trial's stages), and a kind
+of work's slowdown is its target over the mean of its recent runs there, the calibration's mean among
+them until `REFERENCE_WINDOW` newer ones have pushed it out.
 """
 
 from __future__ import annotations
+
+import statistics
+from collections import deque
 
 from contracts.device import key, stack_key
 
@@ -18,13 +30,35 @@ CLIENT_STAGES = (("client_encode", "encode"), ("client_decode", "decode"))
 SERVER_STAGES = (("server_decode", "decode"), ("server_compute", "kernel"), ("server_encode", "encode"))
 
 
+REFERENCE_WINDOW = 8  # runs of a kind of work a slowdown follows: minutes of a sweep, not its start
+
+
 class Scaler:
     """Turns a worker's measured record into the devices' times (scaled mode): `scale` for the client
-    (None: the client runs as this host), `server_scale` for the server (None: as its host)."""
+    (None: the client runs as this host), `server_scale` for the server (None: as its host). With
+    `targets` (the client device's seconds per kind of work, the calibration's), the client's
+    slowdowns follow this host's recent speed (`refer`)."""
 
-    def __init__(self, scale: dict[str, float] | None, server_scale: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        scale: dict[str, float] | None,
+        server_scale: dict[str, float] | None = None,
+        targets: dict[str, float] | None = None,
+    ) -> None:
         self.scale = scale
         self.server_scale = server_scale
+        self.targets = targets or {}
+        # per kind of work: this host's recent CPU seconds for it, the calibration's mean first
+        self.recent = {
+            k: deque([self.targets[k] / factor], maxlen=REFERENCE_WINDOW)
+            for k, factor in (scale or {}).items()
+            if k in self.targets and factor > 0
+        }
+
+    def refer(self, kind: str, op: str, size: int, codec: str | None, cpu_s: float) -> None:
+        """A reference run of a kind of work beside a trial: its CPU seconds on this host now."""
+        if (recent := self.recent.get(key(kind, op, size, codec))) is not None:
+            recent.append(cpu_s)
 
     @staticmethod
     def _factor(scale: dict[str, float], kind: str, op: str, size: int, codec: str | None = None) -> float:
@@ -34,6 +68,11 @@ class Scaler:
         return scale[k]
 
     def factor(self, kind: str, op: str, size: int, codec: str | None = None) -> float:
+        """The client's slowdown for a kind of work: its target over this host's recent mean when it
+        follows the host, else the calibration's."""
+        k = key(kind, op, size, codec)
+        if k in self.recent:
+            return self.targets[k] / statistics.fmean(self.recent[k])
         return self._factor(self.scale, kind, op, size, codec)
 
     def local(self, out: dict, op: str, size: int) -> None:
@@ -43,7 +82,11 @@ class Scaler:
         out["t_total"] = out["cpu_total"] * self.factor("kernel", op, size)
 
     def remote(self, out: dict, op: str, size: int, codec: str) -> None:
-        for scale, stages in ((self.scale, CLIENT_STAGES), (self.server_scale, SERVER_STAGES)):
+        server = lambda kind, op, size, codec: self._factor(self.server_scale, kind, op, size, codec)  # noqa: E731
+        for scale, stages, factor in (
+            (self.scale, CLIENT_STAGES, self.factor),
+            (self.server_scale, SERVER_STAGES, server),
+        ):
             if scale is None:
                 continue
             for stage, kind in stages:
@@ -51,9 +94,7 @@ class Scaler:
                 if cpu is None:
                     raise ValueError(f"the trial has no CPU time for {stage}: the server did not report it")
                 out[f"wall_{stage}"] = out[f"t_{stage}"]
-                out[f"t_{stage}"] = cpu * self._factor(
-                    scale, kind, op, size, codec if kind != "kernel" else None
-                )
+                out[f"t_{stage}"] = cpu * factor(kind, op, size, codec if kind != "kernel" else None)
         if self.server_scale is None:  # the request as measured: communication and the server's stages
             out["t_total"] = out["t_client_encode"] + out["t_request"] + out["t_client_decode"]
             return

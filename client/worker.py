@@ -4,6 +4,11 @@ One long-lived process per sweep (starting Python under a 5% CPU quota costs sec
 per line of JSON on stdin and answering one line of JSON per trial on stdout. Inputs are random
 matrices from the sweep's seed, the same for every method and repetition of an (op, size), made once
 and outside the timed region.
+
+In scaled mode with the device's targets, each successful trial's client work (the local kernel, or
+the method's encode of the request and decode of the response) runs once more after it, outside its
+stages, as the calibration runs it (`client.trial_work.works`): this host's speed now, which the
+client's slowdowns follow (`client.scaler`).
 """
 
 from __future__ import annotations
@@ -11,15 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from datetime import UTC, datetime
 
 import numpy as np
 
 from client.grpc_offload import GrpcOffloadClient
-from client.offload import OffloadClient, OffloadError, StageTimes, local_times
+from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
 from client.scaler import Scaler
 from client.throttle import Aligner
-from client.trial_work import trial_operands
+from client.trial_work import trial_operands, works
 from contracts.errors import UserError
 from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT
 
@@ -49,12 +55,30 @@ class TrialWorker:
         self.seed = seed
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
+        self._works: dict[tuple, list] = {}
 
     def operands(self, op: str, size: int, dtype: str) -> list[np.ndarray]:
         key = (op, size, dtype)
         if key not in self._operands:
             self._operands[key] = trial_operands(op, size, dtype, self.seed)
         return self._operands[key]
+
+    def refer(self, op: str, size: int, dtype: str, method: str) -> None:
+        """Reference runs of a trial's client work, each under the host-wide CPU lock as the trial's
+        stages are (replicas on this host), for the slowdowns to follow this host's speed."""
+        if not (self.scaler and self.scaler.targets):
+            return
+        cell = (op, size, dtype, method)
+        if cell not in self._works:
+            codecs = [] if method == LOCAL else [method]
+            wanted = {"kernel"} if method == LOCAL else {"encode", "decode"}
+            self._works[cell] = [w for w in works(op, size, dtype, self.seed, codecs) if w[0] in wanted]
+        for kind, codec, work, _ in self._works[cell]:
+            with CPU_LOCK.held():
+                start = time.process_time()
+                work()
+                took = time.process_time() - start
+            self.scaler.refer(kind, op, size, codec, took)
 
     def remote(self, op: str, operands: list[np.ndarray], method: str) -> tuple[np.ndarray, StageTimes]:
         """Offload over gRPC for method `grpc`, else over HTTP with the method's codec."""
@@ -74,12 +98,14 @@ class TrialWorker:
             if spec["method"] == LOCAL:
                 _, wall, cpu = local_times(op, operands, self.align)
                 out.update(ok=True, t_total=wall, cpu_total=cpu)
+                self.refer(op, size, spec["dtype"], LOCAL)
                 if self.scaler:
                     self.scaler.local(out, op, size)
             else:
                 out["connection"] = self.connection
                 _, stages = self.remote(op, operands, spec["method"])
                 out.update(ok=True, **stages.as_dict())
+                self.refer(op, size, spec["dtype"], spec["method"])
                 if self.scaler:
                     self.scaler.remote(out, op, size, spec["method"])
         except OffloadError as exc:
@@ -110,13 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         "--quotas", help="throttled device emulation: the fraction of a core per kind of work, as JSON"
     )
     parser.add_argument(
+        "--targets",
+        help="scaled: the client device's seconds per kind of work, as JSON; the slowdowns then follow "
+        "this host's speed through reference runs beside the trials",
+    )
+    parser.add_argument(
         "--server-scale",
         help="a server device (scaled): the server host's slowdowns per kind of work, as JSON",
     )
     args = parser.parse_args(argv)
     scale = json.loads(args.scale) if args.scale else None
     server_scale = json.loads(args.server_scale) if args.server_scale else None
-    scaler = Scaler(scale, server_scale) if scale or server_scale else None
+    targets = json.loads(args.targets) if args.targets else None
+    scaler = Scaler(scale, server_scale, targets) if scale or server_scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
     worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas, args.connection)
     if quotas:

@@ -37,12 +37,7 @@ class WorkerLink:
             # a whole core for the worker's start (its imports would take minutes under the device's
             # quota, and a worker that died left its last stage's quota); it then puts its own in force
             lab.set_client_quota(1.0)
-        emulation = [
-            arg
-            for flag in ("scale", "quotas", "server_scale")
-            if (calibration or {}).get(flag)
-            for arg in (f"--{flag.replace('_', '-')}", json.dumps(calibration[flag]))
-        ]
+        emulation = emulation_args(calibration)
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self.timeout = exp.trial_timeout
@@ -110,3 +105,20 @@ class WorkerLink:
         if self.proc.stdout:  # the reader thread has seen EOF once the process is gone
             self.proc.stdout.close()
         self._stderr.close()
+
+
+def emulation_args(calibration: dict | None) -> list[str]:
+    """The worker's flags for the devices' emulation: the client's slowdowns (scaled) with the device's
+    targets they follow this host by (`client.scaler`), or its quotas (throttle); the server's
+    slowdowns."""
+    calibration = calibration or {}
+    args = [
+        arg
+        for flag in ("scale", "quotas", "server_scale")
+        if calibration.get(flag)
+        for arg in (f"--{flag.replace('_', '-')}", json.dumps(calibration[flag]))
+    ]
+    if calibration.get("scale"):
+        targets = {row["key"]: row["target_s"] for row in calibration.get("rows", ())}
+        args += ["--targets", json.dumps(targets)]
+    return args

@@ -229,3 +229,18 @@ def test_a_start_up_row_of_no_size_is_drawn_flat_across_the_sizes():
     assert list(start["size"]) == [200, 400] and set(start["achieved_s"]) == {0.16}
     fig = fidelity_figure(rows, "paper-i3", "scaled", 10.0, role="server")
     assert len(fig.axes[0].get_lines()) == 2 * 2  # target and achieved, kernel and start-up
+
+
+def test_a_flagged_start_up_is_named_as_the_stacks_own_work(tmp_path):
+    """The start-up is no op's and no size's: the summary names it alone, and the sizes of the other
+    rows stay integers though the start-up's empty size turns the column into floats."""
+    run_dir = run_with_devices(tmp_path / "start-up", server=True)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["server_device"]["calibrations"][0]["rows"].append(
+        {"work": "server_start", "op": "any", "size": None, "target_s": 0.15, "achieved_s": 0.1326,
+         "error_pct": -11.6, "flagged": True}
+    )  # fmt: skip
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    text = StringIO()
+    analyze(run_dir, plots=False, out=text)
+    assert "2 of 11 outside 10%: mul 400 kernel +25%; server_start -11.6%" in text.getvalue()

@@ -1,0 +1,72 @@
+"""The client's slowdowns follow this host's speed through reference runs beside the trials: a
+kind of work's slowdown is its target over the mean of its recent runs, the calibration's mean
+among them until newer runs push it out (client/scaler.py)."""
+
+import json
+
+import pytest
+
+from client.scaler import REFERENCE_WINDOW, Scaler
+from client.worker import TrialWorker
+from contracts.device import key
+from contracts.trials import LOCAL
+from testbed.worker_link import emulation_args
+
+KERNEL = key("kernel", "mul", 400)
+ENCODE = key("encode", "mul", 400, "json")
+DECODE = key("decode", "mul", 400, "json")
+
+
+def test_a_slowdown_is_the_target_over_the_recent_mean_of_this_hosts_runs():
+    # calibrated at 0.01 s of host CPU for a 1 s target: 100x
+    scaler = Scaler({KERNEL: 100.0}, targets={KERNEL: 1.0})
+    assert scaler.factor("kernel", "mul", 400) == pytest.approx(100.0)
+    scaler.refer("kernel", "mul", 400, None, 0.03)  # the host slowed down: mean 0.02 s, 50x
+    assert scaler.factor("kernel", "mul", 400) == pytest.approx(50.0)
+    for _ in range(REFERENCE_WINDOW):
+        scaler.refer("kernel", "mul", 400, None, 0.0125)  # the calibration's mean is pushed out
+    assert scaler.factor("kernel", "mul", 400) == pytest.approx(80.0)
+    local = {"t_total": 0.02, "cpu_total": 0.0125}
+    scaler.local(local, "mul", 400)
+    assert local["t_total"] == pytest.approx(1.0)  # the device's second, whatever the drift
+
+
+def test_without_targets_the_calibrations_slowdowns_hold_and_the_server_never_follows():
+    fixed = Scaler({KERNEL: 100.0})
+    fixed.refer("kernel", "mul", 400, None, 0.03)  # nothing to follow: ignored
+    assert fixed.factor("kernel", "mul", 400) == 100.0
+    server = {key("decode", "mul", 400, "json"): 4.0, key("kernel", "mul", 400): 30.0,
+              key("encode", "mul", 400, "json"): 2.0}  # fmt: skip
+    scaler = Scaler({ENCODE: 3.0, DECODE: 5.0}, server, targets={ENCODE: 0.6, DECODE: 0.5})
+    scaler.refer("encode", "mul", 400, "json", 0.3)  # mean(0.2, 0.3): 2.4x
+    remote = {"t_client_encode": 0.3, "cpu_client_encode": 0.2, "t_request": 1.5, "t_client_decode": 0.1,
+              "cpu_client_decode": 0.1, "t_server_decode": 0.1, "cpu_server_decode": 0.1, "t_server_compute": 0.1,
+              "cpu_server_compute": 0.1, "t_server_encode": 0.1, "cpu_server_encode": 0.1, "t_comm": 1.2}  # fmt: skip
+    scaler.remote(remote, "mul", 400, "json")
+    assert remote["t_client_encode"] == pytest.approx(0.2 * 2.4)
+    assert remote["t_client_decode"] == pytest.approx(0.1 * 5.0)  # no reference yet: the calibration's
+    assert remote["t_server_compute"] == pytest.approx(0.1 * 30.0)  # the server's: fixed
+
+
+def test_the_worker_runs_a_trials_work_again_beside_it_and_its_time_follows():
+    """A local trial on this host: the kernel runs once more after it, and the trial's device time is
+    its CPU time over the mean of the calibration's and that run's, times the target."""
+    size = 64
+    k = key("kernel", "mul", size)
+    scaler = Scaler({k: 1000.0}, targets={k: 0.5})  # calibrated at 0.5 ms of host CPU
+    worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
+    out = worker.run({"trial": 0, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
+    assert out["ok"], out
+    recent = list(scaler.recent[k])
+    assert len(recent) == 2 and recent[0] == pytest.approx(0.0005) and recent[1] > 0
+    assert out["t_total"] == pytest.approx(out["cpu_total"] * 0.5 / ((0.0005 + recent[1]) / 2))
+
+
+def test_the_worker_gets_the_client_devices_targets_with_its_slowdowns():
+    calibration = {"scale": {KERNEL: 100.0}, "rows": [{"key": KERNEL, "target_s": 1.0}],
+                   "server_scale": {KERNEL: 7.0}}  # fmt: skip
+    args = emulation_args(calibration)
+    assert json.loads(args[args.index("--targets") + 1]) == {KERNEL: 1.0}
+    assert json.loads(args[args.index("--scale") + 1]) == {KERNEL: 100.0} and "--server-scale" in args
+    assert emulation_args({"quotas": {"base": 0.1}}) == ["--quotas", '{"base": 0.1}']  # throttle: none
+    assert emulation_args(None) == []
