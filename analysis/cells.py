@@ -102,7 +102,7 @@ def _stop_reasons(trials: pd.DataFrame, index: pd.MultiIndex, manifest: Manifest
     out = []
     for op, size, rate, method in index:
         remote = [v for _, v in sorted(series.get((op, size, rate, method), []), key=lambda x: x[0])]
-        local = [v for _, v in sorted(series.get((op, size), []), key=lambda x: x[0])][: len(remote)]
+        local = [v for _, v in sorted(series.get((op, size), []), key=lambda x: x[0])]
         out.append(stop_reason(remote, local, rule) or "")
     return out
 

@@ -50,7 +50,7 @@ class Rounds:
         n, base = self.done(cell), (op, size, None, LOCAL)
         if self.done(base) < n:
             return None
-        return stop_reason(self.samples(cell, n), self.samples(base, n), self.rule)
+        return stop_reason(self.samples(cell, n), self.samples(base, self.done(base)), self.rule)
 
     def open_cells(self) -> list[tuple]:
         remote = [c for c in self.cells if c[3] != LOCAL and self.reason(c) is None]

@@ -80,9 +80,12 @@ def test_a_killed_adaptive_sweep_resumes_where_each_cell_stopped(inventory, tmp_
         for key, samples in remote.items():
             n = len(samples)
             assert 3 <= n <= 8 and [int(r["rep"]) for r in by_cell[key]] == list(range(n))
-            for k in range(3, n):  # open after each earlier round, stopped after its last
-                assert stop_reason(samples[:k], local[:k], rule) is None, (key, k)
-            assert stop_reason(samples, local[:n], rule) in (SIGNIFICANT, PRECISE, MAX_REPS), key
+            for k in range(3, n):  # open after each earlier round, or opened again by a longer baseline
+                assert any(
+                    stop_reason(samples[:k], local[:m], rule) is None for m in range(k, len(local) + 1)
+                )
+            # stopped after its last, against the whole baseline as the analysis decides it
+            assert stop_reason(samples, local, rule) in (SIGNIFICANT, PRECISE, MAX_REPS), key
     assert len(got) < 80, "clear cells stopped before max"
 
     table = run_dir / "analysis" / "cells.csv"

@@ -67,3 +67,28 @@ def test_the_rule_of_a_run_comes_from_its_manifest():
     exp = Experiment("e", ("mul",), (100,), (10.0,), ("raw",), reps=40, min_reps=5, precision=0.05)
     assert Rule.of(exp) == Rule(5, 40, 0.05)
     assert Rule.of(replace(exp, reps=3, min_reps=None, precision=None)) == Rule(3, 3, None)  # a fixed run
+
+
+def test_a_cell_the_grown_baseline_no_longer_decides_opens_again():
+    """A cell closed against three local runs ([1, 2, 3] against [4, 5, 6]: significant) opens again
+    when its baseline runs a fourth time for another cell and the whole baseline, [4, 5, 6, 2], no
+    longer decides it (difference 2.25, half-width 2.7): the analysis decides against the whole
+    baseline, so a cell stopped as significant must be significant there."""
+    from testbed.plan import plan_trials
+    from testbed.rounds import Rounds
+    from tests.fakes import FAKE_SWEEP
+
+    exp = replace(FAKE_SWEEP, sizes=(100,), rates_mbps=(10.0,), methods=("json", "raw"), reps=6, min_reps=3)
+    trials = plan_trials(exp)
+    by = {(t.method, t.rep): t.trial for t in trials}
+    results = {by["json", r]: v for r, v in enumerate([1.0, 2.0, 3.0])}
+    results |= {by["raw", r]: 4.5 for r in range(3)} | {
+        by["local", r]: v for r, v in enumerate([4.0, 5.0, 6.0])
+    }
+    json_cell, local_cell = ("mul", 100, 10.0, "json"), ("mul", 100, None, "local")
+    assert Rounds(exp, trials, results).reason(json_cell) == SIGNIFICANT
+    results |= {by["raw", 3]: 4.4, by["local", 3]: 2.0}  # the raw cell went on, and its baseline with it
+    rounds = Rounds(exp, trials, results)
+    assert rounds.reason(json_cell) is None and json_cell in rounds.open_cells()
+    assert [t.trial for t in rounds.next_round()] == [by["json", 3]]  # it catches up first
+    assert local_cell in rounds.open_cells()
