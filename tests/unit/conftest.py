@@ -4,6 +4,7 @@ code asked a fake host for something nobody scripted."""
 from __future__ import annotations
 
 import itertools
+import signal
 from dataclasses import replace
 
 import pytest
@@ -37,6 +38,16 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call":
         item.call_failed = report.failed  # a failed test has said what went wrong already
     return report
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_is_keyboard_interrupt():
+    """Ctrl-C as a terminal delivers it, whatever started the tests: a shell's background job (`cmd &`,
+    `nohup`) starts with SIGINT ignored, and Python then installs no handler, so a fake worker's
+    simulated Ctrl-C would be lost and its sweep wait for an answer forever."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(autouse=True)
