@@ -28,6 +28,7 @@ from analysis.cells import KEYS, cell_table
 from analysis.decisions import OFFLOAD, STAY, decision_marks
 from analysis.load import load_run
 from contracts.errors import UserError
+from contracts.trials import LOCAL
 
 STAGE_MEAN = re.compile(r"^(t_\w+)_mean$")
 SHOWN = 8  # differing cells and means named in the summary; the CSVs have them all
@@ -104,6 +105,10 @@ def compare_means(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame
     if not rows:
         return pd.DataFrame(columns=[*KEYS, "quantity", "run", "mean", "ci95", "ref_mean", "ref_ci95"])
     table = pd.concat(rows).reset_index()
+    # the local baseline is one per (op, size), repeated on each of its cells: compared once
+    local = table["quantity"] == "local"
+    table.loc[local, ["rate_mbps", "method"]] = [np.nan, LOCAL]
+    table = table[~(local & table.duplicated([*KEYS, "quantity", "run"]))].reset_index(drop=True)
     gap = (table["mean"] - table["ref_mean"]).abs()
     with np.errstate(invalid="ignore", divide="ignore"):
         table["diff_pct"] = 100 * (table["mean"] - table["ref_mean"]) / table["ref_mean"]
@@ -115,6 +120,8 @@ def compare_means(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame
 
 
 def _cell(row: pd.Series) -> str:
+    if row["method"] == LOCAL:
+        return f"{row['op']} {row['size']} local"
     return f"{row['op']} {row['size']} {row['method']} @ {row['rate_mbps']:g} Mbit/s"
 
 

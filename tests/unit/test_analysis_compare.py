@@ -49,6 +49,7 @@ def test_runs_of_one_model_agree(runs):
     m = result.means
     assert set(m["quantity"]) >= {"completion", "local", "t_comm", "t_server_compute", "t_client_encode"}
     assert m["within"].mean() > 0.8 and (m["diff_pct"].abs() < 15).all()
+    assert len(m[m["quantity"] == "local"]) == 2  # one baseline per size, not one per cell
 
 
 def test_a_slower_stage_is_named(runs):
