@@ -294,8 +294,13 @@ def _device_html(role: str, device: Device | None) -> str:
             "of alternate rounds of one run, sampled until each mean is known within half the tolerance or "
             "the work's budget is spent (samples: both together)"
         )
+        shared = (
+            f", testbed {cal.replica}'s, used by testbeds {', '.join(map(str, cal.replicas))} on the same host"
+            if cal.replicas
+            else ""
+        )
         out.append(
-            f"<h4>Calibration {i} ({_e(cal.at)}): {flagged} of {len(rows)} outside "
+            f"<h4>Calibration {i} ({_e(cal.at)}{shared}): {flagged} of {len(rows)} outside "
             f"{cal.tolerance_pct:g}%</h4>"
             f'<p class="note">Target: the {role} device\'s time for the work from its profile '
             f"({WORK_OF_ROLE[role]}); achieved: {achieved}. Flagged rows are highlighted; trials of "

@@ -81,11 +81,19 @@ class Scaler:
         out["wall_total"] = out["t_total"]
         out["t_total"] = out["cpu_total"] * self.factor("kernel", op, size)
 
+    def server_factor(self, kind: str, op: str, size: int, codec: str) -> float:
+        """The server's slowdown for a kind of work of a trial with `codec`: its kernel's, the one
+        calibrated in that method's requests when the server's calibration has it (the cgi stack:
+        `client.trial_work.works`), else the one of every method."""
+        if kind == "kernel" and key(kind, op, size, codec) not in self.server_scale:
+            codec = None
+        return self._factor(self.server_scale, kind, op, size, codec)
+
     def remote(self, out: dict, op: str, size: int, codec: str) -> None:
-        server = lambda kind, op, size, codec: self._factor(self.server_scale, kind, op, size, codec)  # noqa: E731
+        client = lambda kind, op, size, codec: self.factor(kind, op, size, codec)  # noqa: E731
         for scale, stages, factor in (
-            (self.scale, CLIENT_STAGES, self.factor),
-            (self.server_scale, SERVER_STAGES, server),
+            (self.scale, CLIENT_STAGES, client),
+            (self.server_scale, SERVER_STAGES, self.server_factor),
         ):
             if scale is None:
                 continue
@@ -94,7 +102,7 @@ class Scaler:
                 if cpu is None:
                     raise ValueError(f"the trial has no CPU time for {stage}: the server did not report it")
                 out[f"wall_{stage}"] = out[f"t_{stage}"]
-                out[f"t_{stage}"] = cpu * factor(kind, op, size, codec if kind != "kernel" else None)
+                out[f"t_{stage}"] = cpu * factor(kind, op, size, codec)
         if self.server_scale is None:  # the request as measured: communication and the server's stages
             out["t_total"] = out["t_client_encode"] + out["t_request"] + out["t_client_decode"]
             return

@@ -17,7 +17,8 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
 - 4: the columns `t_server_start` and `cpu_server_start` (the cgi stack's per-request process
   start-up, wall and CPU seconds) and `replica` (which testbed of a sweep over several ran it, as
   the manifest's validation, counters, repairs, calibrations and sessions' `testbeds` say); the
-  experiment's `server_stack` and `replicas`. Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
+  experiment's `server_stack` and `replicas`; a calibration's `replicas` (the testbeds on one machine
+  that share it; absent: its own testbed's). Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
   one they had); resuming one rewrites its trials.csv in version 4's columns first.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
@@ -484,6 +485,7 @@ class Calibration:
     quotas: dict | None = None
     host: list[dict] | None = None  # throttle: the host's own time for each work (its rows)
     replica: int | None = None  # whose host
+    replicas: list[int] | None = None  # the testbeds on that host that use it (they share one machine)
 
 
 @dataclass(slots=True)
@@ -512,6 +514,9 @@ class Manifest:
     ended_at: str | None = None
     sessions: list[Session] = field(default_factory=list)
     estimate_s: list[float] | None = None  # the duration estimated before the first session
+    # the same grid on one testbed at every cell's most repetitions: what replicas and the stopping
+    # rule save is measured against it (`benchmarks/grid.py`)
+    estimate_one_testbed_s: float | None = None
     device: Device | None = None  # the client's device (None: the client ran as its host)
     server_device: Device | None = None  # the server's (None: the server ran as its host)
     repairs: list[Repair] = field(default_factory=list)

@@ -341,9 +341,11 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     )
     result = device_emulation.emulate(lab, device, args.mode, grid, slow_host)
     if args.json:
-        kernels = [r for r in result["rows"] if r["work"] == "kernel"]
+        # the kernels: one for every method, or on the cgi stack each method's own ("raw kernel", its key
+        # says which)
+        kernels = [r for r in result["rows"] if r["work"].split()[-1] == "kernel"]
         stack = [r for r in result["rows"] if r["work"] == SERVER_START]  # the cgi stack's start-up
-        codec_rows = [r for r in result["rows"] if r["work"] not in ("kernel", SERVER_START)]
+        codec_rows = [r for r in result["rows"] if r not in kernels and r["work"] != SERVER_START]
         keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
         # throttle: the quota each work ran under, its period, why it is flagged, the first check's error;
         # scaled: how many samples it took to know the work's mean

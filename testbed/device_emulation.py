@@ -234,13 +234,21 @@ def record(
     at: str,
     role: str = "client",
     replica: int | None = None,
+    replicas: list[int] | None = None,
 ) -> None:
     section = "device" if role == "client" else "server_device"
     if getattr(manifest.manifest, section) is None:
         setattr(manifest.manifest, section, Device(profile=device.as_dict(), mode=mode))
     extra = {k: calibration[k] for k in ("quota", "period_s", "quotas", "host") if k in calibration}
     getattr(manifest.manifest, section).calibrations.append(
-        Calibration(at=at, tolerance_pct=TOLERANCE_PCT, rows=calibration["rows"], replica=replica, **extra)
+        Calibration(
+            at=at,
+            tolerance_pct=TOLERANCE_PCT,
+            rows=calibration["rows"],
+            replica=replica,
+            replicas=replicas,
+            **extra,
+        )
     )
     manifest.save()
 

@@ -127,8 +127,7 @@ class Sweep:
             with sigterm_as_interrupt():
                 for tb in self.testbeds:
                     self.bring_up(tb)
-                for tb in self.testbeds:  # one after the other: a calibration needs a quiet host
-                    self.calibrate(tb)
+                self.calibrate_all()
                 log.info(
                     "run %s: %d trials planned, %d already done on %d testbed(s)",
                     self.run_id, len(self.trials), len(self.done), len(self.testbeds),
@@ -207,10 +206,23 @@ class Sweep:
         ):
             lab.restart_offload_server()
 
-    def calibrate(self, tb: Testbed) -> None:
-        tb.calibration, tb.marks = calibrate_devices(
-            tb.lab, self.exp, self.manifest, self.progress, self.device, self.server_device
-        )
+    def calibrate_all(self) -> None:
+        """Each testbed's hosts calibrated for their devices, one testbed after the other (a calibration
+        needs a quiet host). The embedded testbeds share this machine, so in scaled mode the first one's
+        calibration is every one's: the same CPU and the same code time the same work, and a
+        calibration of the paper's grid takes the better part of an hour (the client's slowdowns
+        then follow this host in each testbed's own worker: `client.scaler`). Throttle mode sets each
+        testbed's own CPU quotas, so each of those calibrates."""
+        here = [tb for tb in self.testbeds if tb.lab.inv.backend == "netns"]
+        shared = here[1:] if len(here) > 1 and (self.device is None or self.exp.mode == "scaled") else []
+        for tb in self.testbeds:
+            if tb in shared:
+                tb.calibration, tb.marks = here[0].calibration, set(here[0].marks)
+                continue
+            users = [t.lab.replica for t in here] if shared and tb is here[0] else None
+            tb.calibration, tb.marks = calibrate_devices(
+                tb.lab, self.exp, self.manifest, self.progress, self.device, self.server_device, users
+            )
 
     def run_trials(self) -> None:
         """Every unit of work, on the one testbed, or on each testbed in a thread of its own."""
@@ -378,11 +390,13 @@ def calibrate_devices(
     progress: Progress,
     device: DeviceProfile | None,
     server_device: DeviceProfile | None,
+    replicas: list[int] | None = None,
 ) -> tuple[dict | None, set]:
     """At the start of a session, each host that emulates a device is calibrated for it and the
-    calibration recorded. Returns what the trial worker needs (the client's calibration, and the
-    server's slowdowns as `server_scale`; None: neither is a device) and the (op, size, method) of
-    every trial a missed target marks."""
+    calibration recorded (with the `replicas` that use it, when testbeds on one machine share it).
+    Returns what the trial worker needs (the client's calibration, and the server's slowdowns as
+    `server_scale`; None: neither is a device) and the (op, size, method) of every trial a missed
+    target marks."""
     calibration, marks = None, set()
     for role, profile in (("client", device), ("server", server_device)):
         if profile is None:
@@ -391,11 +405,15 @@ def calibrate_devices(
         log.info("calibrating the %s host for device %s", role, profile.name)
         if role == "client":
             result = device_emulation.emulate_for(lab, profile, exp)
-            device_emulation.record(manifest, profile, exp.mode, result, now(), replica=lab.replica)
+            device_emulation.record(
+                manifest, profile, exp.mode, result, now(), "client", lab.replica, replicas
+            )
             calibration = {**(calibration or {}), **result}
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
-            device_emulation.record(manifest, profile, "scaled", result, now(), "server", lab.replica)
+            device_emulation.record(
+                manifest, profile, "scaled", result, now(), "server", lab.replica, replicas
+            )
             calibration = {**(calibration or {}), "server_scale": result["scale"]}
         missed = device_emulation.flagged(result)
         if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from analysis.__main__ import add_arguments as add_analysis_arguments
@@ -150,7 +151,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if hint := replica_hint(model.cpu_share(), len(labs)):
         print(hint)
     if not args.resume:
-        manifest.update(estimate_s=[low, high])
+        one = replace(model, replicas=1).sweep_s(exp.reps)
+        manifest.update(estimate_s=[low, high], estimate_one_testbed_s=one)
     try:
         with ExitStack() as replicas:  # the inventory's prefix is held already (testbed.cli)
             for lab in labs[1:]:

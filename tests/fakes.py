@@ -410,3 +410,35 @@ FAKE_SWEEP = Experiment(  # the fake sweeps' experiment: 4 local trials, then 8 
     validation=Validation(duration=1, retries=1),
     trial_timeout=5.0,
 )
+
+
+def server_calibration(host: FakeHost, device: str) -> list[dict]:
+    """`host` answers `python -m client.calibration` for the server's role: every work's slowdown 7, the
+    kernel at size 200 flagged (30% over: the server cannot reach mul 200). Returns the requests, as
+    they come."""
+    from contracts.device import Grid, key
+
+    requests: list[dict] = []
+
+    def answer(argv):
+        request = json.loads(host.last_input)
+        requests.append(request)
+        grid = Grid.from_dict(request["grid"])
+        rows, scale = [], {}
+        for op in grid.ops:
+            for size in grid.sizes:
+                for kind, codec in [("kernel", None)] + [
+                    (k, c) for c in grid.codecs for k in ("decode", "encode")
+                ]:
+                    k = key(kind, op, size, codec)
+                    scale[k] = 7.0
+                    flagged = (kind, size) == ("kernel", 200)
+                    rows.append({"key": k, "work": kind if codec is None else f"{codec} {kind}", "op": op,
+                                 "size": size, "target_s": 1.0, "achieved_s": 1.3 if flagged else 1.0,
+                                 "error_pct": 30.0 if flagged else 0.0, "flagged": flagged})  # fmt: skip
+        return 0, json.dumps(
+            {"device": device, "mode": "scaled", "role": "server", "rows": rows, "scale": scale}
+        )
+
+    host.on("python", answer=answer)
+    return requests

@@ -4,6 +4,7 @@ the host-wide CPU lock, and a sweep over two fake testbeds."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import threading
 from dataclasses import replace
@@ -11,9 +12,11 @@ from dataclasses import replace
 import pytest
 
 from contracts.cpu_lock import CpuLock
+from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import read_trials
 from testbed.bookkeeping import start_run
+from testbed.devices import load_device
 from testbed.plan import phases, plan_trials
 from testbed.replicas import (
     CPU_LOCK,
@@ -26,8 +29,10 @@ from testbed.results import ManifestFile
 from testbed.rounds import Rounds
 from testbed.scheduler import WorkSource, split_by_rep
 from testbed.sweep import run_sweep
-from tests.fakes import FAKE_SWEEP, link
+from tests.fakes import FAKE_SWEEP, link, server_calibration
 from tests.helpers import saved
+
+SERVER = "multilang-i5-5200u"  # a server profile shipped in experiments/devices
 
 
 def test_replicas_are_the_testbed_under_numbered_prefixes_sharing_one_cpu_lock(fake_inventory):
@@ -221,3 +226,23 @@ def test_the_cpu_lock_file_goes_with_the_last_testbed(tmp_path):
         remove_cpu_lock(tmp_path) == [f"lock {tmp_path / 'cpu.lock'}"]
         and not (tmp_path / "cpu.lock").exists()
     )
+
+
+def test_testbeds_on_this_machine_share_one_calibration_recorded_with_its_users(two_testbeds, tmp_path):
+    """Embedded testbeds share this machine's CPU and code, so the first one's calibration (minutes, an
+    hour for the paper's grid) is every one's; the manifest records it once, with the testbeds using
+    it. The strict fake host refuses a second calibration on testbed 1's server."""
+    requests = server_calibration(two_testbeds[0].hosts["server"], SERVER)
+    exp = replace(FAKE_SWEEP, server_device=SERVER)
+    run_dir = tmp_path / "run"
+    manifest = start_run(run_dir, "fake-shared", exp, two_testbeds[0])
+    run_sweep(two_testbeds, exp, run_dir, manifest, server_device=load_device(SERVER))
+
+    assert len(requests) == 1
+    (calibration,) = saved(run_dir)["server_device"]["calibrations"]
+    assert (calibration["replica"], calibration["replicas"]) == (0, [0, 1])
+    scales = []
+    for lab in two_testbeds:
+        (worker,) = lab.hosts["client"].workers
+        scales.append(json.loads(worker.args[worker.args.index("--server-scale") + 1]))
+    assert scales[0] == scales[1] and scales[0][key("kernel", "mul", 100)] == 7.0

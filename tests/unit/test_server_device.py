@@ -25,7 +25,7 @@ from testbed.devices import load_device
 from testbed.experiment import load_experiment, override
 from testbed.results import ManifestFile
 from testbed.sweep import run_sweep
-from tests.fakes import FAKE_SWEEP
+from tests.fakes import FAKE_SWEEP, server_calibration
 from tests.helpers import rows, saved
 
 SERVER = "multilang-i5-5200u"  # a server profile shipped in experiments/devices
@@ -108,12 +108,31 @@ def test_cgi_stages_are_calibrated_from_what_each_request_process_reports():
     grid = Grid.of(["mul"], [64], ["raw"], role="server", cgi_argv=child, start_up=True)
     result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
     host = {r["work"]: r["host_cpu_s"] for r in result["rows"]}
-    assert host == {"kernel": 0.04, "raw decode": 0.02, "raw encode": 0.01, "server_start": 0.375}
+    assert host == {"raw kernel": 0.04, "raw decode": 0.02, "raw encode": 0.01, "server_start": 0.375}
+    (kernel,) = [r for r in result["rows"] if r["work"] == "raw kernel"]
+    assert kernel["key"] == key("kernel", "mul", 64, "raw")  # RAW's own requests' kernel
+    assert result["scale"][kernel["key"]] == pytest.approx(kernel["target_s"] / 0.04)
     (start,) = [r for r in result["rows"] if r["work"] == "server_start"]
     assert (start["key"], start["op"], start["size"]) == (stack_key("server_start"), "any", None)
     assert start["achieved_s"] == pytest.approx(0.15)
     assert result["scale"][stack_key("server_start")] == pytest.approx(0.15 / 0.375)
     assert "server_start" in format_calibration(result)
+
+
+def test_one_request_process_gives_a_sample_of_each_of_its_methods_stages(tmp_path):
+    """A method's decode, kernel and encode are sampled from one request's process a round, as a trial
+    reports them: 4 rounds and the first run of each work are 5 requests of RAW's body, not 15."""
+    device = DeviceProfile("srv", {"mul": SpeedCurve(((1, 0.05),))}, {"raw": {"encode": 100, "decode": 50}})
+    child = fake_cgi("decode;dur=1;cpu=20, compute;dur=1;cpu=40, encode;dur=1;cpu=10", count=tmp_path / "n")
+    grid = Grid.of(["mul"], [64], ["raw"], role="server", cgi_argv=child)
+    result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
+    assert {r["work"]: r["samples"] for r in result["rows"]} == {
+        "raw decode": 4,
+        "raw kernel": 4,
+        "raw encode": 4,
+    }
+    (counted,) = tmp_path.glob("n.*")
+    assert counted.read_text() == "5"
 
 
 def test_the_real_cgi_script_answers_the_calibrations_requests():
@@ -122,12 +141,19 @@ def test_the_real_cgi_script_answers_the_calibrations_requests():
     child = (sys.executable, "-m", "server.cgi")
     server = works("mul", 48, "float64", 1, ["json", "raw", "grpc"], role="server", cgi_argv=child)
     assert [(kind, codec) for kind, codec, _, _ in server] == [
-        ("kernel", None), ("decode", "json"), ("encode", "json"), ("decode", "raw"), ("encode", "raw"),
-        ("decode", "grpc"), ("encode", "grpc"),
-    ]  # fmt: skip
-    for kind, codec, work, _ in server:
+        ("kernel", "grpc"),
+        ("decode", "json"),
+        ("kernel", "json"),
+        ("encode", "json"),
+        ("decode", "raw"),
+        ("kernel", "raw"),
+        ("encode", "raw"),
+        ("decode", "grpc"),
+        ("encode", "grpc"),
+    ]  # each HTTP method's kernel in its own requests, gRPC's in this process
+    for _, codec, work, _ in server:
         took = work()
-        if codec != "grpc" or kind == "kernel":  # in a request's process: its own CPU seconds
+        if codec != "grpc":  # in a request's process: its own CPU seconds
             assert isinstance(work, SelfTimed) and 0 < took < 5
         else:  # gRPC's server lives long: timed in this process
             assert not isinstance(work, SelfTimed)
@@ -166,31 +192,7 @@ def test_an_experiment_names_its_server_device_and_a_bad_one_is_refused(tmp_path
 @pytest.fixture
 def server_calibrated(lab):
     """The server host answers `python -m client.calibration` for its role, with slowdowns per work."""
-    server = lab.hosts["server"]
-    requests = []
-
-    def answer(argv):
-        request = json.loads(server.last_input)
-        requests.append(request)
-        grid = Grid.from_dict(request["grid"])
-        rows, scale = [], {}
-        for op in grid.ops:
-            for size in grid.sizes:
-                for kind, codec in [("kernel", None)] + [
-                    (k, c) for c in grid.codecs for k in ("decode", "encode")
-                ]:
-                    k = key(kind, op, size, codec)
-                    scale[k] = 7.0
-                    flagged = (kind, size) == ("kernel", 200)  # the server cannot reach mul 200
-                    rows.append({"key": k, "work": kind if codec is None else f"{codec} {kind}", "op": op,
-                                 "size": size, "target_s": 1.0, "achieved_s": 1.3 if flagged else 1.0,
-                                 "error_pct": 30.0 if flagged else 0.0, "flagged": flagged})  # fmt: skip
-        return 0, json.dumps(
-            {"device": SERVER, "mode": "scaled", "role": "server", "rows": rows, "scale": scale}
-        )
-
-    server.on("python", answer=answer)
-    return lab, requests
+    return lab, server_calibration(lab.hosts["server"], SERVER)
 
 
 def test_a_sweep_with_a_server_device_calibrates_the_server_host_and_scales_its_stages(

@@ -5,6 +5,7 @@ cgi stack's `server_start` stage read by the client, written, and shown by the a
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from dataclasses import replace
 
@@ -224,6 +225,20 @@ def test_without_a_start_up_figure_or_a_start_up_communication_stays_as_measured
         Scaler(None, scale).remote(out, "mul", 400, "raw")
         assert out["t_comm"] == pytest.approx(0.82) and out["t_server_start"] == start
         assert "wall_server_start" not in out
+
+
+def test_a_trials_server_kernel_takes_its_methods_slowdown_when_calibrated_per_method():
+    """The cgi stack calibrates each method's kernel in its own requests (`kernel|raw|mul|400`); a
+    long-lived server one kernel for every method (`kernel|mul|400`), which a trial then takes."""
+    per_method = {**SERVER_SCALE, key("kernel", "mul", 400, "raw"): 3.0}
+    for scale, factor in ((per_method, 3.0), (SERVER_SCALE, 1.0)):
+        out = cgi_remote(None)
+        Scaler(None, scale).remote(out, "mul", 400, "raw")
+        assert out["t_server_compute"] == pytest.approx(0.2 * factor)
+    other = {k: v for k, v in SERVER_SCALE.items() if k != key("kernel", "mul", 400)}
+    other[key("kernel", "mul", 400, "json")] = 3.0  # another method's kernel is not this one's
+    with pytest.raises(KeyError, match=re.escape("no calibration for kernel|mul|400")):
+        Scaler(None, other).remote(cgi_remote(None), "mul", 400, "raw")
 
 
 def test_a_start_up_without_its_cpu_time_is_a_bug_not_a_guess():
