@@ -26,7 +26,7 @@ import pandas as pd
 
 from analysis.cells import KEYS, cell_table
 from analysis.decisions import OFFLOAD, STAY, decision_marks
-from analysis.load import load_run
+from analysis.load import load_run, writable_dir
 from contracts.errors import UserError
 from contracts.trials import LOCAL
 
@@ -162,10 +162,7 @@ def summary_lines(result: Comparison) -> list[str]:
 
 
 def write_comparison(result: Comparison, out_dir: Path) -> list[Path]:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create {out_dir}: {exc.strerror}", "pass a writable --out") from None
+    writable_dir(out_dir, "pass a writable --out")
     paths = [out_dir / "compare_decisions.csv", out_dir / "compare_means.csv"]
     result.decisions.to_csv(paths[0], index=False)
     result.means.to_csv(paths[1], index=False, float_format="%.6g")

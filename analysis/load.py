@@ -48,14 +48,16 @@ def load_run(run_dir: Path) -> Run:
 
 def output_dir(run: Run) -> Path:
     """RUN_DIR/analysis, created if need be."""
-    out_dir = run.run_dir / "analysis"
+    return writable_dir(run.run_dir / "analysis", "make the run directory writable")
+
+
+def writable_dir(path: Path, fix: str) -> Path:
+    """`path` (and its parents), created if need be; a user's error with `fix` when it cannot be."""
     try:
-        out_dir.mkdir(exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(
-            f"cannot create {out_dir}: {exc.strerror}", "make the run directory writable"
-        ) from None
-    return out_dir
+        raise UserError(f"cannot create {path}: {exc.strerror}", fix) from None
+    return path
 
 
 def trials_frame(path: Path) -> pd.DataFrame:

@@ -116,6 +116,7 @@ def works(
     codecs: list[str],
     role: str = "client",
     cgi_argv: tuple[str, ...] = (),
+    operands: list[np.ndarray] | None = None,
 ) -> list[tuple[str, str | None, Work, int]]:
     """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the
     client (encode the request, decode the response), or with `role="server"` on the server (decode
@@ -124,7 +125,8 @@ def works(
     among them and keyed by the method (`kernel|json|mul|400`): a kernel calibrated in RAW's requests
     alone came out about 20% below its target in the JSON and uJSON trials of smoke runs, so each
     method's requests calibrate their own. gRPC's stages stay in this process (its server lives long)."""
-    operands = trial_operands(op, size, dtype, seed)
+    if operands is None:  # the caller's, when it holds the trials' already (the trial worker)
+        operands = trial_operands(op, size, dtype, seed)
     in_requests = role == "server" and bool(cgi_argv)
     kernel = lambda: execute(op, operands)  # noqa: E731
     out: list[tuple[str, str | None, Work, int]] = []

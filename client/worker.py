@@ -72,7 +72,10 @@ class TrialWorker:
         if cell not in self._works:
             codecs = [] if method == LOCAL else [method]
             wanted = {"kernel"} if method == LOCAL else {"encode", "decode"}
-            self._works[cell] = [w for w in works(op, size, dtype, self.seed, codecs) if w[0] in wanted]
+            operands = self.operands(op, size, dtype)
+            self._works[cell] = [
+                w for w in works(op, size, dtype, self.seed, codecs, operands=operands) if w[0] in wanted
+            ]
         for kind, codec, work, _ in self._works[cell]:
             with CPU_LOCK.held():
                 start = time.process_time()

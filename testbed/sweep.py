@@ -169,7 +169,7 @@ class Sweep:
         self.done = set(outcomes)
         self.rounds = Rounds(exp, self.trials, outcomes) if exp.adaptive else None
         if self.rounds:
-            self.source = WorkSource(rounds=self.rounds)
+            self.source = WorkSource(rounds=self.rounds, parts=len(self.testbeds))
         else:
             units = phases(exp, self.trials, self.done)
             self.source = WorkSource(split_by_rep(units) if len(self.testbeds) > 1 else units)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import subprocess
 import sys
 
+import pytest
+
+from benchmarks import grid
 from benchmarks.common import INFO, MISS, PASS, SKIPPED, Row
 from benchmarks.runner import complete, expected, format_table, key
+from contracts.run import Manifest, Session, write_manifest
+from tests.fakes import FAKE_SWEEP
 from tests.helpers import REPO, check_bench_outputs
 
 TESTBED_SECTIONS = {"efficiency", "orchestration"}
@@ -51,9 +57,50 @@ def test_bench_quick_without_the_testbed(tmp_path):
     for r in rows:
         if r["section"] in TESTBED_SECTIONS:
             assert r["status"] == SKIPPED and "--skip-testbed" in r["note"], r
+        elif r["section"] == grid.SECTION and not grid.RUN.exists():  # no run shipped yet: it says so
+            assert r["status"] == SKIPPED and "no shipped run" in r["note"], r
         else:
             assert r["status"] != SKIPPED, r
     codec_rows = [r for r in rows if r["figure"] == "enc+dec time / memory copy"]
     assert all(r["details"]["encode_MBps"] > 0 and r["details"]["decode_MBps"] > 0 for r in codec_rows)
     memory_rows = [r for r in rows if r["section"] == "memory"]
     assert all(r["details"]["peak_MB"] > 0 and r["details"]["idle_MB"] > 0 for r in memory_rows)
+
+
+def grid_run(tmp_path, *sessions: tuple[str, str | None], estimate: float | None = 20 * 3600):
+    """A shipped run's directory: a manifest with these sessions (start, end) and 3 trials, gzipped."""
+    manifest = Manifest(
+        "paper-1",
+        "complete",
+        FAKE_SWEEP,
+        sessions=[Session(start, 0, "complete", ended_at=end) for start, end in sessions],
+        estimate_one_testbed_s=estimate,
+    )
+    write_manifest(tmp_path / "manifest.json", manifest)
+    with gzip.open(tmp_path / "trials.csv.gz", "wt") as f:
+        f.write("# offload-testbed trials format 4\ntrial,op\n0,mul\n1,mul\n2,mul\n")
+    return tmp_path
+
+
+def test_the_grid_row_is_the_shipped_runs_sessions_over_the_one_testbed_estimate(tmp_path):
+    run = grid_run(
+        tmp_path,
+        ("2026-11-25T10:00:00+00:00", "2026-11-25T11:00:00+00:00"),
+        ("2026-11-26T09:00:00+00:00", "2026-11-26T09:30:00+00:00"),
+    )
+    row = grid.row(run)
+    assert row.value == pytest.approx(100 * 1.5 / 20) and row.status == PASS
+    assert (row.details["sessions"], row.details["trials"], row.details["wall_s"]) == (2, 3, 5400.0)
+    assert "1.50 h over 2 session(s)" in row.note
+    slow = grid.row(grid_run(tmp_path, ("2026-11-25T10:00:00+00:00", "2026-11-25T13:00:00+00:00")))
+    assert slow.status == MISS  # 3 h of a 20 h estimate: 15%
+
+
+def test_the_grid_row_is_skipped_saying_why_until_a_finished_run_ships(tmp_path):
+    assert "not found" in grid.row(tmp_path / "none").note
+    unfinished = grid.row(grid_run(tmp_path, ("2026-11-25T10:00:00+00:00", None)))
+    assert unfinished.status == SKIPPED and "--resume" in unfinished.note
+    no_estimate = grid.row(
+        grid_run(tmp_path, ("2026-11-25T10:00:00+00:00", "2026-11-25T11:00:00+00:00"), estimate=None)
+    )
+    assert no_estimate.status == SKIPPED and "no one-testbed estimate" in no_estimate.note

@@ -36,7 +36,7 @@ def test_the_paper_grid_is_the_papers_design():
     assert exp.sizes == (400, 500, 600, 700, 800, 900, 1000, 1100, 1200)
     assert exp.rates_mbps == (10, 20, 40, 60, 80, 100)
     assert exp.methods == ("json", "ujson", "raw")
-    assert exp.reps == 40
+    assert (exp.min_reps, exp.reps, exp.replicas) == (3, 40, 4)  # adaptive, the paper's 40 at most
     assert (exp.client_device, exp.server_device, exp.mode) == ("paper-p4", "paper-i3", "scaled")
 
 

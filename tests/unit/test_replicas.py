@@ -27,7 +27,7 @@ from testbed.replicas import (
 )
 from testbed.results import ManifestFile
 from testbed.rounds import Rounds
-from testbed.scheduler import WorkSource, split_by_rep
+from testbed.scheduler import WorkSource, split_blocks, split_by_rep
 from testbed.sweep import run_sweep
 from tests.fakes import FAKE_SWEEP, link, server_calibration
 from tests.helpers import saved
@@ -103,6 +103,19 @@ def test_an_adaptive_round_is_handed_out_only_once_the_last_one_is_done():
         source.done()
     waiter.join(timeout=5)
     assert got and got[0][1][0].rep == 1  # the second round, computed from the first's results
+
+
+def test_a_rounds_rate_groups_are_split_among_the_testbeds_each_trial_once_in_order():
+    exp = replace(FAKE_SWEEP, min_reps=2, reps=4)
+    blocks = Rounds(exp, plan_trials(exp), {}).round_blocks()
+    split = split_blocks(blocks, 3)
+    assert [t.trial for _, ts in split for t in ts] == [t.trial for _, ts in blocks for t in ts]
+    for rate, trials in blocks:
+        sizes = [len(ts) for r, ts in split if r == rate]
+        assert len(sizes) == min(3, len(trials)) and max(sizes) - min(sizes) <= 1
+    assert split_blocks(blocks, 1) == blocks
+    source = WorkSource(rounds=Rounds(exp, plan_trials(exp), {}), parts=3)
+    assert source.take() is not None and len(source.pending) == len(split) - 1
 
 
 def test_the_cpu_lock_lets_one_timed_stage_run_at_a_time(tmp_path):
