@@ -17,6 +17,15 @@ the host's speed was then into every later trial. The trial worker runs each tri
 more beside it (`refer`: the same work in the same process, outside the trial's stages), and a kind
 of work's slowdown is its target over the mean of its recent runs there, the calibration's mean among
 them until `REFERENCE_WINDOW` newer ones have pushed it out.
+
+The server's slowdowns follow the host too when the server shares the client's machine (an embedded
+testbed: `server_follows`): divided by the host's drift, the geometric mean over the client's kinds
+of work re-run since the calibration of their recent mean over their calibration's mean. Measured on
+the 2-core VM with four testbeds side by side: this host's CPU time for the same work rose alike on
+both ends (client encode +11-23%, server decode +13-30%, server encode +5-25% against one testbed),
+and with slowdowns fixed at the calibration the server's scaled stages carried it (23 of 36 server
+kinds of work outside 10% in the trials, 7 of 36 with one testbed). The assumption, stated: a load
+on the machine slows the server's work as much as the client's.
 """
 
 from __future__ import annotations
@@ -44,10 +53,12 @@ class Scaler:
         scale: dict[str, float] | None,
         server_scale: dict[str, float] | None = None,
         targets: dict[str, float] | None = None,
+        server_follows: bool = False,
     ) -> None:
         self.scale = scale
         self.server_scale = server_scale
         self.targets = targets or {}
+        self.server_follows = server_follows
         # per kind of work: this host's recent CPU seconds for it, the calibration's mean first
         self.recent = {
             k: deque([self.targets[k] / factor], maxlen=REFERENCE_WINDOW)
@@ -81,13 +92,25 @@ class Scaler:
         out["wall_total"] = out["t_total"]
         out["t_total"] = out["cpu_total"] * self.factor("kernel", op, size)
 
+    def drift(self) -> float:
+        """This host's CPU time for the client's work now over at the calibration: the geometric mean,
+        over the kinds of work re-run since, of their recent mean over the calibration's (1: none)."""
+        ratios = [
+            statistics.fmean(recent) / (self.targets[k] / self.scale[k])
+            for k, recent in self.recent.items()
+            if len(recent) > 1
+        ]
+        return statistics.geometric_mean(ratios) if ratios else 1.0
+
     def server_factor(self, kind: str, op: str, size: int, codec: str) -> float:
         """The server's slowdown for a kind of work of a trial with `codec`: its kernel's, the one
         calibrated in that method's requests when the server's calibration has it (the cgi stack:
-        `client.trial_work.works`), else the one of every method."""
+        `client.trial_work.works`), else the one of every method; over the host's drift when the
+        server shares this machine."""
         if kind == "kernel" and key(kind, op, size, codec) not in self.server_scale:
             codec = None
-        return self._factor(self.server_scale, kind, op, size, codec)
+        factor = self._factor(self.server_scale, kind, op, size, codec)
+        return factor / self.drift() if self.server_follows else factor
 
     def remote(self, out: dict, op: str, size: int, codec: str) -> None:
         client = lambda kind, op, size, codec: self.factor(kind, op, size, codec)  # noqa: E731
@@ -107,6 +130,8 @@ class Scaler:
             out["t_total"] = out["t_client_encode"] + out["t_request"] + out["t_client_decode"]
             return
         start = self.server_scale.get(stack_key("server_start"))  # a slowdown, as every stage's
+        if start is not None and self.server_follows:
+            start /= self.drift()
         if start is not None and out.get("t_server_start") is not None:
             if out.get("cpu_server_start") is None:
                 raise ValueError("the trial has no CPU time for server_start: the server did not report it")

@@ -147,11 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         "--server-scale",
         help="a server device (scaled): the server host's slowdowns per kind of work, as JSON",
     )
+    parser.add_argument(
+        "--server-follows-host",
+        action="store_true",
+        help="the server shares this machine: its slowdowns follow the host's drift, as the client's",
+    )
     args = parser.parse_args(argv)
     scale = json.loads(args.scale) if args.scale else None
     server_scale = json.loads(args.server_scale) if args.server_scale else None
     targets = json.loads(args.targets) if args.targets else None
-    scaler = Scaler(scale, server_scale, targets) if scale or server_scale else None
+    scaler = Scaler(scale, server_scale, targets, args.server_follows_host) if scale or server_scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
     worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas, args.connection)
     if quotas:

@@ -37,7 +37,7 @@ class WorkerLink:
             # a whole core for the worker's start (its imports would take minutes under the device's
             # quota, and a worker that died left its last stage's quota); it then puts its own in force
             lab.set_client_quota(1.0)
-        emulation = emulation_args(calibration)
+        emulation = emulation_args(calibration, same_machine=lab.inv.backend == "netns")
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self.timeout = exp.trial_timeout
@@ -107,10 +107,11 @@ class WorkerLink:
         self._stderr.close()
 
 
-def emulation_args(calibration: dict | None) -> list[str]:
+def emulation_args(calibration: dict | None, same_machine: bool = False) -> list[str]:
     """The worker's flags for the devices' emulation: the client's slowdowns (scaled) with the device's
     targets they follow this host by (`client.scaler`), or its quotas (throttle); the server's
-    slowdowns."""
+    slowdowns, which follow the host's drift too when the server is on the `same_machine` as the
+    client (the embedded testbed) and the client's slowdowns follow it."""
     calibration = calibration or {}
     args = [
         arg
@@ -121,4 +122,6 @@ def emulation_args(calibration: dict | None) -> list[str]:
     if calibration.get("scale"):
         targets = {row["key"]: row["target_s"] for row in calibration.get("rows", ())}
         args += ["--targets", json.dumps(targets)]
+        if same_machine and calibration.get("server_scale"):
+            args.append("--server-follows-host")
     return args
