@@ -59,6 +59,7 @@ class Scaler:
         self.server_scale = server_scale
         self.targets = targets or {}
         self.server_follows = server_follows
+        self._drift: float | None = None  # `drift`, until the next reference run changes it
         # per kind of work: this host's recent CPU seconds for it, the calibration's mean first
         self.recent = {
             k: deque([self.targets[k] / factor], maxlen=REFERENCE_WINDOW)
@@ -70,6 +71,7 @@ class Scaler:
         """A reference run of a kind of work beside a trial: its CPU seconds on this host now."""
         if (recent := self.recent.get(key(kind, op, size, codec))) is not None:
             recent.append(cpu_s)
+            self._drift = None
 
     @staticmethod
     def _factor(scale: dict[str, float], kind: str, op: str, size: int, codec: str | None = None) -> float:
@@ -94,13 +96,16 @@ class Scaler:
 
     def drift(self) -> float:
         """This host's CPU time for the client's work now over at the calibration: the geometric mean,
-        over the kinds of work re-run since, of their recent mean over the calibration's (1: none)."""
-        ratios = [
-            statistics.fmean(recent) / (self.targets[k] / self.scale[k])
-            for k, recent in self.recent.items()
-            if len(recent) > 1
-        ]
-        return statistics.geometric_mean(ratios) if ratios else 1.0
+        over the kinds of work re-run since, of their recent mean over the calibration's (1: none).
+        Computed once per reference run, not for each server stage of each trial."""
+        if self._drift is None:
+            ratios = [
+                statistics.fmean(recent) / (self.targets[k] / self.scale[k])
+                for k, recent in self.recent.items()
+                if len(recent) > 1
+            ]
+            self._drift = statistics.geometric_mean(ratios) if ratios else 1.0
+        return self._drift
 
     def server_factor(self, kind: str, op: str, size: int, codec: str) -> float:
         """The server's slowdown for a kind of work of a trial with `codec`: its kernel's, the one
@@ -113,9 +118,8 @@ class Scaler:
         return factor / self.drift() if self.server_follows else factor
 
     def remote(self, out: dict, op: str, size: int, codec: str) -> None:
-        client = lambda kind, op, size, codec: self.factor(kind, op, size, codec)  # noqa: E731
         for scale, stages, factor in (
-            (self.scale, CLIENT_STAGES, client),
+            (self.scale, CLIENT_STAGES, self.factor),
             (self.server_scale, SERVER_STAGES, self.server_factor),
         ):
             if scale is None:

@@ -345,7 +345,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
         # says which)
         kernels = [r for r in result["rows"] if r["work"].split()[-1] == "kernel"]
         stack = [r for r in result["rows"] if r["work"] == SERVER_START]  # the cgi stack's start-up
-        codec_rows = [r for r in result["rows"] if r not in kernels and r["work"] != SERVER_START]
+        codec_rows = [r for r in result["rows"] if r["work"].split()[-1] in ("encode", "decode")]
         keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
         # throttle: the quota each work ran under, its period, why it is flagged, the first check's error;
         # scaled: how many samples it took to know the work's mean
