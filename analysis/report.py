@@ -299,6 +299,10 @@ def _device_html(role: str, device: Device | None) -> str:
             if cal.replicas
             else ""
         )
+        if cal.reused:
+            shared += (
+                f"; used again by the session(s) started {', '.join(map(_e, cal.reused))} on the same machine"
+            )
         out.append(
             f"<h4>Calibration {i} ({_e(cal.at)}{shared}): {flagged} of {len(rows)} outside "
             f"{cal.tolerance_pct:g}%</h4>"

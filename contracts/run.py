@@ -18,7 +18,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   start-up, wall and CPU seconds) and `replica` (which testbed of a sweep over several ran it, as
   the manifest's validation, counters, repairs, calibrations and sessions' `testbeds` say); the
   experiment's `server_stack` and `replicas`; a calibration's `replicas` (the testbeds on one machine
-  that share it; absent: its own testbed's). Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
+  that share it; absent: its own testbed's), and later within version 4 its `scale` (the slowdowns
+  the trials applied), `machine` (the facts of the host it ran on) and `reused` (the later sessions
+  that used it again; absent in older files, whose resumed sessions calibrate). Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
   one they had); resuming one rewrites its trials.csv in version 4's columns first.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
@@ -486,6 +488,9 @@ class Calibration:
     host: list[dict] | None = None  # throttle: the host's own time for each work (its rows)
     replica: int | None = None  # whose host
     replicas: list[int] | None = None  # the testbeds on that host that use it (they share one machine)
+    scale: dict | None = None  # scaled: each kind of work's slowdown, as the trial worker applied it
+    machine: dict | None = None  # the host's facts that set its speed (testbed.results.machine)
+    reused: list[str] | None = None  # the start of each later session that used it instead of calibrating
 
 
 @dataclass(slots=True)

@@ -1,8 +1,11 @@
 """The client as a fixed device: which profile a sweep emulates, and its calibration on this host.
 
 In `scaled` mode the client runs at full speed and its worker scales each client stage by the
-slowdown `client.scaled_calibration.calibrate` measured on the client host at the start of every session
-(this host, now: a resumed run on another machine is calibrated for that machine). The calibration
+slowdown `client.scaled_calibration.calibrate` measured on the client host at the start of a session.
+A resumed session on the same machine (`testbed.results.machine`: host, CPU, kernel, Python, NumPy)
+uses the run's calibration again unless told to `recalibrate` (`reusable`): the client's slowdowns
+follow the host's drift from the reference runs anyway, and the paper's grid takes the better part of
+an hour to calibrate. A resumed run on another machine is calibrated for that machine. The calibration
 is checked against the device's targets the way iperf3 checks the link; what misses the tolerance is
 said before the sweep runs, recorded in the manifest, and marked on every trial it affects.
 """
@@ -21,7 +24,7 @@ from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
 from testbed.inventory import Inventory
 from testbed.lab import Lab
-from testbed.results import ManifestFile
+from testbed.results import ManifestFile, machine
 
 TOLERANCE_PCT = 10.0
 CORRECTIONS = 2  # throttle: checks again, with corrected quotas, of what missed the first check
@@ -239,7 +242,8 @@ def record(
     section = "device" if role == "client" else "server_device"
     if getattr(manifest.manifest, section) is None:
         setattr(manifest.manifest, section, Device(profile=device.as_dict(), mode=mode))
-    extra = {k: calibration[k] for k in ("quota", "period_s", "quotas", "host") if k in calibration}
+    keys = ("quota", "period_s", "quotas", "host", "scale")
+    extra = {k: calibration[k] for k in keys if k in calibration}
     getattr(manifest.manifest, section).calibrations.append(
         Calibration(
             at=at,
@@ -247,10 +251,35 @@ def record(
             rows=calibration["rows"],
             replica=replica,
             replicas=replicas,
+            machine=machine(),
             **extra,
         )
     )
     manifest.save()
+
+
+def reusable(
+    manifest: ManifestFile, role: str, mode: str, replica: int | None, embedded: bool
+) -> Calibration | None:
+    """The run's last calibration of `role`'s host on `replica`'s testbed when this session can use it
+    again: scaled mode (throttle sets quotas, checked each session), an embedded testbed (its hosts are
+    this machine, whose facts the calibration recorded) and the same facts now. None: calibrate."""
+    section = getattr(manifest.manifest, "device" if role == "client" else "server_device")
+    if mode != "scaled" or not embedded or section is None or section.mode != "scaled":
+        return None
+    mine = [c for c in section.calibrations if c.replica == replica]
+    last = mine[-1] if mine else None
+    if last is None or last.scale is None or last.machine != machine():
+        return None
+    return last
+
+
+def reuse(manifest: ManifestFile, calibration: Calibration, at: str) -> dict:
+    """`calibration` used again by the session started `at`, recorded there; returns it as the
+    calibration's own run returned it (what the trial worker and the marks need)."""
+    calibration.reused = [*(calibration.reused or []), at]
+    manifest.save()
+    return {"rows": calibration.rows, "scale": calibration.scale}
 
 
 def flagged(calibration: dict) -> set[tuple[str, int, str]]:

@@ -60,6 +60,16 @@ def environment() -> dict:
     }
 
 
+MACHINE = ("hostname", "cpu_model", "cpus", "kernel", "python", "numpy")
+
+
+def machine() -> dict:
+    """The facts of this host that set how fast it runs the trials' work: a calibration made under
+    the same facts still holds (the client's slowdowns follow the host's drift: `client.scaler`)."""
+    env = environment()
+    return {k: env[k] for k in MACHINE}
+
+
 def _lines(path: str) -> list[str]:
     try:
         return Path(path).read_text().splitlines()

@@ -64,15 +64,19 @@ def run_sweep(
     device: DeviceProfile | None = None,
     model: Model | None = None,
     server_device: DeviceProfile | None = None,
+    recalibrate: bool = False,
 ) -> dict:
     """Run what is missing from `run_dir` on one testbed or several (replicas); return a summary.
     Each testbed is brought up if needed.
 
-    With a `device`, each client host is calibrated for it first (`testbed.device_emulation`), with a
+    With a `device`, each client host is calibrated for it first (`testbed.device_emulation`; a resumed
+    session on the same machine uses the run's calibration again unless told to `recalibrate`), with a
     `server_device` each server host for that one; with a `model` (`testbed.estimate`), the progress
     line's ETA comes from it."""
     labs = [labs] if isinstance(labs, Lab) else list(labs)
-    return Sweep(labs, exp, run_dir, manifest, keep_up, device, server_device, model).run()
+    sweep = Sweep(labs, exp, run_dir, manifest, keep_up, device, server_device, model)
+    sweep.recalibrate = recalibrate
+    return sweep.run()
 
 
 @dataclass
@@ -119,6 +123,7 @@ class Sweep:
         self.lock = threading.RLock()  # the writer, the progress line and the counts, across testbeds
         self.failed = 0
         self.status = "interrupted"
+        self.recalibrate = False  # a resumed session on the same machine calibrates anyway
 
     # ---------------------------------------------------------------- phases
     def run(self) -> dict:
@@ -221,7 +226,14 @@ class Sweep:
                 continue
             users = [t.lab.replica for t in here] if shared and tb is here[0] else None
             tb.calibration, tb.marks = calibrate_devices(
-                tb.lab, self.exp, self.manifest, self.progress, self.device, self.server_device, users
+                tb.lab,
+                self.exp,
+                self.manifest,
+                self.progress,
+                self.device,
+                self.server_device,
+                users,
+                None if self.recalibrate else self.session.started_at,
             )
 
     def run_trials(self) -> None:
@@ -391,29 +403,37 @@ def calibrate_devices(
     device: DeviceProfile | None,
     server_device: DeviceProfile | None,
     replicas: list[int] | None = None,
+    reuse_at: str | None = None,
 ) -> tuple[dict | None, set]:
     """At the start of a session, each host that emulates a device is calibrated for it and the
     calibration recorded (with the `replicas` that use it, when testbeds on one machine share it).
+    With `reuse_at` (the session's start), the run's calibration of a host is used again instead
+    when it still holds (`device_emulation.reusable`), and the session recorded with it.
     Returns what the trial worker needs (the client's calibration, and the server's slowdowns as
     `server_scale`; None: neither is a device) and the (op, size, method) of every trial a missed
     target marks."""
     calibration, marks = None, set()
+    embedded = lab.inv.backend == "netns"
     for role, profile in (("client", device), ("server", server_device)):
         if profile is None:
             continue
-        progress.show(f"calibrating the {role} host for device {profile.name}")
-        log.info("calibrating the %s host for device %s", role, profile.name)
-        if role == "client":
-            result = device_emulation.emulate_for(lab, profile, exp)
-            device_emulation.record(
-                manifest, profile, exp.mode, result, now(), "client", lab.replica, replicas
+        mode = exp.mode if role == "client" else "scaled"
+        earlier = reuse_at and device_emulation.reusable(manifest, role, mode, lab.replica, embedded)
+        if earlier:
+            progress.show(f"the {role} host's calibration of {earlier.at} holds on this machine")
+            log.info("using the %s host's calibration of %s again (same machine)", role, earlier.at)
+            result = device_emulation.reuse(manifest, earlier, reuse_at)
+        else:
+            progress.show(f"calibrating the {role} host for device {profile.name}")
+            log.info("calibrating the %s host for device %s", role, profile.name)
+            emulate = (
+                device_emulation.emulate_for if role == "client" else device_emulation.emulate_server_for
             )
+            result = emulate(lab, profile, exp)
+            device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas)
+        if role == "client":
             calibration = {**(calibration or {}), **result}
         else:
-            result = device_emulation.emulate_server_for(lab, profile, exp)
-            device_emulation.record(
-                manifest, profile, "scaled", result, now(), "server", lab.replica, replicas
-            )
             calibration = {**(calibration or {}), "server_scale": result["scale"]}
         missed = device_emulation.flagged(result)
         if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one

@@ -68,6 +68,12 @@ def register(sub) -> None:
     p.add_argument(
         "--resume", type=Path, metavar="RUN_DIR", help="run the trials missing from an earlier run"
     )
+    p.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="with --resume: calibrate the devices again even on the machine the run's calibration "
+        "was made on (default: use it again there)",
+    )
     p.add_argument("--results", type=Path, default=RESULTS, help="where runs are written (default results/)")
     p.add_argument("--keep-up", action="store_true", help="leave the testbed up afterwards")
     p.add_argument("--no-analyze", action="store_true", help="do not run the analysis at the end")
@@ -166,6 +172,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 device=device,
                 model=model,
                 server_device=server_device,
+                recalibrate=args.recalibrate,
             )
     except KeyboardInterrupt:
         print(

@@ -195,6 +195,47 @@ def server_calibrated(lab):
     return lab, server_calibration(lab.hosts["server"], SERVER)
 
 
+def _server_scales(lab) -> list[dict]:
+    return [json.loads(w.args[w.args.index("--server-scale") + 1]) for w in lab.hosts["client"].workers]
+
+
+@pytest.mark.parametrize(
+    ("recalibrate", "moved", "calibrated"),
+    [(False, False, 1), (True, False, 2), (False, True, 2)],
+    ids=["same-machine", "recalibrate", "another-machine"],
+)
+def test_a_resumed_session_uses_the_calibration_again_on_the_same_machine_only(
+    server_calibrated, tmp_path, monkeypatch, recalibrate, moved, calibrated
+):
+    """The paper's grid takes the better part of an hour to calibrate; a session resumed on the machine
+    that calibrated uses that calibration again (and says so), unless told to recalibrate or the
+    machine's facts moved. The strict fake host answers each calibration it is sent."""
+    from testbed import device_emulation
+
+    lab, requests = server_calibrated
+    exp = replace(FAKE_SWEEP, server_device=SERVER)
+    run_dir = tmp_path / "run"
+    manifest = ManifestFile.load(start_run(run_dir, "fake-reuse", exp, lab).path)
+    run_sweep(lab, exp, run_dir, manifest, server_device=load_device(SERVER))
+    trials = run_dir / "trials.csv"
+    trials.write_text("".join(trials.read_text().splitlines(keepends=True)[:8]))  # some trials missing
+    if moved:
+        facts = {**device_emulation.machine(), "cpu_model": "another CPU"}
+        monkeypatch.setattr(device_emulation, "machine", lambda: facts)
+    manifest = ManifestFile.load(run_dir / "manifest.json")
+    run_sweep(lab, exp, run_dir, manifest, server_device=load_device(SERVER), recalibrate=recalibrate)
+
+    assert len(requests) == calibrated
+    data = saved(run_dir)
+    calibrations = data["server_device"]["calibrations"]
+    assert len(calibrations) == calibrated
+    first, second = _server_scales(lab)
+    assert first == second == calibrations[0]["scale"]  # the slowdowns the worker applied, recorded
+    assert calibrations[0]["machine"]["hostname"]
+    resumed = data["sessions"][1]["started_at"]
+    assert calibrations[0].get("reused") == ([resumed] if calibrated == 1 else None)
+
+
 def test_a_sweep_with_a_server_device_calibrates_the_server_host_and_scales_its_stages(
     server_calibrated, tmp_path
 ):
