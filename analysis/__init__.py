@@ -26,6 +26,13 @@ def analyze(
     Raises UserError for anything the user can fix in the run's files. Figures of an earlier analysis
     are removed even with `plots=False`, so no figure disagrees with the tables next to it.
     """
+    from contracts.run import TRIALS_FILE
+    from contracts.tasks import TASKS_FILE
+
+    if (Path(run_dir) / TASKS_FILE).is_file() and not (Path(run_dir) / TRIALS_FILE).is_file():
+        from analysis.online import analyze_stream  # a stream run (testbed stream): its own analysis
+
+        return analyze_stream(run_dir)
     from analysis.cells import cell_table
     from analysis.decisions import cumulative_penalties, decision_vectors
     from analysis.energy import as_decision_cells, energy_cells, run_power

@@ -160,6 +160,18 @@ class Model:
             self.wire_bytes(op, size, method, d) / self.goodput.bytes_per_s(rate, d) for d in DIRECTIONS
         )
 
+    def remote_at(self, op: str, size: int, method: str, goodput_bps: float) -> float:
+        """The predicted remote time of one task when the link carries `goodput_bps` both ways: what an
+        online policy expects from its bandwidth estimate, where `stages` takes a rate's goodput."""
+        op_, size_ = np.atleast_1d(op), np.atleast_1d(size)
+        total = 0.0
+        for stage, which in MARSHAL.items():
+            line = self._get(self.marshal, (method, stage), f"{stage} of {method}")
+            total += max(float(line.predict(matrix_bytes(op_, size_, which, self.item))[0][0]), 0.0)
+        wire = sum(float(self.wire_bytes(op_, size_, method, d)[0]) for d in DIRECTIONS)
+        total += max(float(self.comm.predict(8 * wire / goodput_bps)[0]), 0.0)
+        return total + max(float(self._per_op(self.server, op_, size_, "server compute")[0][0]), 0.0)
+
     def local_time(self, op, size) -> tuple[np.ndarray, np.ndarray, float]:
         return self._per_op(self.local, np.atleast_1d(op), np.atleast_1d(size), "local compute")
 

@@ -154,27 +154,25 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-class TrialWriter:
-    """Appends one row per finished trial and flushes it, so a crash loses at most the trial in flight.
+class RowWriter:
+    """Appends one row at a time to a versioned CSV and flushes it, so a crash loses at most the row in
+    flight (the trials of a sweep, the tasks of a stream).
 
     A row is either wholly in the file or not at all: each is one unbuffered write, and a write that
     fails part-way (a full file system: ENOSPC) is cut back to where the row began before the error
     goes up, so the rows before it stay readable and `--resume` reruns just that trial.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        repair(path)
+    def __init__(self, path: Path, mark: str, columns: tuple[str, ...]) -> None:
+        self.path, self.columns = path, columns
         new = not path.exists() or path.stat().st_size == 0
-        if not new:
-            _upgrade(path)  # a resumed run of an older version: its rows in this version's columns
         # unbuffered: a failed write leaves nothing in a buffer for a later flush or close to retry
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - held open for the whole sweep
         self._buf = io.StringIO()
         self._csv = csv.writer(self._buf)
         if new:
-            self._buf.write(f"{TRIALS_MARK}{FORMAT_VERSION}\n")
-            self._csv.writerow(COLUMNS)
+            self._buf.write(f"{mark}\n")
+            self._csv.writerow(columns)
             self._flush()
 
     def _flush(self) -> None:
@@ -189,8 +187,9 @@ class TrialWriter:
             os.ftruncate(self._file.fileno(), start)  # frees, so it works on a full file system
             raise
 
-    def write(self, record: TrialRecord) -> None:
-        self._csv.writerow([_cell(getattr(record, c)) for c in COLUMNS])
+    def write(self, record) -> None:
+        """One record (a dataclass with the file's columns as fields)."""
+        self._csv.writerow([_cell(getattr(record, c)) for c in self.columns])
         self._flush()
 
     def sync(self) -> None:
@@ -202,6 +201,16 @@ class TrialWriter:
                 os.fsync(self._file.fileno())
             finally:
                 self._file.close()
+
+
+class TrialWriter(RowWriter):
+    """trials.csv, appended trial by trial; a resumed run's file is first repaired and upgraded."""
+
+    def __init__(self, path: Path) -> None:
+        repair(path)
+        if path.exists() and path.stat().st_size > 0:
+            _upgrade(path)  # a resumed run of an older version: its rows in this version's columns
+        super().__init__(path, f"{TRIALS_MARK}{FORMAT_VERSION}", COLUMNS)
 
 
 def _upgrade(path: Path) -> None:

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
-from testbed import bench_cli, commands, sweep_cli
+from testbed import bench_cli, commands, stream_cli, sweep_cli
 
-GROUPS = (commands, sweep_cli, bench_cli)
+GROUPS = (commands, sweep_cli, stream_cli, bench_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

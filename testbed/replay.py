@@ -77,13 +77,16 @@ def replay(
     lead_s: float = LEAD_S,
     on_pass: Callable[[int, dict], None] = lambda k, answer: None,
     clock: Callable[[], float] = time.time,
+    start: float | None = None,
+    stop: threading.Event | None = None,
 ) -> Replay:
-    """Play `plan` `loops` times (0: until interrupted) from one start instant; restore the link."""
+    """Play `plan` `loops` times (0: until interrupted, or until `stop` is set, seen between passes)
+    from one start instant (`start`, wall clock; default `lead_s` from now); restore the link."""
     before = lab.link_in_force()
-    start = clock() + lead_s
+    start = clock() + lead_s if start is None else start
     done = Replay(plan, start)
     k = 0
-    while loops == 0 or k < loops:
+    while (loops == 0 or k < loops) and not (stop is not None and stop.is_set()):
         answer = lab.replay_trace(plan, start + k * plan.end_s)
         done.passes.append(answer)
         on_pass(k, answer)
