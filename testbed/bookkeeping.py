@@ -51,6 +51,7 @@ def start_session(manifest: ManifestFile, skipped_done: int, testbeds: list[dict
     for earlier in manifest.manifest.sessions:
         if earlier.status == "running":
             earlier.status = "interrupted"
+            earlier.ended_at = earlier.ended_at or last_written(manifest.path.parent)
     session = Session(
         started_at=now(),
         skipped_done=skipped_done,
@@ -62,6 +63,15 @@ def start_session(manifest: ManifestFile, skipped_done: int, testbeds: list[dict
     manifest.manifest.sessions.append(session)
     manifest.update(status="running")
     return session
+
+
+def last_written(run_dir: Path) -> str | None:
+    """When a killed session last wrote to its run (a trial's row, a log line): its end as far as the
+    run can tell, so the wall time of a run resumed after a kill still adds up (`benchmarks.grid`)."""
+    times = [p.stat().st_mtime for p in run_dir.iterdir() if p.is_file() and p.name != MANIFEST_FILE]
+    if not times:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(max(times)))
 
 
 def end_session(manifest: ManifestFile, session: Session, status: str) -> None:

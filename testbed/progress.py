@@ -5,12 +5,15 @@ On a terminal the line is redrawn in place; otherwise (a log file) it is printed
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from dataclasses import dataclass
 
 from testbed.estimate import format_duration
 from testbed.plan import Trial
+
+log = logging.getLogger("testbed.sweep")  # its lines go to the run's sweep.log
 
 PRIOR_S = 60.0  # seconds of trials after which the measured pace counts as much as the model
 
@@ -32,6 +35,7 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self._last = 0.0
         self.modelled = 0.0  # the model's seconds for the trials run so far
+        self.detached = False  # its terminal went away: no more lines
 
     def show(self, label: str, trial: Trial | None = None, final: bool = False) -> None:
         if trial is not None:
@@ -55,11 +59,23 @@ class Progress:
         )
         now = time.monotonic()
         if self.tty:
-            sys.stderr.write("\r\033[K" + line + ("\n" if final else ""))
-            sys.stderr.flush()
+            self._write("\r\033[K" + line + ("\n" if final else ""))
         elif final or now - self._last > 10:
-            print(line, file=sys.stderr, flush=True)
+            self._write(line + "\n")
             self._last = now
+
+    def _write(self, text: str) -> None:
+        """To the terminal, while there is one: a sweep of hours goes on when the terminal or the pipe
+        it wrote to goes away (measured: a sweep piped into `tail`, whose `tail` was stopped, died of
+        the broken pipe and left its four testbeds up); sweep.log keeps the record."""
+        if self.detached:
+            return
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (BrokenPipeError, OSError) as exc:
+            self.detached = True
+            log.warning("the progress line's terminal went away (%s); the sweep goes on", exc)
 
     def eta(self) -> tuple[float | None, float | None]:
         """Seconds left at the least and at the most (None: unknown). With a model: the model's time for
@@ -91,8 +107,7 @@ class Progress:
 
     def note(self, text: str) -> None:
         """A line of its own above the progress line (a warning the user must see)."""
-        sys.stderr.write(("\r\033[K" if self.tty else "") + text + "\n")
-        sys.stderr.flush()
+        self._write(("\r\033[K" if self.tty else "") + text + "\n")
 
     def reset_clock(self) -> None:
         """The ETA counts from here (after set-up such as a device calibration)."""

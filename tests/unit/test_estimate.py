@@ -7,6 +7,7 @@ tests/privileged/test_sweep_adaptive.py and recorded in docs/measurements.md.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -25,6 +26,7 @@ from testbed.estimate import (
 )
 from testbed.experiment import Experiment, Validation
 from testbed.progress import PRIOR_S, Progress
+from testbed.progress import log as progress_log
 
 DEVICE = DeviceProfile(
     name="round",
@@ -184,3 +186,30 @@ def test_the_replica_hint_is_said_when_replicas_run_or_would_help():
     assert replica_hint(0.6, 1) is None  # one testbed keeps the CPU busy enough
     assert replica_hint(0.3, 1).endswith("--replicas 3 would keep this host's CPU busy")
     assert replica_hint(0.3, 4).endswith("about 3 testbeds can share this host's CPU lock (running 4)")
+
+
+def test_the_progress_line_goes_quiet_when_its_terminal_goes_away(monkeypatch, caplog):
+    """A sweep of hours outlives the terminal or pipe it reports to (a broken pipe killed one and left
+    its testbeds up); the first failed write is logged and the line goes quiet."""
+    writes = []
+
+    class Gone:
+        def write(self, text):
+            writes.append(text)
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr("testbed.progress.sys.stderr", Gone())
+    monkeypatch.setattr(progress_log, "propagate", True)  # a fake sweep before may have set it False
+    caplog.set_level(logging.WARNING, logger=progress_log.name)
+    progress = Progress(2, 1, {("c",): 2})
+    progress.note("a warning")
+    progress.show("x", final=True)
+    progress.note("another")
+    assert writes == ["a warning\n"] and progress.detached
+    assert "terminal went away" in caplog.text

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+from datetime import datetime
 
 from contracts.run import Experiment, Manifest, Session, read_manifest
 from testbed.bookkeeping import start_session
@@ -35,9 +36,15 @@ def test_the_analysis_shows_a_killed_sweep_as_interrupted(tmp_path):
     assert read_manifest(tmp_path / "manifest.json").status == "running"
 
 
-def test_a_resume_marks_the_killed_session_interrupted(tmp_path):
+def test_a_resume_marks_the_killed_session_interrupted_and_ended_at_its_last_write(tmp_path):
     manifest = manifest_with(tmp_path, dead_pid())
+    (tmp_path / "trials.csv").write_text("rows\n")
+    os.utime(tmp_path / "trials.csv", (1_800_000_000, 1_800_000_000))  # its last row
+    (tmp_path / "sweep.log").write_text("lines\n")
+    os.utime(tmp_path / "sweep.log", (1_799_999_000, 1_799_999_000))
     session = start_session(manifest, skipped_done=3)
     saved = json.loads((tmp_path / "manifest.json").read_text())
     assert [s["status"] for s in saved["sessions"]] == ["interrupted", "running"]
+    ended = datetime.strptime(saved["sessions"][0]["ended_at"], "%Y-%m-%dT%H:%M:%S%z")
+    assert ended.timestamp() == 1_800_000_000  # when the killed session last wrote a row
     assert session.pid == os.getpid() and session.hostname == platform.node()
