@@ -16,7 +16,7 @@ import pandas as pd
 from contracts import run as run_files
 from contracts.errors import UserError
 from contracts.run import COLUMNS, MANIFEST_FILE, TRIALS_FILE, Manifest
-from contracts.trials import LOCAL, STAGES
+from contracts.trials import LOCAL, STAGES, offload_label
 
 # numeric columns, NaN where a row has no value (not measured, a failed trial, an older run)
 NUMBERS = ("trial", "rep", "bytes_up", "bytes_down", "t_total", *STAGES, "t_request", "t_server_start")
@@ -27,7 +27,9 @@ class Run:
     """A run as the analysis sees it: one row per trial, plus the manifest if there is one."""
 
     run_dir: Path
-    trials: pd.DataFrame  # line, op, size, rate_mbps, method, ok, error, dtype, run_id, t_total, *STAGES
+    # line, op, size, rate_mbps, method (with its server: contracts.trials.offload_label), server, ok,
+    # error, dtype, run_id, t_total, *STAGES
+    trials: pd.DataFrame
     manifest: Manifest | None  # annotates the report and names the planned grid; may be missing
 
 
@@ -70,8 +72,11 @@ def trials_frame(path: Path) -> pd.DataFrame:
     frame = pd.DataFrame([vars(r) for r in trials.records], columns=list(COLUMNS))  # flat: no deep copy
     frame.insert(0, "line", trials.lines)
     frame["rate_mbps"] = frame["rate_mbps"].astype(float)  # NaN for the baseline: it has no rate
-    for column in ("error", "dtype", "run_id"):
+    for column in ("error", "dtype", "run_id", "server"):
         frame[column] = frame[column].fillna("")
+    # the analysis's method is the way a trial offloaded: the row's method, with its server when that
+    # is not Python (`grpc@cpp`), so every table and figure treats the server as it treats the method
+    frame["method"] = [offload_label(m, s) for m, s in zip(frame["method"], frame["server"], strict=True)]
     for column in NUMBERS:
         frame[column] = frame[column].astype(float)  # NaN: not measured, or failed
     # communication without the cgi stack's process start-up (t_comm includes it: the paper's

@@ -22,24 +22,26 @@ from analysis.decision_plots import decision_map, decisions_figure
 from analysis.devices import role_devices
 from analysis.fidelity_plots import fidelity_figure
 from analysis.ratio_plots import ratios_figure
+from analysis.server_plots import server_labels, servers_figure
 from analysis.stage_plots import stage_figure
 from analysis.style import STYLE
 from contracts.run import Manifest
 
 PNG_DPI = 150
-PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-", "fidelity")
+PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-", "fidelity", "servers-")
 BUILDERS = {
     "stages": stage_figure,
     "decisions": decisions_figure,
     "map": decision_map,
     "ratios": ratios_figure,
     "fidelity": fidelity_figure,
+    "servers": servers_figure,
 }
 
 
 @dataclass(frozen=True)
 class Plot:
-    kind: str  # stages | decisions | map | ratios | fidelity
+    kind: str  # stages | decisions | map | ratios | fidelity | servers
     title: str
     png: Path
     svg: Path
@@ -156,6 +158,9 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
                 "ratios",
             )
         )
+        if len(servers := server_labels(methods)) > 1:
+            title = f"{op}: the gRPC servers' decode, compute and encode"
+            jobs.append(Job("servers", (g, op, servers), f"servers-{op}", title, "servers"))
     return jobs
 
 

@@ -30,6 +30,7 @@ KIND_TITLES = {
     "map": "Decision maps",
     "ratios": "Ratios",
     "fidelity": "Device emulation: fidelity (client and server)",
+    "servers": "gRPC servers by language",
 }
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1400px; }

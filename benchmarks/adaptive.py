@@ -27,6 +27,7 @@ from analysis.load import load_run
 from analysis.stopping import PRECISE, SIGNIFICANT
 from contracts.errors import UserError
 from contracts.run import Manifest
+from contracts.trials import offload_label
 from testbed.bookkeeping import trial_row
 from testbed.experiment import Experiment, load_experiment
 from testbed.plan import plan_trials
@@ -82,7 +83,13 @@ def replay(fixed_dir: Path, min_reps: int, precision: float | None = None) -> tu
     chosen = set()
     for _, block in rounds.blocks():
         for trial in block:
-            key = (*trial.cell, trial.rep)
+            key = (
+                trial.op,
+                trial.size,
+                trial.rate_mbps,
+                offload_label(trial.method, trial.server),
+                trial.rep,
+            )
             if key not in measured:
                 raise UserError(f"{fixed_dir} lacks {key}", "replay a complete fixed run")
             rounds.record(

@@ -27,7 +27,7 @@ from client.scaler import Scaler
 from client.throttle import Aligner
 from client.trial_work import trial_operands, works
 from contracts.errors import UserError
-from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT
+from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT, PYTHON
 
 
 class TrialWorker:
@@ -37,21 +37,24 @@ class TrialWorker:
         seed: int,
         timeout: float,
         scaler: Scaler | None = None,
-        grpc_target: str | None = None,
+        grpc_target: str | dict[str, str] | None = None,
         quotas: dict[str, float] | None = None,
         connection: str = PER_TRIAL,
     ) -> None:
+        """`grpc_target`: the Python gRPC server's HOST:PORT, or each gRPC server's by language."""
         # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period,
         # with the quota of its kind of work when the calibration gave per-work `quotas`
         self.align = Aligner(quotas=quotas)
         persistent = connection == PERSISTENT
         self.connection = connection
         self.client = OffloadClient(url, timeout=timeout, align=self.align, persistent=persistent)
-        self.grpc = (
-            GrpcOffloadClient(grpc_target, timeout=timeout, align=self.align, persistent=persistent)
-            if grpc_target
-            else None
+        targets = (
+            grpc_target if isinstance(grpc_target, dict) else {PYTHON: grpc_target} if grpc_target else {}
         )
+        self.grpc = {  # one client per gRPC server, each with its own channel
+            server: GrpcOffloadClient(target, timeout=timeout, align=self.align, persistent=persistent)
+            for server, target in targets.items()
+        }
         self.seed = seed
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
@@ -83,13 +86,16 @@ class TrialWorker:
                 took = time.process_time() - start
             self.scaler.refer(kind, op, size, codec, took)
 
-    def remote(self, op: str, operands: list[np.ndarray], method: str) -> tuple[np.ndarray, StageTimes]:
-        """Offload over gRPC for method `grpc`, else over HTTP with the method's codec."""
+    def remote(
+        self, op: str, operands: list[np.ndarray], method: str, server: str = PYTHON
+    ) -> tuple[np.ndarray, StageTimes]:
+        """Offload over gRPC to `server`'s gRPC server for method `grpc`, else over HTTP with the
+        method's codec."""
         if method != GRPC:
             return self.client.offload(op, operands, method)
-        if self.grpc is None:
-            raise UserError("no gRPC server to offload to", "give the worker --grpc-target HOST:PORT")
-        return self.grpc.offload(op, operands)
+        if server not in self.grpc:
+            raise UserError(f"no {server} gRPC server to offload to", "give the worker --grpc-targets")
+        return self.grpc[server].offload(op, operands)
 
     def run(self, spec: dict) -> dict:
         out = {"trial": spec.get("trial")}
@@ -106,7 +112,7 @@ class TrialWorker:
                     self.scaler.local(out, op, size)
             else:
                 out["connection"] = self.connection
-                _, stages = self.remote(op, operands, spec["method"])
+                _, stages = self.remote(op, operands, spec["method"], spec.get("server") or PYTHON)
                 out.update(ok=True, **stages.as_dict())
                 self.refer(op, size, spec["dtype"], spec["method"])
                 if self.scaler:
@@ -121,7 +127,11 @@ class TrialWorker:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m client.worker", description=__doc__)
     parser.add_argument("--url", required=True)
-    parser.add_argument("--grpc-target", help="HOST:PORT of the server's gRPC transport (method grpc)")
+    parser.add_argument("--grpc-target", help="HOST:PORT of the Python gRPC server (method grpc)")
+    parser.add_argument(
+        "--grpc-targets",
+        help='each gRPC server by language, as JSON: {"python": "HOST:PORT", "cpp": ...} (method grpc)',
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
@@ -158,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     targets = json.loads(args.targets) if args.targets else None
     scaler = Scaler(scale, server_scale, targets, args.server_follows_host) if scale or server_scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
-    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, args.grpc_target, quotas, args.connection)
+    targets = json.loads(args.grpc_targets) if args.grpc_targets else args.grpc_target
+    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, targets, quotas, args.connection)
     if quotas:
         try:  # fails here, before any trial, if the cgroup is not writable
             worker.align.put(quotas["base"])

@@ -22,6 +22,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   the trials applied), `machine` (the facts of the host it ran on) and `reused` (the later sessions
   that used it again; absent in older files, whose resumed sessions calibrate). Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
   one they had); resuming one rewrites its trials.csv in version 4's columns first.
+- 5: the column `server` (the language of the gRPC server a `grpc` row offloaded to, of
+  `contracts.trials.GRPC_SERVERS`; `python` for every HTTP row; empty for local rows) and the
+  experiment's `servers`. Older runs load with the column empty, which means Python (their only
+  server), and `servers` `["python"]`; resuming one rewrites its trials.csv in version 5's columns.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -43,9 +47,9 @@ from typing import Any
 from contracts.errors import UserError
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
-from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, STAGES
+from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 MANIFEST_FILE = "manifest.json"
@@ -114,6 +118,7 @@ class TrialRecord:
     t_server_start: float | None = None
     cpu_server_start: float | None = None
     wall_server_start: float | None = None  # a server device's start-up replaced it: what was measured
+    server: str | None = None  # the server's language (GRPC_SERVERS); None: local, or before format 5
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -400,6 +405,7 @@ class Experiment:
     server_device: str | None = None  # the server's device profile (name or path); None: the inventory's
     replicas: int = 1  # embedded testbeds side by side that share the work (testbed.replicas)
     server_stack: str = "wsgi"  # how the server runs requests (SERVER_STACKS); runs before format 4: wsgi
+    servers: tuple[str, ...] = (PYTHON,)  # the gRPC servers the method grpc offloads to (GRPC_SERVERS)
 
     def as_dict(self) -> dict:
         return asdict(self)

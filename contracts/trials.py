@@ -15,6 +15,32 @@ DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec chec
 # marshals with (a sweep's methods are the codecs' names and these).
 GRPC = "grpc"  # the method that offloads over gRPC (offload.v1.Offload/Execute) instead of HTTP
 TRANSPORTS = {GRPC: "protobuf"}
+# The gRPC offload servers, one per language behind the same contract (contracts/offload.proto):
+# Python (NumPy), C++ (Eigen) and Go (plain loops). Each listens on the server's gRPC port plus its
+# index here, so a port names one language whichever of them run.
+GRPC_SERVERS = ("python", "cpp", "go")
+
+
+PYTHON = "python"  # the server of every HTTP method, and the default gRPC server
+
+
+def grpc_port(base: int, server: str) -> int:
+    """The port of `server`'s gRPC transport, for the gRPC port `base` (Python's)."""
+    return base + GRPC_SERVERS.index(server)
+
+
+def offloads(methods, servers=(PYTHON,)) -> list[tuple[str, str]]:
+    """A sweep's ways to offload, (method, server), in order: the gRPC method once per server, every
+    HTTP method on the Python server (the one HTTP server)."""
+    return [(m, s) for m in methods for s in (servers if m == GRPC else (PYTHON,))]
+
+
+def offload_label(method: str, server: str | None) -> str:
+    """How the analysis names a way to offload: the method, with its server when that is not Python
+    (`grpc@cpp`). A row without a server (local, or a run before servers) is the method alone."""
+    return method if server in (None, "", PYTHON) else f"{method}@{server}"
+
+
 # How a remote trial reaches the server, alike for HTTP and gRPC: a new TCP connection per trial
 # (its handshake counted in communication, as the multi-language study did: "one connection was
 # opened for each remote processing") or one connection kept for the whole sweep.
@@ -23,7 +49,9 @@ CONNECTIONS = (PER_TRIAL, PERSISTENT)
 
 
 def method_codec(method: str) -> str:
-    """The codec a method marshals with: itself, or its transport's (`grpc` -> `protobuf`)."""
+    """The codec a method (or its offload label, `grpc@cpp`) marshals with: itself, or its
+    transport's (`grpc` -> `protobuf`)."""
+    method = method.partition("@")[0]
     return TRANSPORTS.get(method, method)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the testbed needs on a fresh Debian machine, as root: system packages
-# (Open vSwitch, iperf3 and libiperf, ethtool, iproute2, Python venv) and the project's virtualenv
-# in .venv. Safe to run again: it only installs what is missing.
+# (Open vSwitch, iperf3 and libiperf, ethtool, iproute2, Python venv, the gRPC toolchains of C++ and
+# Go) and the project's virtualenv in .venv, then builds the C++ and Go gRPC servers. Safe to run
+# again: it only installs and builds what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,10 @@ fi
 
 APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool iproute2 iputils-ping kmod curl
               lighttpd openssh-server openssh-client
-              python3 python3-venv python3-dev ca-certificates git)
+              python3 python3-venv python3-dev ca-certificates git
+              # the gRPC servers in C++ and Go (server/languages.py), built below
+              make g++ pkg-config protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
+              libeigen3-dev golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-golang-x-sys-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -48,4 +52,8 @@ if [ ! -e "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+# the C++ and Go gRPC servers (make rebuilds only what changed)
+for dir in server/cpp server/go; do
+  make -s -C "$dir" >/dev/null || { echo "setup: building $dir failed" >&2; exit 1; }
+done
 echo "setup: ready (.venv/bin/testbed)"

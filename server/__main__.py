@@ -1,6 +1,7 @@
-"""`python -m server --bind ADDR --port N [--grpc-port M] [--stack wsgi|cgi]`: the offload server
-(Flask under gunicorn, or lighttpd running a CGI process per request with `--stack cgi`), and the
-gRPC transport in a child process when --grpc-port is given (a long-lived server on both stacks)."""
+"""`python -m server --bind ADDR --port N [--grpc-port M [--grpc-servers LANGS]] [--stack wsgi|cgi]`: the
+offload server (Flask under gunicorn, or lighttpd running a CGI process per request with `--stack
+cgi`), and the gRPC transport in a child process when --grpc-port is given (a long-lived server on
+both stacks): in Python, C++ or Go (`server.languages`), each on a port of its own."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from contracts.errors import UserError
 from contracts.processes import stop_all
-from contracts.trials import SERVER_STACKS
+from contracts.trials import SERVER_STACKS, grpc_port
+from server.languages import LANGUAGES, grpc_argv, parse_languages, program
 from server.lighttpd import PASSED_VARS, LighttpdPlan, find_lighttpd
 from server.wsgi import ServerConfig, serve
 
@@ -64,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-port", type=int, help="also serve offload.v1.Offload/Execute (gRPC) on this TCP port"
     )
     p.add_argument(
+        "--grpc-servers",
+        default="python",
+        help=f"the gRPC servers to run, of {', '.join(LANGUAGES)} (NumPy, Eigen, plain loops; the same "
+        f"contract, results and stage timing), each on --grpc-port plus its index in {','.join(LANGUAGES)} "
+        "(default python)",
+    )
+    p.add_argument(
         "--stack",
         choices=SERVER_STACKS,
         default="wsgi",
@@ -82,8 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerConfig:
     if not 0 < args.port < 65536:
         parser.error(f"--port {args.port}: must be 1-65535")
-    if args.grpc_port is not None and not (0 < args.grpc_port < 65536 and args.grpc_port != args.port):
-        parser.error(f"--grpc-port {args.grpc_port}: must be 1-65535 and not --port")
+    if args.grpc_port is not None and not (
+        0 < args.grpc_port < 65536 and args.port not in grpc_ports(args.grpc_port, LANGUAGES).values()
+    ):
+        parser.error(
+            f"--grpc-port {args.grpc_port}: must be 1-65535 and, with the ports after it, not --port"
+        )
+    try:
+        args.grpc_servers = parse_languages(args.grpc_servers)
+        for language in args.grpc_servers if args.grpc_port is not None else ():
+            program(language)  # built?
+            if not 0 < grpc_port(args.grpc_port, language) < 65536:
+                raise UserError(
+                    f"--grpc-port {args.grpc_port}: {language}'s port is out of range", "pick a lower port"
+                )
+    except UserError as exc:
+        parser.error(str(exc))
     if args.workers < 1 or args.threads < 2:
         parser.error("--workers must be at least 1 and --threads at least 2 (one is left for the others)")
     if min(args.timeout, args.read_timeout, args.max_body_mb) <= 0:
@@ -103,11 +127,26 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     )
 
 
-def spawn_grpc(config: ServerConfig, port: int) -> subprocess.Popen:
-    """`server.grpc_service` as a child process: gRPC's threads must not live in gunicorn's forking
-    master, so this process never imports grpc."""
-    argv = [sys.executable, "-m", "server.grpc_service", "--bind", config.bind, "--port", str(port)]
-    return subprocess.Popen([*argv, "--max-body-mb", str(config.max_body_mb), "--parent", str(os.getpid())])
+def spawn_grpc(config: ServerConfig, base_port: int, languages: tuple[str, ...]) -> list[subprocess.Popen]:
+    """The gRPC servers as child processes, each on its own port: gRPC's threads must not live in
+    gunicorn's forking master, so this process never imports grpc."""
+    return [
+        subprocess.Popen(grpc_argv(lang, config.bind, port, config.max_body_mb, parent=os.getpid()))
+        for lang, port in grpc_ports(base_port, languages).items()
+    ]
+
+
+def stop_children(children: list[subprocess.Popen]) -> None:
+    stop_all(lambda: [c.pid for c in children if c.poll() is None])
+
+
+def grpc_ports(base: int, languages) -> dict[str, int]:
+    return {lang: grpc_port(base, lang) for lang in languages}
+
+
+def grpc_plan(args: argparse.Namespace) -> dict[str, int]:
+    """The gRPC servers the plan starts: language -> port (none without --grpc-port)."""
+    return grpc_ports(args.grpc_port, args.grpc_servers) if args.grpc_port is not None else {}
 
 
 def lighttpd_plan(config: ServerConfig, state_dir: Path) -> LighttpdPlan:
@@ -150,31 +189,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(
                 json.dumps(
-                    {"server": config.as_dict(), "lighttpd": plan.plan(), "grpc_port": args.grpc_port},
+                    {"server": config.as_dict(), "lighttpd": plan.plan(), "grpc": grpc_plan(args)},
                     indent=2,
                 )
             )
             return 0
-        grpc = spawn_grpc(config, args.grpc_port) if args.grpc_port else None
+        grpc = spawn_grpc(config, args.grpc_port, args.grpc_servers) if args.grpc_port else []
         try:
             return serve_cgi(plan)
         finally:
-            if grpc is not None:
-                stop_all(lambda: [grpc.pid] if grpc.poll() is None else [])
+            stop_children(grpc)
     if args.dry_run:
         plan = {
             "server": config.as_dict(),
             "gunicorn": config.gunicorn_options(),
-            "grpc_port": args.grpc_port,
+            "grpc": grpc_plan(args),
         }
         print(json.dumps(plan, indent=2))
         return 0
-    grpc = spawn_grpc(config, args.grpc_port) if args.grpc_port else None
+    grpc = spawn_grpc(config, args.grpc_port, args.grpc_servers) if args.grpc_port else []
     try:
         serve(config)
     finally:  # gunicorn exits through SystemExit on SIGTERM/SIGINT
-        if grpc is not None:
-            stop_all(lambda: [grpc.pid] if grpc.poll() is None else [])
+        stop_children(grpc)
     return 0
 
 

@@ -127,6 +127,7 @@ def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
             "dtype": t.dtype,
             "rate_mbps": t.rate_mbps,
             "method": t.method,
+            "server": t.server or None,
             "rep": t.rep,
             "ok": bool(record.get("ok")),
             "error": record.get("error"),

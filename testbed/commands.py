@@ -11,7 +11,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.profiles import MIN_CPU_QUOTA, CpuProfile
-from contracts.trials import SERVER_STACKS, SERVER_START
+from contracts.trials import GRPC_SERVERS, PYTHON, SERVER_STACKS, SERVER_START
 from contracts.units import format_rate
 from testbed.cli_args import (
     RESULTS,
@@ -24,6 +24,7 @@ from testbed.cli_args import (
     require_root,
     resolve_link,
 )
+from testbed.experiment import parse_names
 from testbed.trace import DEFAULT_GRANULARITY_MS
 
 
@@ -36,6 +37,12 @@ def register(sub) -> None:
         default="wsgi",
         help="wsgi: gunicorn (default); cgi: lighttpd running a fresh Python per request (a sweep "
         "uses its experiment's server_stack)",
+    )
+    p.add_argument(
+        "--servers",
+        default=PYTHON,
+        help=f"the gRPC servers to start, of {', '.join(GRPC_SERVERS)} (default {PYTHON}; a sweep starts "
+        "its experiment's servers)",
     )
     p.set_defaults(handler=cmd_up, busy=always)
 
@@ -146,6 +153,7 @@ def register(sub) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     lab = open_lab(load(args))
     lab.server_stack = args.server_stack
+    lab.grpc_servers = parse_names(args.servers, "--servers", GRPC_SERVERS, "server")
     require_root()
     if lab.up(start_server=not args.no_server):
         hosts = ", ".join(f"{h.role} ({h.where})" for h in lab.hosts.values())
@@ -286,8 +294,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(
             "  services: "
             + ", ".join(f"{k} {'running' if v else 'stopped'}" for k, v in status["services"].items())
-            + f"; offload server {status['server_url']} ({status['server_stack'] or 'no'} stack), "
-            + f"gRPC {status['grpc_target']}"
+            + f"; offload server {status['server_url']} ({status['server_stack'] or 'no'} stack), gRPC "
+            + ", ".join(
+                f"{s} {g['target']}" + ("" if g["answers"] else " (not running)")
+                for s, g in status["grpc_servers"].items()
+            )
         )
     return 0
 

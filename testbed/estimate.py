@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contracts.device import DeviceProfile, operand_bytes, result_bytes, work
-from contracts.trials import GRPC, LOCAL, method_codec
+from contracts.trials import GRPC, LOCAL, method_codec, offloads
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
 
@@ -173,7 +173,7 @@ class Model:
         """The part of a testbed's time its timed CPU stages take (at this host's speed), over the
         grid: what the host-wide CPU lock lets replicas overlap is the rest, so about 1 / share
         testbeds keep the CPU busy; more only wait for the lock."""
-        cells = self._cells()
+        cells = [c[:4] for c in self._cells()]
         wall = sum(self.wall_s(*c) for c in cells)
         cpu = sum(self.wall_s(*c) - self.wire_s(*c) - TRIAL_OVERHEAD_S for c in cells)
         return max(cpu, 0.0) / wall if wall else 1.0
@@ -183,8 +183,10 @@ class Model:
         return self.trial_s(op, size, rate_mbps, method, device=not self._host_client(), server=False)
 
     def cell_s(self, cell: tuple) -> float:
-        """The sweep's wall time per trial of the cell: a testbed's, shared by the replicas."""
-        return self.wall_s(*cell) / self.replicas
+        """The sweep's wall time per trial of the cell (op, size, rate, method, server): a testbed's,
+        shared by the replicas. Every gRPC server is taken to work at the Python server's measured
+        speed (this model knows no other)."""
+        return self.wall_s(*cell[:4]) / self.replicas
 
     def setup_s(self) -> float:
         """Per rate, iperf3 both ways (the first attempt), and the warm-up trials of every phase."""
@@ -192,15 +194,16 @@ class Model:
         validation = 2 * exp.validation.duration + 1 if exp.validation.enabled else 0
         total = len(exp.rates_mbps) * validation
         for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
-            methods = [LOCAL] if rate is None else exp.methods
+            methods = [LOCAL] if rate is None else [m for m, _ in offloads(exp.methods, exp.servers)]
             total += exp.warmup * sum(self.wall_s(op, smallest, rate, m) for op in exp.ops for m in methods)
         return total
 
     def _cells(self) -> list[tuple]:
         exp = self.exp
-        cells = [(op, size, None, LOCAL) for op in exp.ops for size in exp.sizes] if exp.local else []
+        cells = [(op, size, None, LOCAL, "") for op in exp.ops for size in exp.sizes] if exp.local else []
+        ways = offloads(exp.methods, exp.servers)
         return cells + [
-            (o, s, r, m) for o in exp.ops for s in exp.sizes for r in exp.rates_mbps for m in exp.methods
+            (o, s, r, m, v) for o in exp.ops for s in exp.sizes for r in exp.rates_mbps for m, v in ways
         ]
 
     def sweep_s(self, reps: int) -> float:

@@ -11,7 +11,16 @@ from contracts.device import MODES
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment, Validation
-from contracts.trials import CONNECTIONS, DTYPES, PER_TRIAL, SERVER_STACKS
+from contracts.trials import (
+    CONNECTIONS,
+    DTYPES,
+    GRPC,
+    GRPC_SERVERS,
+    PER_TRIAL,
+    PYTHON,
+    SERVER_STACKS,
+    offloads,
+)
 from contracts.units import parse_rate
 from testbed.devices import load_device
 from testbed.inventory import parse_cpu_profile
@@ -86,7 +95,7 @@ def parse_reps(value, where: str = "reps") -> tuple[int | None, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def _names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
+def parse_names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
     parts = value if isinstance(value, list) else [p.strip() for p in str(value).split(",") if p.strip()]
     if not parts:
         raise UserError(f"{where}: no {what}s given")
@@ -114,6 +123,7 @@ FLAGS = (
     "server_device",
     "replicas",
     "server_stack",
+    "servers",
     "name",
 )
 
@@ -134,10 +144,10 @@ def load_experiment(path: Path) -> Experiment:
 
     exp = Experiment(
         name=doc.get("name", str, Path(path).stem),
-        ops=wrap("ops", _names, "ops", known_ops(), "op"),
+        ops=wrap("ops", parse_names, "ops", known_ops(), "op"),
         sizes=wrap("sizes", parse_sizes),
         rates_mbps=wrap("rates", parse_rates),
-        methods=wrap("methods", _names, "methods", known_methods(), "method"),
+        methods=wrap("methods", parse_names, "methods", known_methods(), "method"),
         **_reps(doc),
         warmup=doc.get("warmup", int, 1),
         dtype=_dtype(doc),
@@ -152,6 +162,9 @@ def load_experiment(path: Path) -> Experiment:
         connection=doc.get("connection", str, PER_TRIAL),
         replicas=doc.get("replicas", int, 1),
         server_stack=doc.get("server_stack", str, "wsgi"),
+        servers=wrap("servers", parse_names, "servers", GRPC_SERVERS, "server")
+        if doc.has("servers")
+        else (PYTHON,),
     )
     try:
         return check(exp)
@@ -177,7 +190,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built)."""
     cells = len(exp.ops) * len(exp.sizes)
-    return cells * exp.reps * ((1 if exp.local else 0) + len(exp.rates_mbps) * len(exp.methods))
+    remote = len(offloads(exp.methods, exp.servers))
+    return cells * exp.reps * ((1 if exp.local else 0) + len(exp.rates_mbps) * remote)
 
 
 def trial_range(exp: Experiment) -> tuple[int, int]:
@@ -206,6 +220,12 @@ def check(exp: Experiment) -> Experiment:
             "server_stack",
             f"unknown server stack {exp.server_stack!r}",
             f"use one of: {', '.join(SERVER_STACKS)} (wsgi: gunicorn; cgi: lighttpd, a process per request)",
+        )
+    if set(exp.servers) != {PYTHON} and GRPC not in exp.methods:
+        raise InvalidValue(
+            "servers",
+            f"servers {', '.join(exp.servers)} serve only the method {GRPC}, which is not in methods",
+            f"add {GRPC} to methods, or drop servers (the HTTP methods always run on the Python server)",
         )
     if not _NAME.match(exp.name):
         raise InvalidValue(
@@ -327,13 +347,13 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         exp = Experiment(name="adhoc", ops=(), sizes=(), rates_mbps=(), methods=(), reps=1)
     changes: dict = {}
     if flags.get("ops") is not None:
-        changes["ops"] = _names(flags["ops"], "--ops", known_ops(), "op")
+        changes["ops"] = parse_names(flags["ops"], "--ops", known_ops(), "op")
     if flags.get("sizes") is not None:
         changes["sizes"] = parse_sizes(flags["sizes"], "--sizes")
     if flags.get("rates") is not None:
         changes["rates_mbps"] = parse_rates(flags["rates"], "--rates")
     if flags.get("methods") is not None:
-        changes["methods"] = _names(flags["methods"], "--methods", known_methods(), "method")
+        changes["methods"] = parse_names(flags["methods"], "--methods", known_methods(), "method")
     if flags.get("reps") is not None:
         changes["min_reps"], changes["reps"] = parse_reps(flags["reps"], "--reps")
         if changes["min_reps"] is None:
@@ -373,4 +393,6 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["name"] = flags["name"]
     if flags.get("server_stack") is not None:
         changes["server_stack"] = flags["server_stack"]  # checked in `check`, as a file's
+    if flags.get("servers") is not None:
+        changes["servers"] = parse_names(flags["servers"], "--servers", GRPC_SERVERS, "server")
     return check(replace(exp, **changes))

@@ -14,6 +14,7 @@ from pathlib import Path
 from contracts.config import Section, load_yaml
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, LinkSpec, blas_env, check_burst, check_cpu_quota
+from contracts.trials import GRPC_SERVERS, grpc_port
 from contracts.units import parse_rate
 
 ROLES = ("client", "appliance", "server")
@@ -124,9 +125,22 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
 
 
 def _grpc_port(section: Section) -> int:
+    """Python's gRPC port; the other languages' servers take the ports after it (grpc_port)."""
     port = _port(section, "grpc_port", 50051)
-    if port == section.get("server_port", int, 8080):
-        raise section.error("grpc_port", f"{port} is also server_port", "give gRPC a port of its own")
+    last = grpc_port(port, GRPC_SERVERS[-1])
+    others = {
+        "server_port": section.get("server_port", int, 8080),
+        "iperf3_port": section.get("iperf3_port", int, 5201),
+    }
+    for key, other in others.items():
+        if port <= other <= last:
+            raise section.error(
+                "grpc_port",
+                f"{port}-{last} (the gRPC servers {', '.join(GRPC_SERVERS)}) include {key} {other}",
+                "give gRPC ports of their own",
+            )
+    if last > 65535:
+        raise section.error("grpc_port", f"{port}-{last} go past 65535", "give a lower grpc_port")
     return port
 
 

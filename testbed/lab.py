@@ -25,6 +25,7 @@ from contracts.errors import UserError
 from contracts.processes import daemon_pids, stop_all, watch
 from contracts.profiles import LinkSpec, blas_env
 from contracts.trace import ReplayPlan
+from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
 from testbed import topology
 from testbed.hosts import Host, NetnsHost
 from testbed.inventory import Inventory
@@ -88,6 +89,9 @@ class Lab(ABC):
     # how the offload server runs requests (contracts.trials.SERVER_STACKS): what `up` and a restart
     # start; a sweep sets its experiment's, `testbed up --server-stack` the one asked for
     server_stack: str = "wsgi"
+    # the gRPC servers it starts (contracts.trials.GRPC_SERVERS), each on grpc_port plus its index: a
+    # sweep sets its experiment's `servers`, `testbed up --servers` the ones asked for
+    grpc_servers: tuple[str, ...] = (PYTHON,)
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -149,8 +153,17 @@ class Lab(ABC):
 
     @property
     def grpc_target(self) -> str:
-        """HOST:PORT of the server's gRPC transport (data-plane addresses are IPv4)."""
-        return f"{self.inv.host('server').address.ip}:{self.inv.grpc_port}"
+        """HOST:PORT of the Python gRPC server (data-plane addresses are IPv4)."""
+        return self.grpc_target_of(PYTHON)
+
+    def grpc_target_of(self, server: str) -> str:
+        """HOST:PORT of the gRPC server in `server`'s language."""
+        return f"{self.inv.host('server').address.ip}:{grpc_port(self.inv.grpc_port, server)}"
+
+    @property
+    def grpc_targets(self) -> dict[str, str]:
+        """Each gRPC server it runs: language -> HOST:PORT (what the trial worker offloads to)."""
+        return {s: self.grpc_target_of(s) for s in self.grpc_servers}
 
     def probe(self, role: str, interfaces: list[str] = ()) -> list[str]:
         """The problems the host of `role` reports about itself (see `probe_problems`)."""
@@ -201,6 +214,8 @@ class Lab(ABC):
         server = self.host("server")
         addr = str(self.inv.host("server").address.ip)
         ports = ("--port", str(self.inv.server_port), "--grpc-port", str(self.inv.grpc_port))
+        if self.grpc_servers != (PYTHON,):
+            ports += ("--grpc-servers", ",".join(self.grpc_servers))
         stack = ()
         if self.server_stack == "cgi":  # lighttpd's files in the server's state dir; `down` removes it
             stack = ("--stack", "cgi", "--state-dir", str(server.state_dir / CGI_DIR))
@@ -235,24 +250,29 @@ class Lab(ABC):
                 f"{(result.stderr or result.stdout).strip()[-300:]}",
                 f"see the server's log on {self.host('server').name}",
             )
-        if not self.grpc_answers(timeout):
-            raise UserError(
-                f"the offload server's gRPC transport at {self.grpc_target} did not answer from the client",
-                f"is services.grpc_port free on {self.host('server').name}? see the server's log there",
-            )
+        for server in self.grpc_servers:
+            if not self.grpc_answers(timeout, server):
+                offset = GRPC_SERVERS.index(server)
+                port = "services.grpc_port" + (f" + {offset}" if offset else "")
+                raise UserError(
+                    f"the offload server's gRPC transport at {self.grpc_target_of(server)} ({server} "
+                    "server) did not answer from the client",
+                    f"is {port} free on {self.host('server').name}? see the server's log there",
+                )
         return json.loads(result.stdout or "{}")
 
-    def grpc_answers(self, timeout: float = 2.0) -> bool:
-        """Whether the client host completes an HTTP/2 handshake with the server's gRPC port."""
+    def grpc_answers(self, timeout: float = 2.0, server: str = PYTHON) -> bool:
+        """Whether the client host completes an HTTP/2 handshake with a gRPC server's port."""
         return self.host("client").agent(
-            "grpc.ready", target=self.grpc_target, wait=timeout, timeout=timeout + 30
+            "grpc.ready", target=self.grpc_target_of(server), wait=timeout, timeout=timeout + 30
         )
 
     def server_alive(self, grpc: bool = False) -> bool:
-        """The offload server runs (and, with `grpc`, its gRPC child answers: it can die alone)."""
+        """The offload server runs (and, with `grpc`, each of its gRPC children answers: one can die
+        alone)."""
         if self.host("server").service_pid("offload") is None:
             return False
-        return not grpc or self.grpc_answers()
+        return not grpc or all(self.grpc_answers(server=s) for s in self.grpc_servers)
 
     def restart_offload_server(self) -> None:
         """Stop what is left of the server (a master whose gRPC child died), then start it afresh."""
@@ -394,8 +414,14 @@ class Lab(ABC):
         status["services"] = {
             svc: bool(self.host("server").service_pid(svc)) for svc in ("iperf3", "offload")
         }
-        status["services"]["grpc"] = status["services"]["offload"] and self.grpc_answers()
-        status["server_stack"] = self.running_stack() if status["services"]["offload"] else None
+        running = status["services"]["offload"]
+        # every language's port: one the server was not started with answers nothing
+        status["grpc_servers"] = {
+            s: {"target": self.grpc_target_of(s), "answers": running and self.grpc_answers(0.5, s)}
+            for s in GRPC_SERVERS
+        }
+        status["services"]["grpc"] = status["grpc_servers"][PYTHON]["answers"]
+        status["server_stack"] = self.running_stack() if running else None
         status["server_url"] = self.server_url
         status["grpc_target"] = self.grpc_target
         return status

@@ -1,7 +1,9 @@
 """Which trials a sweep runs, and in what order.
 
-Trial ids number the grid in one fixed order (op, size, rate, method, rep; the local baseline first),
-so a resumed sweep knows exactly which trials are missing. The execution order within each phase
+Trial ids number the grid in one fixed order (op, size, rate, method, server, rep; the local baseline
+first), so a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
+its own (`contracts.trials.offloads`): a run with the Python server alone numbers its trials as runs
+before servers did. The execution order within each phase
 (local baseline, then each rate) is shuffled from the experiment's seed, so slow drift on the machine
 does not line up with any one factor.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from contracts.trials import LOCAL
+from contracts.trials import LOCAL, offloads
 from testbed.experiment import Experiment
 
 
@@ -24,17 +26,18 @@ class Trial:
     rate_mbps: float | None  # None for the local baseline
     method: str  # a codec, or "local"
     rep: int
+    server: str = ""  # the server's language (contracts.trials.GRPC_SERVERS); "" for the local baseline
 
     @property
     def cell(self) -> tuple:
-        return (self.op, self.size, self.rate_mbps, self.method)
+        return (self.op, self.size, self.rate_mbps, self.method, self.server)
 
 
 def plan_trials(exp: Experiment) -> list[Trial]:
     trials: list[Trial] = []
 
-    def add(op, size, rate, method, rep):
-        trials.append(Trial(len(trials), op, size, exp.dtype, rate, method, rep))
+    def add(op, size, rate, method, rep, server=""):
+        trials.append(Trial(len(trials), op, size, exp.dtype, rate, method, rep, server))
 
     if exp.local:
         for op in exp.ops:
@@ -44,9 +47,9 @@ def plan_trials(exp: Experiment) -> list[Trial]:
     for op in exp.ops:
         for size in exp.sizes:
             for rate in exp.rates_mbps:
-                for method in exp.methods:
+                for method, server in offloads(exp.methods, exp.servers):
                     for rep in range(exp.reps):
-                        add(op, size, rate, method, rep)
+                        add(op, size, rate, method, rep, server)
     return trials
 
 

@@ -46,15 +46,15 @@ class Rounds:
 
     def reason(self, cell: tuple) -> str | None:
         """Why a remote cell stopped, or None while it is open (or waits for its baseline's round)."""
-        op, size, _, _ = cell
-        n, base = self.done(cell), (op, size, None, LOCAL)
+        op, size = cell[:2]
+        n, base = self.done(cell), (op, size, None, LOCAL, "")
         if self.done(base) < n:
             return None
         return stop_reason(self.samples(cell, n), self.samples(base, self.done(base)), self.rule)
 
     def open_cells(self) -> list[tuple]:
         remote = [c for c in self.cells if c[3] != LOCAL and self.reason(c) is None]
-        needed = {(op, size, None, LOCAL) for op, size, _, _ in remote}
+        needed = {(op, size, None, LOCAL, "") for op, size, *_ in remote}
         local = [c for c in self.cells if c in needed and self.done(c) < self.rule.max_reps]
         return local + remote
 

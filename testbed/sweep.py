@@ -23,7 +23,7 @@ from contracts.cpu_lock import CpuLock
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, TrialRecord, read_trials
-from contracts.trials import GRPC, LOCAL, SERVER_START
+from contracts.trials import GRPC, LOCAL, SERVER_START, offload_label
 from testbed import device_emulation
 from testbed.bookkeeping import (
     counters_after,
@@ -51,7 +51,7 @@ log = logging.getLogger("testbed.sweep")
 
 
 def cell_label(t: Trial) -> str:
-    where = "local" if t.method == LOCAL else f"@ {t.rate_mbps:g} Mbit/s {t.method}"
+    where = "local" if t.method == LOCAL else f"@ {t.rate_mbps:g} Mbit/s {offload_label(t.method, t.server)}"
     return f"{t.op} {t.size} {where}"
 
 
@@ -199,6 +199,7 @@ class Sweep:
     def bring_up(self, tb: Testbed) -> None:
         lab, exp = tb.lab, self.exp
         lab.server_stack = exp.server_stack
+        lab.grpc_servers = exp.servers
         tb.brought_up = lab.up()
         tb.was_up = not tb.brought_up
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
@@ -488,9 +489,9 @@ def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, phase:
         return worker
     seen = {}
     for t in phase:
-        seen.setdefault((t.op, t.method), t)
-    for (op, method), t in seen.items():
-        probe = Trial(-1, op, min(exp.sizes), t.dtype, t.rate_mbps, method, -1)
+        seen.setdefault((t.op, t.method, t.server), t)
+    for (op, method, server), t in seen.items():
+        probe = Trial(-1, op, min(exp.sizes), t.dtype, t.rate_mbps, method, -1, server)
         for _ in range(exp.warmup):
             _, worker = run_trial(lab, exp, worker, run_dir, probe)
     return worker

@@ -10,6 +10,7 @@ from pathlib import Path
 from analysis.__main__ import add_arguments as add_analysis_arguments
 from analysis.predict import add_arguments as add_predict_arguments
 from contracts.errors import UserError
+from contracts.trials import PYTHON
 from testbed.cli_args import RESULTS, always, inventories, open_lab, require_root
 
 EXIT_UNUSABLE = 4  # the sweep finished, but some cells have no usable (ok) trial
@@ -62,6 +63,11 @@ def register(sub) -> None:
         "--server-stack",
         help="how the server runs requests: wsgi (gunicorn, default) or cgi (lighttpd, a fresh Python "
         "per request, as the paper's server did)",
+    )
+    p.add_argument(
+        "--servers",
+        help="the gRPC servers the method grpc offloads to, each a cell of its own: python, cpp, go "
+        "(default python)",
     )
     p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
     p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")
@@ -144,7 +150,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     low, high = model.duration_s()
     print(
         f"sweep {manifest.manifest.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
-        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s) x {exp.describe_reps()} = "
+        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s)"
+        + (f" (grpc on {', '.join(exp.servers)})" if exp.servers != (PYTHON,) else "")
+        + f" x {exp.describe_reps()} = "
         f"{_count(trial_range(exp))} trials (local baseline included); client {client}; server {server}; "
         + (f"on {len(labs)} testbeds side by side; " if len(labs) > 1 else "")
         + f"results in {run_dir}"

@@ -46,8 +46,8 @@ class WorkerLink:
                 "client.worker",
                 "--url",
                 lab.server_url,
-                "--grpc-target",
-                lab.grpc_target,
+                "--grpc-targets",
+                json.dumps(lab.grpc_targets),
                 "--seed",
                 str(exp.seed),
                 "--timeout",
@@ -86,6 +86,7 @@ class WorkerLink:
             "size": trial.size,
             "dtype": trial.dtype,
             "method": trial.method,
+            "server": trial.server,
         }
         try:
             self.proc.stdin.write((json.dumps(spec) + "\n").encode())

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from contracts.processes import alive
+from contracts.trials import GRPC_SERVERS
 
 LEASE_DIR = Path(os.environ.get("TESTBED_TEST_LEASES", "/run/testbed-tests"))
 # inventory.py takes a prefix of at most 6 characters (interface names are limited to 15, and the
@@ -110,11 +111,19 @@ def take(subnets: int = 1, ports: int = 3, test: str = "", replicas: int = 1) ->
         if len(free) < subnets:
             raise RuntimeError(f"no {subnets} free /24 subnets left in {SUBNETS}.0.0/16")
         chosen_ports: list[int] = []
+        reserved: list[int] = []  # held too, after the chosen ones
         while len(chosen_ports) < ports:
             port = _free_port()
-            if port not in taken_ports and port not in chosen_ports and port >= 1024:
+            # the third port is the gRPC port: the other languages' servers take the ones after it
+            span = list(range(port, port + len(GRPC_SERVERS))) if len(chosen_ports) == 2 else [port]
+            if (
+                not set(span) & (taken_ports | {*chosen_ports, *reserved})
+                and port >= 1024
+                and span[-1] <= 65535
+            ):
                 chosen_ports.append(port)
-        lease = Lease(prefix, tuple(rng.sample(free, subnets)), tuple(chosen_ports))
+                reserved += span[1:]
+        lease = Lease(prefix, tuple(rng.sample(free, subnets)), tuple(chosen_ports + reserved))
         (directory / f"{prefix}.json").write_text(
             json.dumps({**asdict(lease), "pid": os.getpid(), "test": test})
         )

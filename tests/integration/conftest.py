@@ -14,6 +14,7 @@ import pytest
 from benchmarks.loopback import free_port, stop
 from client.grpc_offload import ready
 from contracts.processes import group_alive
+from contracts.trials import GRPC_SERVERS
 from tests.servers import start_server
 
 
@@ -56,11 +57,16 @@ def memory_server(tmp_path_factory):
     yield from _served(tmp_path_factory, "--max-body-mb", "16", "--no-access-log")
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """A server with both transports; gRPC's body limit is the HTTP server's (--max-body-mb 1)."""
+@pytest.fixture(scope="module", params=GRPC_SERVERS)
+def served(request, tmp_path_factory):
+    """A server with both transports, its gRPC server in each language (server.languages); gRPC's body
+    limit is the HTTP server's (--max-body-mb 1)."""
     port = free_port()
-    server = start_server(tmp_path_factory.mktemp("grpc"), "--grpc-port", str(port), "--max-body-mb", "1")
+    base = port - GRPC_SERVERS.index(request.param)  # its port is the gRPC port plus its index
+    server = start_server(
+        tmp_path_factory.mktemp(f"grpc-{request.param}"),
+        *("--grpc-port", str(base), "--grpc-servers", request.param, "--max-body-mb", "1"),
+    )
     target = f"127.0.0.1:{port}"
     try:
         assert ready(target, 30.0), server.log_text()

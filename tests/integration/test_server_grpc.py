@@ -1,18 +1,23 @@
-"""Protocol Buffers end to end against a real `python -m server --grpc-port M` on loopback.
+"""Protocol Buffers end to end against a real `python -m server --grpc-port M` on loopback, its gRPC
+server in each language (`--grpc-servers python|cpp|go`, the `served` fixture's parameter).
 
 A client that no one in the project wrote (the official compiler's output for `contracts/offload.proto`,
 made in a temporary directory, run in a process that imports none of the project) gets correct results
-over gRPC and over HTTP with `X-Codec: protobuf`, with the server's stage times from both. Then the
-gRPC service's refusals, each followed by a good call, and the project's own gRPC client.
+over gRPC and over HTTP with `X-Codec: protobuf`, with the server's stage times from both, for every op
+and dtype. Then the gRPC service's refusals and limits, each followed by a good call, every one the same
+status and stages from each language; the host's CPU lock around each timed stage; and the project's own
+gRPC client.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,10 +31,12 @@ from client.__main__ import main as client_main
 from client.grpc_offload import GrpcOffloadClient, ready
 from client.offload import OffloadError, check_result, local, make_operands
 from contracts import offload_pb2 as pb
+from contracts.cpu_lock import ENV as CPU_LOCK_ENV
 from contracts.errors import UserError
 from contracts.processes import alive, group_alive
 from contracts.protobuf_codec import EXECUTE
 from contracts.trials import parse_server_timing
+from server.languages import LANGUAGES, program
 from tests.helpers import REPO
 from tests.servers import start_server
 
@@ -81,6 +88,17 @@ CASES = [
     {"op": "mul", "dtype": "int64", "operands": [[[2**40, 1]], [[3], [-5]]]},
     {"op": "inv", "dtype": "float64", "operands": [A]},
     {"op": "log", "dtype": "float64", "operands": [[[1.0, 2.718281828459045, 1e-300], [10.0, 0.5, 1e300]]]},
+    {
+        "op": "mul",
+        "dtype": "float64",
+        "operands": [[[1.0, -2.0, 0.5], [0.0, 3.0, 1.0]], [[2.0], [1.0], [4.0]]],
+    },
+    {"op": "mul", "dtype": "int32", "operands": [[[2**30, 2**30, 7]], [[2], [2], [-1]]]},  # wraps around
+    {"op": "mul", "dtype": "int64", "operands": [[[2**62, 3]], [[4], [-1]]]},  # wraps around
+    {"op": "inv", "dtype": "int32", "operands": [[[2, 1], [1, 3]]]},
+    {"op": "inv", "dtype": "int64", "operands": [[[0, 1, 2], [1, 0, 3], [4, -3, 8]]]},  # a zero first pivot
+    {"op": "log", "dtype": "int32", "operands": [[[1, 2, 2**31 - 1]]]},
+    {"op": "log", "dtype": "int64", "operands": [[[1], [2**62]]]},
 ]
 
 
@@ -144,6 +162,7 @@ def _req(op: str, *matrices: pb.Matrix) -> bytes:
 
 
 ONE = pb.Matrix(rows=1, cols=1, values=[1.0])
+INT32_100 = pb.Matrix(rows=100, cols=100, dtype="int32", ints=[1] * 10_000)
 BAD = [
     (b"\xff\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "malformed protobuf", {"decode"}),
     (_req("mul", ONE), grpc.StatusCode.INVALID_ARGUMENT, "wrong number of operands", {"decode", "compute"}),
@@ -154,6 +173,18 @@ BAD = [
     (_req("", ONE), grpc.StatusCode.UNIMPLEMENTED, "unknown operation", {"decode"}),
     (_req("mul", pb.Matrix(rows=40000, cols=1, values=[1.0] * 40000), pb.Matrix(rows=1, cols=40000, values=[1.0] * 40000)), grpc.StatusCode.RESOURCE_EXHAUSTED, "result too large", {"decode"}),
     (_req("log", pb.Matrix(rows=1, cols=200_000, values=[1.0] * 200_000)), grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max", set()),
+    (b"\x12\x02\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "malformed protobuf", {"decode"}),  # a bad Matrix
+    (_req("mul", *[ONE] * 17), grpc.StatusCode.RESOURCE_EXHAUSTED, "too many operands", {"decode"}),
+    (_req("log", pb.Matrix(rows=1, cols=1, dtype="float32", values=[1.0])), grpc.StatusCode.INVALID_ARGUMENT, "bad dtype", {"decode"}),
+    (_req("log", pb.Matrix(rows=0, cols=1)), grpc.StatusCode.INVALID_ARGUMENT, "bad shape", {"decode"}),
+    (_req("log", pb.Matrix(rows=1, cols=1, dtype="int32", values=[1.0])), grpc.StatusCode.INVALID_ARGUMENT, "malformed body", {"decode"}),
+    (_req("log", pb.Matrix(rows=1, cols=1, dtype="int32", ints=[2**40])), grpc.StatusCode.INVALID_ARGUMENT, "integer out of range", {"decode"}),
+    (_req("mul", ONE, pb.Matrix(rows=1, cols=1, dtype="int64", ints=[1])), grpc.StatusCode.INVALID_ARGUMENT, "bad dtype", {"decode", "compute"}),
+    (_req("inv", pb.Matrix(rows=1, cols=2, values=[1.0, 2.0])), grpc.StatusCode.INVALID_ARGUMENT, "not square", {"decode", "compute"}),
+    (_req("inv", pb.Matrix(rows=1, cols=1, values=[float("inf")])), grpc.StatusCode.INVALID_ARGUMENT, "non-finite entries", {"decode", "compute"}),
+    (_req("log", pb.Matrix(rows=1, cols=2, values=[1.0, 0.0])), grpc.StatusCode.INVALID_ARGUMENT, "log needs positive entries", {"decode", "compute"}),
+    (_req("mul", INT32_100, INT32_100), grpc.StatusCode.RESOURCE_EXHAUSTED, "too much work", {"decode"}),
+    (_req("log", pb.Matrix(rows=1, cols=150_000, dtype="int64", ints=[1] * 150_000)), grpc.StatusCode.RESOURCE_EXHAUSTED, "operands too large", {"decode"}),
 ]  # fmt: skip
 
 
@@ -165,9 +196,42 @@ def test_bad_input_gets_its_status_and_message_and_the_server_keeps_serving(
     with pytest.raises(grpc.RpcError) as exc:
         call(target, body)
     assert exc.value.code() == code and words in exc.value.details()
-    timing = parse_server_timing(dict(exc.value.trailing_metadata() or ()).get("server-timing"))
-    assert set(timing) == stages
+    header = dict(exc.value.trailing_metadata() or ()).get("server-timing")
+    assert set(parse_server_timing(header)) == set(parse_server_timing(header, "cpu")) == stages
     good_call(target)
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_each_timed_stage_takes_the_hosts_cpu_lock_and_waiting_for_it_counts_in_no_stage(
+    tmp_path, monkeypatch, language
+):
+    lock = tmp_path / "cpu.lock"
+    monkeypatch.setenv(CPU_LOCK_ENV, str(lock))
+    port = free_port()
+    base = port - LANGUAGES.index(language)
+    server = start_server(tmp_path, "--grpc-port", str(base), "--grpc-servers", language)
+    target = f"127.0.0.1:{port}"
+    try:
+        assert ready(target, 30.0), server.log_text()
+        good_call(target)
+        body = _req("log", pb.Matrix(rows=1, cols=1, values=[1.0]))
+        answers: list = []
+        with open(lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            waiting = threading.Thread(target=lambda: answers.append(call(target, body)))
+            start = time.monotonic()
+            waiting.start()
+            waiting.join(1.0)
+            assert waiting.is_alive()  # its decode stage waits for the lock
+            fcntl.flock(held, fcntl.LOCK_UN)
+        waiting.join(30)
+        wall = time.monotonic() - start
+        ((_, trailer),) = answers
+        timing = parse_server_timing(trailer["server-timing"])
+        assert set(timing) == STAGES and sum(timing.values()) < wall - 0.9
+    finally:
+        stop(server.proc)
+        assert not group_alive(server.proc.pid), server.log_text()
 
 
 def test_http_protobuf_refuses_a_body_naming_another_op_and_bad_messages(served):
@@ -212,21 +276,20 @@ def test_the_project_client_reports_refusals_and_a_missing_server(served):
             client.wait_ready(0.5)
 
 
+@pytest.mark.parametrize("language", LANGUAGES)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_the_grpc_child_ends_with_the_http_master(tmp_path, sig):
+def test_the_grpc_child_ends_with_the_http_master(tmp_path, sig, language):
     """SIGTERM: the master stops its child; SIGKILL: the child sees its parent gone and stops.
 
     (After a SIGKILL, gunicorn's own worker lingers until its next check of its parent; the
     agent's `down` stops the whole process group anyway.)"""
     port = free_port()
-    server = start_server(tmp_path, "--grpc-port", str(port))
+    base = port - LANGUAGES.index(language)
+    server = start_server(tmp_path, "--grpc-port", str(base), "--grpc-servers", language)
     try:
         assert ready(f"127.0.0.1:{port}", 30.0)
-        (child,) = [
-            pid
-            for pid in server.worker_pids()
-            if b"server.grpc_service" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
+        name = program(language)[-1].encode()  # server.grpc_service, or the binary's path
+        (child,) = [pid for pid in server.worker_pids() if name in Path(f"/proc/{pid}/cmdline").read_bytes()]
         os.kill(server.proc.pid, sig)  # the master alone, not its process group
         server.proc.wait(timeout=30)
         deadline = time.monotonic() + 10

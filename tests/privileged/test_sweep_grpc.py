@@ -1,5 +1,6 @@
 """The gRPC transport through the embedded testbed: `up` starts it, `status` checks it, and a sweep
-with `--methods json,raw,protobuf,grpc` runs through the shaped link and is analysed like any other."""
+with `--methods json,raw,protobuf,grpc` runs through the shaped link and is analysed like any other;
+then a sweep over the gRPC servers of every language (`--servers python,cpp,go`)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_sweep_with_protobuf_and_grpc_through_the_testbed(inventory, lease, tmp_
     assert status["services"] == {"iperf3": True, "offload": True, "grpc": True}
     target = f"{lease.address(2)}:{lease.ports[2]}"  # the server's address, the inventory's grpc_port
     assert status["grpc_target"] == target
-    assert f"gRPC {target}" in run_cli(inventory, "status").stdout
+    assert f"gRPC python {target}, cpp " in run_cli(inventory, "status").stdout
+    assert [s for s, g in status["grpc_servers"].items() if g["answers"]] == ["python"]  # up's default
 
     results = tmp_path / "results"
     out = run_cli(
@@ -81,3 +83,29 @@ def test_sweep_with_protobuf_and_grpc_through_the_testbed(inventory, lease, tmp_
 
     run_cli(inventory, "down")
     assert leftovers(lease.prefix) == []
+
+
+def test_a_sweep_over_the_grpc_servers_of_each_language(inventory, tmp_path):
+    results = tmp_path / "results"
+    out = run_cli(
+        inventory, "sweep", "--ops", "mul,inv,log", "--sizes", "64", "--rates", "100", "--methods", "grpc",
+        "--servers", "python,cpp,go", "--reps", "3", "--warmup", "1", "--no-validate", "--keep-up",
+        "--results", str(results), "--name", "servers",
+    ).stdout  # fmt: skip
+    assert "(grpc on python, cpp, go)" in out and "analysis:" in out
+    status = json.loads(run_cli(inventory, "status", "--json").stdout)
+    assert all(g["answers"] for g in status["grpc_servers"].values())  # the sweep started each
+    (run_dir,) = results.iterdir()
+    trials = read_csv(run_dir / "trials.csv")
+    assert all(t["ok"] == "true" for t in trials), [t["error"] for t in trials if t["ok"] != "true"]
+    remote = [t for t in trials if t["method"] != "local"]
+    assert sorted(t["server"] for t in remote) == sorted(["python", "cpp", "go"] * 3 * 3)
+    for t in remote:  # each server timed its own stages, and its bytes are the same message's
+        assert all(float(t[f"t_server_{s}"]) > 0 for s in ("decode", "compute", "encode")), t
+    for op in ("mul", "inv", "log"):
+        sizes = {(t["bytes_up"], t["bytes_down"]) for t in remote if t["op"] == op}
+        assert len(sizes) == 1, (op, sizes)
+    cells = read_csv(run_dir / "analysis" / "cells.csv")
+    assert sorted({c["method"] for c in cells}) == ["grpc", "grpc@cpp", "grpc@go"]
+    assert (run_dir / "analysis" / "servers-mul.png").is_file()
+    run_cli(inventory, "down")

@@ -56,7 +56,9 @@ def test_netns_preflight_lists_every_problem_and_changes_nothing(netns):
 
 def test_a_grpc_port_that_does_not_answer_fails_up_in_one_line_and_takes_it_down(netns):
     netns.hosts["client"].reply("grpc.ready", False)
-    with pytest.raises(UserError, match=r"gRPC transport at 10\.78\.0\.2:50051 did not answer") as exc:
+    with pytest.raises(
+        UserError, match=r"gRPC transport at 10\.78\.0\.2:50051 \(python server\) did not answer"
+    ) as exc:
         netns.up()
     assert "grpc_port" in exc.value.fix
     assert not netns.is_up() and not netns.state_dir.exists()

@@ -114,7 +114,7 @@ def test_python_m_server_stack_cgi_dry_run_prints_the_plan(tmp_path, capsys):
     args = ["--stack", "cgi", "--state-dir", str(tmp_path), "--bind", "10.0.0.2", "--port", "18081"]
     assert main([*args, "--max-body-mb", "2", "--grpc-port", "50052", "--dry-run"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["grpc_port"] == 50052  # gRPC stays its long-lived server on the cgi stack
+    assert out["grpc"] == {"python": 50052}  # gRPC stays its long-lived server on the cgi stack
     conf = settings(out["lighttpd"]["files"][str(tmp_path / "lighttpd.conf")])
     assert conf["server.port"] == "18081" and conf["server.max-request-size"] == "2048"
     assert out["lighttpd"]["argv"][-1] == str(tmp_path / "lighttpd.conf")

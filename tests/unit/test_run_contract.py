@@ -96,7 +96,7 @@ def test_stored_v2_and_v3_runs_load_without_server_start_and_their_analysis_is_u
         )
 
 
-def test_resuming_a_v2_or_v3_run_upgrades_its_trials_to_this_version_before_appending(older_run):
+def test_resuming_an_older_run_upgrades_its_trials_to_this_version_before_appending(older_run):
     path = older_run[0] / "trials.csv"
     before = read_trials(path).records
     writer = TrialWriter(path)
@@ -106,7 +106,7 @@ def test_resuming_a_v2_or_v3_run_upgrades_its_trials_to_this_version_before_appe
     text = path.read_text()
     assert text.startswith(f"{TRIALS_MARK}{FORMAT_VERSION}\n") and "t_server_start" in text.splitlines()[1]
     after = read_trials(path)
-    assert after.version == FORMAT_VERSION == 4 and after.records[:-1] == before
+    assert after.version == FORMAT_VERSION == 5 and after.records[:-1] == before
     assert after.records[-1].t_server_start == 0.25
 
 

@@ -85,7 +85,7 @@ def test_a_cell_the_grown_baseline_no_longer_decides_opens_again():
     results |= {by["raw", r]: 4.5 for r in range(3)} | {
         by["local", r]: v for r, v in enumerate([4.0, 5.0, 6.0])
     }
-    json_cell, local_cell = ("mul", 100, 10.0, "json"), ("mul", 100, None, "local")
+    json_cell, local_cell = ("mul", 100, 10.0, "json", "python"), ("mul", 100, None, "local", "")
     assert Rounds(exp, trials, results).reason(json_cell) == SIGNIFICANT
     results |= {by["raw", 3]: 4.4, by["local", 3]: 2.0}  # the raw cell went on, and its baseline with it
     rounds = Rounds(exp, trials, results)

@@ -27,7 +27,7 @@ from tests.helpers import saved, timed, trials_by_id
 ADAPTIVE = replace(FAKE_SWEEP, name="adaptive", reps=8, min_reps=3)
 PLAN = {t.trial: t for t in plan_trials(ADAPTIVE)}  # 80 trials at the most: 10 cells x 8
 NOISE = (0.05, -0.05, 0.03, -0.03, 0.01, -0.01, 0.04, -0.04)
-BORDERLINE = ("mul", 100, 10.0, "json")
+BORDERLINE = ("mul", 100, 10.0, "json", "python")
 
 
 def answer(spec: dict) -> dict:
@@ -57,7 +57,7 @@ def per_cell(run_dir) -> Counter:
 EXPECTED = {
     **{c: 3 for c in {t.cell for t in PLAN.values()}},  # clear cells, and the 200x200 baseline, stop at min
     BORDERLINE: 8,  # runs to max
-    ("mul", 100, None, "local"): 8,  # its baseline goes on as long as it is open
+    ("mul", 100, None, "local", ""): 8,  # its baseline goes on as long as it is open
 }
 
 
@@ -74,7 +74,7 @@ def test_clear_cells_stop_at_min_and_the_borderline_cell_and_its_baseline_run_to
     assert reps == sorted(reps)
     late = [PLAN[i] for i in timed(worker.specs)[30:]]  # after the three rounds of every cell
     assert [t.rep for t in late] == [3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
-    assert {t.cell for t in late} == {("mul", 100, None, "local"), BORDERLINE}
+    assert {t.cell for t in late} == {("mul", 100, None, "local", ""), BORDERLINE}
     # rates are validated (iperf3) once each, then only re-shaped in later rounds
     data = saved(run_dir)
     assert sorted({v["rate_mbps"] for v in data["validation"]}) == [10.0, 40.0]
@@ -90,7 +90,7 @@ def test_clear_cells_stop_at_min_and_the_borderline_cell_and_its_baseline_run_to
     )
     table = pd.read_csv(cells / "cells.csv")
     reasons = {(r.op, r.size, r.rate_mbps, r.method): (r.stop_reason, r.n_trials) for r in table.itertuples()}
-    assert reasons.pop(BORDERLINE) == ("max_reps", 8)
+    assert reasons.pop(BORDERLINE[:4]) == ("max_reps", 8)  # the analysis names a cell by its method
     assert set(reasons.values()) == {("significant", 3)}
     html = (cells / "report.html").read_text()
     assert "<th>stop_reason</th>" in html and "<td>max_reps</td>" in html and "<th>n_trials</th>" in html

@@ -4,6 +4,7 @@ whose trial worker is a `FakeWorker` answering from a script."""
 
 from __future__ import annotations
 
+import json
 import signal
 from dataclasses import replace
 
@@ -84,8 +85,8 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
         "client.worker",
         "--url",
         lab.server_url,
-        "--grpc-target",
-        lab.grpc_target,
+        "--grpc-targets",
+        json.dumps(lab.grpc_targets),
         "--seed",
         "3",
         "--timeout",

@@ -1,0 +1,56 @@
+"""The gRPC offload servers by language: one contract (contracts/offload.proto), three implementations.
+
+`python` is `server.grpc_service` (NumPy); `cpp` is server/cpp (gRPC C++ and Eigen) and `go` is
+server/go (gRPC-Go and plain loops), both built by scripts/setup.sh from Debian's packages. Each
+answers the same requests with the same results, refusals, limits and `server-timing` trailer, so a
+sweep can put the server's language and its matrix library beside the marshalling method as a
+dimension (the multi-language gRPC offloading studies in ../shared/papers/).
+
+Every one takes the same flags: `--bind`, `--port`, `--max-body-mb`, `--parent` (stop when that
+process is no longer the parent). Each listens on its own port (`contracts.trials.grpc_port`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from contracts.errors import UserError
+from contracts.trials import GRPC_SERVERS as LANGUAGES
+
+SERVER_DIR = Path(__file__).resolve().parent
+BINARIES = {
+    "cpp": SERVER_DIR / "cpp" / "build" / "offload-server-cpp",
+    "go": SERVER_DIR / "go" / "build" / "offload-server-go",
+}
+
+
+def parse_languages(text: str) -> tuple[str, ...]:
+    """`python,cpp` -> ("python", "cpp"), in LANGUAGES' order; a user's error names an unknown one."""
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(names - set(LANGUAGES))
+    if unknown or not names:
+        raise UserError(
+            f"unknown gRPC server {', '.join(unknown) or text!r}", f"choose from {', '.join(LANGUAGES)}"
+        )
+    return tuple(n for n in LANGUAGES if n in names)
+
+
+def program(language: str) -> list[str]:
+    """The argv head that starts `language`'s server; a compiled one must have been built."""
+    if language == "python":
+        return [sys.executable, "-m", "server.grpc_service"]
+    if language not in BINARIES:
+        raise UserError(f"unknown gRPC server {language!r}", f"choose one of {', '.join(LANGUAGES)}")
+    binary = BINARIES[language]
+    if not binary.is_file():
+        raise UserError(f"the {language} gRPC server is not built ({binary})", "bash scripts/setup.sh")
+    return [str(binary)]
+
+
+def grpc_argv(
+    language: str, bind: str, port: int, max_body_mb: float, parent: int | None = None
+) -> list[str]:
+    """The command line of `language`'s gRPC server on bind:port with the HTTP server's body limit."""
+    argv = [*program(language), "--bind", bind, "--port", str(port), "--max-body-mb", str(max_body_mb)]
+    return argv + (["--parent", str(parent)] if parent is not None else [])

@@ -1,0 +1,65 @@
+"""The gRPC servers by language (server.languages) and `python -m server --grpc-servers`, without
+starting any: their command lines, and the one-line errors for an unknown or unbuilt server."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+import server.languages as languages
+from contracts.errors import UserError
+from contracts.trials import grpc_port
+from server.__main__ import main as server_main
+
+
+def test_each_language_has_a_port_of_its_own_and_the_list_keeps_their_order():
+    assert [grpc_port(50051, s) for s in languages.LANGUAGES] == [50051, 50052, 50053]
+    assert languages.parse_languages(" go, python,go") == ("python", "go")
+
+
+def test_every_language_takes_the_same_flags():
+    for language in languages.LANGUAGES:
+        argv = languages.grpc_argv(language, "10.0.0.2", 50051, 1.5, parent=42)
+        assert argv[-8:] == [
+            "--bind",
+            "10.0.0.2",
+            "--port",
+            "50051",
+            "--max-body-mb",
+            "1.5",
+            "--parent",
+            "42",
+        ]
+    assert languages.grpc_argv("python", "::1", 1, 2.0)[:3] == [sys.executable, "-m", "server.grpc_service"]
+    assert languages.grpc_argv("cpp", "::1", 1, 2.0)[0] == str(languages.BINARIES["cpp"])
+
+
+def test_an_unknown_or_unbuilt_server_is_a_user_error_naming_the_fix(tmp_path, monkeypatch):
+    with pytest.raises(UserError, match="unknown gRPC server 'rust'") as exc:
+        languages.program("rust")
+    assert "python, cpp, go" in exc.value.fix
+    monkeypatch.setitem(languages.BINARIES, "go", tmp_path / "offload-server-go")
+    with pytest.raises(UserError, match="the go gRPC server is not built") as exc:
+        languages.program("go")
+    assert exc.value.fix == "bash scripts/setup.sh"
+
+
+def test_the_server_dry_run_names_each_grpc_server_and_its_port_and_refuses_an_unbuilt_one(
+    tmp_path, monkeypatch, capsys
+):
+    assert server_main(["--grpc-port", "50051", "--grpc-servers", "go,python", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["grpc"] == {"python": 50051, "go": 50053}
+    assert server_main(["--dry-run"]) == 0  # no --grpc-port: no gRPC server
+    assert json.loads(capsys.readouterr().out)["grpc"] == {}
+    monkeypatch.setitem(languages.BINARIES, "cpp", tmp_path / "missing")
+    for argv, words in (
+        (["--grpc-servers", "cpp"], "the cpp gRPC server is not built"),
+        (["--grpc-servers", "python,rust"], "unknown gRPC server 'rust'"),
+        (["--port", "50052"], "not --port"),  # cpp's port
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            server_main(["--grpc-port", "50051", *argv, "--dry-run"])
+        assert exit_.value.code == 2
+        assert words in capsys.readouterr().err
