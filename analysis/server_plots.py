@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.style import STAGE_COLORS, STAGE_LABELS, method_styles
-from contracts.trials import GRPC, SERVER_STAGES
+from contracts.trials import GRPC, SERVER_STAGES, label_server
 
 GROUP_WIDTH = 0.8
 
@@ -51,7 +51,7 @@ def servers_figure(cells: pd.DataFrame, op: str, labels: list[str]) -> Figure:
             bottom += value
         for xi, total in zip(x, bottom, strict=True):
             if total > 0:
-                ax.annotate(label.partition("@")[2] or "python", (xi, total), ha="center", va="bottom",
+                ax.annotate(label_server(label), (xi, total), ha="center", va="bottom",
                             fontsize=7, rotation=90, xytext=(0, 2), textcoords="offset points")  # fmt: skip
     ax.set_xticks(np.arange(len(sizes)), [str(s) for s in sizes])
     ax.set_xlabel("matrix size (n x n)")

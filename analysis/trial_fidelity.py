@@ -10,6 +10,10 @@ the device's although the calibration held (measured 2026-11-24, the smoke run: 
 analysis checks what was used: per role, kind of work, op, size and method, the mean used stage time
 (`t_*`, the device's time in scaled mode, the quota-held wall time in throttle mode) with its 95% CI,
 the profile's target, the error, and a flag where it is outside the calibration's tolerance.
+
+A server device's targets are those of the Python server's code, which its calibration runs; the
+gRPC servers in other languages (`grpc@cpp`, `grpc@go`) are scaled by the same slowdowns and are
+meant to differ from them (README "gRPC servers in other languages"), so they have no row here.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pandas as pd
 from analysis.stats import ci95
 from contracts.device import DeviceProfile, operand_bytes, result_bytes
 from contracts.run import Device, Manifest
-from contracts.trials import LOCAL, method_codec
+from contracts.trials import LOCAL, PYTHON, label_server, method_codec
 
 # stage column -> (role, kind of work, the matrix data it handles)
 STAGE_WORK = {
@@ -64,7 +68,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
         stages = {"t_total": ("client", "kernel", None)} if method == LOCAL else STAGE_WORK
         for column, (role, kind, data) in stages.items():
             device = devices[role]
-            if device is None or column not in group:
+            if device is None or column not in group or (role == "server" and label_server(method) != PYTHON):
                 continue
             values = group[column].dropna().astype(float)
             target = target_s(profiles[role], kind, method, op, int(size), data, itemsize)

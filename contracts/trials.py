@@ -41,6 +41,11 @@ def offload_label(method: str, server: str | None) -> str:
     return method if server in (None, "", PYTHON) else f"{method}@{server}"
 
 
+def label_server(label: str) -> str:
+    """The server of an offload label (`grpc@cpp` -> `cpp`; a method alone ran on Python's)."""
+    return label.partition("@")[2] or PYTHON
+
+
 # How a remote trial reaches the server, alike for HTTP and gRPC: a new TCP connection per trial
 # (its handshake counted in communication, as the multi-language study did: "one connection was
 # opened for each remote processing") or one connection kept for the whole sweep.

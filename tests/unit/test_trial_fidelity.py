@@ -90,3 +90,13 @@ def test_the_analysis_writes_the_table_and_the_report_shows_it(tmp_path):
     assert (out / "trial_fidelity.csv").exists()
     assert "client device in the trials:" in text.getvalue()
     assert 'id="trial-fidelity"' in (out / "report.html").read_text()
+
+
+def test_the_servers_in_other_languages_are_not_held_to_the_python_servers_targets(manifest):
+    table = trials([0.002, 0.002], [0.001, 0.001], [0.15, 0.15])
+    # the same trials as if on a Go server (a label's method part names the codec: raw here)
+    other = table[table["method"] == "raw"].assign(method="raw@go", t_server_compute=0.05)
+    rows = trial_fidelity(pd.concat([table, other]), manifest)
+    go = rows[rows["method"] == "raw@go"]
+    assert set(go["role"]) == {"client"}  # its client stages are the device's; its server's are Go's
+    assert set(rows[rows["method"] == "raw"]["role"]) == {"client", "server"}
