@@ -120,30 +120,13 @@ def over_time_figure(tasks: pd.DataFrame, best: pd.DataFrame, plan: ReplayPlan |
     m = best[best["method"] == method].set_index("task")
     for y, policy in enumerate(policies):
         g = tasks[tasks["policy"] == policy].sort_values("start_s")
-        remote = g["decision"] == "remote"
-        dec_ax.scatter(g.loc[remote, "start_s"], [y] * remote.sum(), marker="^", color="#0072B2", s=18)
-        dec_ax.scatter(g.loc[~remote, "start_s"], [y] * (~remote).sum(), marker="o", color="#E69F00", s=14)
+        _decision_row(dec_ax, y, g["start_s"], g["decision"] == "remote")
         g = g[g["ok"] & g["task"].isin(m.index)]
         regret = (g["t_total"].to_numpy() - m.loc[g["task"], "best_s"].to_numpy()).cumsum()
         reg_ax.step(g["end_s"], regret, where="post", label=policy)
     oracle_y = len(policies)
     o = m.join(tasks[tasks["policy"] == "local"].set_index("task")["start_s"])
-    dec_ax.scatter(
-        o.loc[o["best"] == "remote", "start_s"],
-        [oracle_y] * (o["best"] == "remote").sum(),
-        marker="^",
-        color="#0072B2",
-        s=18,
-        label="remote",
-    )
-    dec_ax.scatter(
-        o.loc[o["best"] == "local", "start_s"],
-        [oracle_y] * (o["best"] == "local").sum(),
-        marker="o",
-        color="#E69F00",
-        s=14,
-        label="local",
-    )
+    _decision_row(dec_ax, oracle_y, o["start_s"], o["best"] == "remote", labelled=True)
     dec_ax.set_yticks(range(len(policies) + 1), [*policies, "oracle"])
     dec_ax.legend(loc="upper right", fontsize=8)
     dec_ax.set_ylabel("decision at start")
@@ -152,6 +135,16 @@ def over_time_figure(tasks: pd.DataFrame, best: pd.DataFrame, plan: ReplayPlan |
     reg_ax.legend(fontsize=8)
     fig.suptitle(f"Decisions over time, {method}")
     return fig
+
+
+def _decision_row(ax, y: int, starts: pd.Series, remote: pd.Series, labelled: bool = False) -> None:
+    """One row of decisions at their start times: remote as triangles, local as circles."""
+    for chosen, marker, color, size, label in (
+        (remote, "^", "#0072B2", 18, "remote"),
+        (~remote, "o", "#E69F00", 14, "local"),
+    ):
+        ax.scatter(starts[chosen], [y] * int(chosen.sum()), marker=marker, color=color, s=size,
+                   label=label if labelled else None)  # fmt: skip
 
 
 def analyze_stream(run_dir: Path) -> Path:
