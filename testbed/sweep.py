@@ -39,6 +39,7 @@ from testbed.experiment import Experiment
 from testbed.lab import Lab
 from testbed.plan import Trial, phases, plan_trials
 from testbed.progress import Progress
+from testbed.quiet import NoQuiet, Quiet
 from testbed.repairs import Unrepairable, heal, not_kept, repair_shaping, shape_and_validate, shaping_guard
 from testbed.results import ManifestFile, TrialFile
 from testbed.rounds import Rounds
@@ -92,6 +93,7 @@ class Testbed:
     brought_up: bool = False
     was_up: bool = False
     cpu_lock: CpuLock = field(init=False)  # the replicas' host-wide lock, this testbed's own open file
+    quiet: Quiet | NoQuiet = field(default_factory=NoQuiet)  # trials shared, validations alone
 
     def __post_init__(self) -> None:
         self.cpu_lock = CpuLock(self.lab.inv.cpu_lock)
@@ -121,6 +123,11 @@ class Sweep:
         self.exp, self.run_dir, self.manifest, self.keep_up = exp, run_dir, manifest, keep_up
         self.device, self.server_device, self.model = device, server_device, model
         self.lock = threading.RLock()  # the writer, the progress line and the counts, across testbeds
+        # the embedded testbeds share this machine: a validation waits for it to be quiet (testbed.quiet)
+        here = [tb for tb in self.testbeds if tb.lab.inv.backend == "netns"]
+        quiet = Quiet() if len(here) > 1 else NoQuiet()
+        for tb in self.testbeds:
+            tb.quiet = quiet if tb in here else NoQuiet()
         self.failed = 0
         self.status = "interrupted"
         self.recalibrate = False  # a resumed session on the same machine calibrates anyway
@@ -285,9 +292,8 @@ class Sweep:
         lab, exp = tb.lab, self.exp
         if rate is not None and rate not in tb.problems:
             self.show(f"validating {rate:g} Mbit/s")
-            with (
-                tb.cpu_lock.held()
-            ):  # iperf3 through a userspace switch is CPU work: no replica's stage beside it
+            # iperf3 through a userspace switch is CPU work: no replica's transfer or stage beside it
+            with tb.quiet.alone(), tb.cpu_lock.held():
                 tb.problems[rate] = validate_or_heal(lab, exp, rate, self.manifest)
         elif rate is not None and not tb.problems[rate]:
             lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
@@ -299,7 +305,8 @@ class Sweep:
         if tb.worker is None:
             tb.worker = WorkerLink(lab, exp, self.worker_log(tb), tb.calibration)
         if rate not in tb.warmed:
-            tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, phase)
+            with tb.quiet.shared():
+                tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, phase)
             tb.warmed.add(rate)
         counters = counters_before(self.manifest, lab, rate) if rate is not None else None
         guard = None if rate is None else shaping_guard(lab, rate)
@@ -310,12 +317,14 @@ class Sweep:
                 record = {"ok": False, "error": tb.problems[rate]}
             elif guard is None:
                 self.show(cell_label(t))
-                record, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
+                with tb.quiet.shared():
+                    record, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
             else:
                 self.show(cell_label(t))
-                record, tb.worker, guard, tb.problems[rate] = run_checked(
-                    lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
-                )
+                with tb.quiet.shared():
+                    record, tb.worker, guard, tb.problems[rate] = run_checked(
+                        lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
+                    )
             if self.source.stopped:
                 return  # the trial was cut short by the stop (its worker killed): it runs on resume
             if self.device is not None or self.server_device is not None:
