@@ -177,13 +177,27 @@ def grpc_ready(target: str, wait: float = 2.0) -> bool:
 
 # ------------------------------------------------------------------ bridge (appliance)
 def _switch(
-    bridge: str, rundir: str, ports: list[str] = (), datapath: str = "netdev", own: bool = True
+    bridge: str,
+    rundir: str,
+    ports: list[str] = (),
+    datapath: str = "netdev",
+    own: bool = True,
+    more: list[list] = (),
 ) -> Switch:
-    return Switch(bridge, tuple(ports), Path(rundir), datapath, own)
+    """`more`: further bridges as [name, [ports]] (several clients: the server's bridge)."""
+    extra = tuple((str(name), tuple(p)) for name, p in more)
+    return Switch(bridge, tuple(ports), Path(rundir), datapath, own, extra)
 
 
-def bridge_up(bridge: str, ports: list[str], rundir: str, datapath: str = "netdev", own: bool = True) -> dict:
-    _switch(bridge, rundir, ports, datapath, own).up()
+def bridge_up(
+    bridge: str,
+    ports: list[str],
+    rundir: str,
+    datapath: str = "netdev",
+    own: bool = True,
+    more: list[list] = (),
+) -> dict:
+    _switch(bridge, rundir, ports, datapath, own, more).up()
     return bridge_status(bridge, rundir, own)
 
 
@@ -199,18 +213,28 @@ def bridge_down(bridge: str, rundir: str, own: bool = True) -> None:
 
 
 def bridge_restart(
-    bridge: str, ports: list[str], rundir: str, datapath: str = "netdev", own: bool = True
+    bridge: str,
+    ports: list[str],
+    rundir: str,
+    datapath: str = "netdev",
+    own: bool = True,
+    more: list[list] = (),
 ) -> dict:
     """The sweep's repair of a broken switch: `bridge.down`, a fresh database, `bridge.up`."""
-    _switch(bridge, rundir, ports, datapath, own).restart()
+    _switch(bridge, rundir, ports, datapath, own, more).restart()
     return bridge_status(bridge, rundir, own)
 
 
 def bridge_health(
-    bridge: str, rundir: str, ports: list[str] = (), own: bool = True, deep: bool = True
+    bridge: str,
+    rundir: str,
+    ports: list[str] = (),
+    own: bool = True,
+    deep: bool = True,
+    more: list[list] = (),
 ) -> list[str]:
     """What is wrong with the switch (empty: healthy): daemons, and with `deep` the bridge and ports."""
-    return _switch(bridge, rundir, ports, own=own).problems(deep)
+    return _switch(bridge, rundir, ports, own=own, more=more).problems(deep)
 
 
 def appliance_check(ifs: list[str], bridge: str, rundir: str, own: bool = True) -> dict:

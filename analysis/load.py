@@ -19,7 +19,17 @@ from contracts.run import COLUMNS, MANIFEST_FILE, TRIALS_FILE, Manifest
 from contracts.trials import LOCAL, STAGES, offload_label
 
 # numeric columns, NaN where a row has no value (not measured, a failed trial, an older run)
-NUMBERS = ("trial", "rep", "bytes_up", "bytes_down", "t_total", *STAGES, "t_request", "t_server_start")
+NUMBERS = (
+    "trial",
+    "rep",
+    "bytes_up",
+    "bytes_down",
+    "t_total",
+    *STAGES,
+    "t_request",
+    "t_server_start",
+    "t_server_queue",
+)
 
 
 @dataclass(frozen=True)

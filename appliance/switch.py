@@ -34,6 +34,7 @@ class Switch:
     rundir: Path
     datapath: str = "netdev"
     own: bool = True  # our own daemons and database in `rundir`; False: the system's
+    more: tuple[tuple[str, tuple[str, ...]], ...] = ()  # further bridges and their ports, in one database
 
     @property
     def db(self) -> Path:
@@ -70,30 +71,32 @@ class Switch:
             "--no-chdir",
         ]
 
+    @property
+    def layout(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Every bridge with its ports: `bridge`, then `more` (several clients: the server's bridge)."""
+        return ((self.bridge, self.ports), *self.more)
+
     def plan_up(self) -> list[list[str]]:
         """Commands, in order, that bring the bridge up (run on the appliance host)."""
-        bridge = [
-            *self.vsctl("--may-exist", "add-br", self.bridge),
-            "--",
-            "set",
-            "bridge",
-            self.bridge,
-            f"datapath_type={self.datapath}",
-        ]
-        for port in self.ports:
-            bridge += ["--", "--may-exist", "add-port", self.bridge, port]
+        bridges = []
+        for name, ports in self.layout:
+            argv = [*self.vsctl("--may-exist", "add-br", name), "--", "set", "bridge", name]
+            argv.append(f"datapath_type={self.datapath}")
+            for port in ports:
+                argv += ["--", "--may-exist", "add-port", name, port]
+            bridges.append(argv)
         if not self.own:
-            return [bridge]
+            return bridges
         return [
             ["ovsdb-tool", "create", str(self.db), str(SCHEMA)],
             self._daemon("ovsdb-server", str(self.db), f"--remote=p{self.sock}"),
             self.vsctl("--no-wait", "init"),
             self._daemon("ovs-vswitchd", self.sock),
-            bridge,
+            *bridges,
         ]
 
     def plan_down(self) -> list[list[str]]:
-        steps = [self.vsctl("--if-exists", "del-br", self.bridge)]
+        steps = [self.vsctl("--if-exists", "del-br", name) for name, _ in self.layout]
         if self.own:
             steps += [
                 ["ovs-appctl", "-t", str(self.rundir / "ovs-vswitchd.ctl"), "exit"],
@@ -121,17 +124,19 @@ class Switch:
         found = [
             f"{p} is not running (no live process has the pid in {self.rundir / (p + '.pid')})" for p in dead
         ]
-        if deep and "ovsdb-server" not in dead:
+        if not deep or "ovsdb-server" in dead:
+            return found
+        for name, ports in self.layout:
             try:
-                bridge = read_bridge(self.sock, self.bridge, SCHEMA, timeout=5.0)
+                bridge = read_bridge(self.sock, name, SCHEMA, timeout=5.0)
             except UserError as exc:
                 return [*found, exc.message]
             if bridge is None:
-                found.append(f"the database at {self.sock} has no bridge {self.bridge}")
+                found.append(f"the database at {self.sock} has no bridge {name}")
             else:
-                missing = [p for p in self.ports if p not in bridge["ports"]]
+                missing = [p for p in ports if p not in bridge["ports"]]
                 if missing:
-                    found.append(f"bridge {self.bridge} lacks port(s) {', '.join(missing)}")
+                    found.append(f"bridge {name} lacks port(s) {', '.join(missing)}")
         return found
 
     def restart(self) -> None:

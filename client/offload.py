@@ -21,7 +21,7 @@ from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
-from contracts.trials import DTYPES, SERVER_STAGES, SERVER_START, parse_server_timing
+from contracts.trials import DTYPES, SERVER_QUEUE, SERVER_STAGES, SERVER_START, parse_server_timing
 
 # replicas on one host: every timed client stage holds the host's CPU lock (its waits count in no stage)
 CPU_LOCK = CpuLock.from_env()
@@ -53,6 +53,8 @@ class StageTimes:
     # None on the wsgi stack
     t_server_start: float | None = None
     cpu_server_start: float | None = None
+    # the wait for one of the server's work slots once the body had arrived (not communication)
+    t_server_queue: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -170,7 +172,9 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     every stage); cpu: process time before and after encode, before and after decode. Communication
     is the request time minus the server's stages (the paper's Fig. 3): it cannot be measured directly.
     A cgi server's process start-up (`server_start`) is reported but stays in communication, as in
-    the paper, whose CGI server's start-up was in its POST time and not among its probed stages.
+    the paper, whose CGI server's start-up was in its POST time and not among its probed stages. The
+    server's queueing (`queue`: the wait for a work slot, its body in) is server time, so
+    communication excludes it.
     """
     t0, t1, tr, t2, t3, t4 = wall
     c0, c1, c3, c4 = cpu
@@ -185,12 +189,13 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
         "t_server_compute": s_compute,
         "t_server_encode": s_encode,
         "t_client_decode": t4 - t3,
-        "t_comm": (t2 - tr) - (s_decode + s_compute + s_encode),
+        "t_comm": (t2 - tr) - (s_decode + s_compute + s_encode) - server.get(SERVER_QUEUE, 0.0),
         "t_total": (t1 - t0) + (t2 - tr) + (t4 - t3),
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
         "t_server_start": server.get(SERVER_START),
         "cpu_server_start": cpu_server.get(SERVER_START),
+        "t_server_queue": server.get(SERVER_QUEUE),
     }
 
 

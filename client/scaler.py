@@ -143,5 +143,5 @@ class Scaler:
             out["wall_server_start"] = out["t_server_start"]
             out["t_comm"] += device_start - out["t_server_start"]
             out["t_server_start"] = device_start
-        server = sum(out[f"t_{stage}"] for stage, _ in SERVER_STAGES)
+        server = sum(out[f"t_{stage}"] for stage, _ in SERVER_STAGES) + (out.get("t_server_queue") or 0.0)
         out["t_total"] = out["t_client_encode"] + out["t_comm"] + server + out["t_client_decode"]

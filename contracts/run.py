@@ -26,6 +26,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   `contracts.trials.GRPC_SERVERS`; `python` for every HTTP row; empty for local rows) and the
   experiment's `servers`. Older runs load with the column empty, which means Python (their only
   server), and `servers` `["python"]`; resuming one rewrites its trials.csv in version 5's columns.
+- 6: the column `t_server_queue` (a request's wait at the server for a work slot once its body had
+  arrived: `contracts.trials.SERVER_QUEUE`; communication excludes it, the completion time includes
+  it). Older runs load with it empty (their communication includes what little queueing one client
+  met); resuming one rewrites its trials.csv in version 6's columns.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -49,7 +53,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 MANIFEST_FILE = "manifest.json"
@@ -119,6 +123,7 @@ class TrialRecord:
     cpu_server_start: float | None = None
     wall_server_start: float | None = None  # a server device's start-up replaced it: what was measured
     server: str | None = None  # the server's language (GRPC_SERVERS); None: local, or before format 5
+    t_server_queue: float | None = None  # the wait for a server work slot (SERVER_QUEUE); None: before 6
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -139,7 +144,7 @@ COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
 _INTS = ("trial", "rep", "bytes_up", "bytes_down", "replica")
 _BOOLS = ("ok", "emulation_flagged")
-_TIMES = ("t_total", *STAGES, "t_request", "t_server_start")
+_TIMES = ("t_total", *STAGES, "t_request", "t_server_start", "t_server_queue")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
 _FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))

@@ -77,27 +77,41 @@ SERVER_STAGES = {"decode": "t_server_decode", "compute": "t_server_compute", "en
 # the POST time minus the server's probed stages); the analysis also shows communication without it
 # (`t_comm_net`, docs/analysis.md).
 SERVER_START = "server_start"
+# The wait of a request whose body has arrived for one of the server's work slots (`python -m server
+# --work-slots W`: W requests decode, compute and encode at once), in `Server-Timing` as `queue` and
+# in trials.csv as `t_server_queue`: server time, not network, so communication excludes it. With one
+# client it is ~0; with several offloading at once it is the server's queueing.
+SERVER_QUEUE = "queue"
+# A paced stage's own time on the server's host, in `Server-Timing` as its `host=` parameter (`python -m
+# server --pace PROFILE`: every stage lasts at least its work's time on the server's device, so `dur`
+# is the device's time and `host` what this host took of it).
 # How the server runs requests: `wsgi` (Flask under gunicorn, long-lived) or `cgi` (lighttpd, a fresh
 # Python process per request, as the paper's server did). gRPC is a long-lived server on both.
 SERVER_STACKS = ("wsgi", "cgi")
 
 _METRIC = re.compile(r"^\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(?:;(.*))?$")
-_PARAM = re.compile(r"^\s*(dur|cpu)\s*=\s*\"?([0-9.eE+\-]+)\"?\s*$")
+_PARAM = re.compile(r"^\s*(dur|cpu|host)\s*=\s*\"?([0-9.eE+\-]+)\"?\s*$")
 
 
-def format_server_timing(ms: dict[str, float], cpu_ms: dict[str, float] | None = None) -> str:
+def format_server_timing(
+    ms: dict[str, float], cpu_ms: dict[str, float] | None = None, host_ms: dict[str, float] | None = None
+) -> str:
     """{"decode": 1.5, "compute": 20.0} (milliseconds, the header's unit) -> `decode;dur=1.500, ...`;
-    with `cpu_ms`, each stage's CPU time too, as an extension parameter: `decode;dur=1.500;cpu=1.410`."""
-    cpu_ms = cpu_ms or {}
+    with `cpu_ms`, each stage's CPU time too, as an extension parameter: `decode;dur=1.500;cpu=1.410`;
+    with `host_ms`, a paced stage's own time on the host: `compute;dur=300.000;cpu=20.100;host=20.400`."""
+    cpu_ms, host_ms = cpu_ms or {}, host_ms or {}
     return ", ".join(
-        f"{name};dur={value:.3f}" + (f";cpu={cpu_ms[name]:.3f}" if name in cpu_ms else "")
+        f"{name};dur={value:.3f}"
+        + (f";cpu={cpu_ms[name]:.3f}" if name in cpu_ms else "")
+        + (f";host={host_ms[name]:.3f}" if name in host_ms else "")
         for name, value in ms.items()
     )
 
 
 def parse_server_timing(value: str | None, param: str = "dur") -> dict[str, float]:
     """`decode;dur=1.5, compute;dur=20` -> {"decode": 0.0015, "compute": 0.02} (seconds); with
-    `param="cpu"`, the stages' CPU times (what a server device's scaled mode scales).
+    `param="cpu"`, the stages' CPU times (what a server device's scaled mode scales); with
+    `param="host"`, a paced stage's own time on the host.
 
     Follows the header's grammar loosely: metrics without the parameter and other parameters (`desc`)
     are skipped; a malformed metric is skipped rather than failing a trial whose result is fine.

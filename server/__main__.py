@@ -18,6 +18,7 @@ from contracts.processes import stop_all
 from contracts.trials import SERVER_STACKS, grpc_port
 from server.languages import LANGUAGES, grpc_argv, parse_languages, program
 from server.lighttpd import PASSED_VARS, LighttpdPlan, find_lighttpd
+from server.timing import load_pace
 from server.wsgi import ServerConfig, serve
 
 
@@ -85,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="--stack cgi: the directory for lighttpd's configuration, CGI script, logs and uploads",
     )
+    p.add_argument(
+        "--work-slots",
+        type=int,
+        default=d.work_slots,
+        help="requests that decode, compute and encode at once; the others wait for a slot, and the "
+        f"wait is the `queue` entry of their Server-Timing (wsgi stack; default {d.work_slots})",
+    )
+    p.add_argument(
+        "--pace",
+        help="a server device's profile as JSON: every stage lasts at least the device's time for its "
+        "work (the rest slept, inside the request's work slot), so several clients queue as they "
+        "would at that device (wsgi stack)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the server's plan and exit")
     return p
 
@@ -114,6 +128,14 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--timeout, --read-timeout and --max-body-mb must be positive")
     if args.stack == "cgi" and args.state_dir is None:
         parser.error("--stack cgi needs --state-dir (where lighttpd's files go)")
+    if args.work_slots < 1 or args.work_slots >= args.threads:
+        parser.error("--work-slots must be at least 1 and below --threads (a thread reads each request)")
+    if args.stack == "cgi" and (args.work_slots != 1 or args.pace):
+        parser.error("--work-slots and --pace are for the wsgi stack (cgi runs a process per request)")
+    try:
+        load_pace(args.pace)
+    except UserError as exc:
+        parser.error(str(exc))
     return ServerConfig(
         bind=args.bind,
         port=args.port,
@@ -124,6 +146,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         max_body_mb=args.max_body_mb,
         log_level=args.log_level,
         access_log=not args.no_access_log,
+        work_slots=args.work_slots,
+        pace=args.pace,
     )
 
 

@@ -7,8 +7,9 @@ a stage: it is network time, and the client counts it as communication. Every fa
 
 What a request may cost is checked against `contracts.limits` before anything is allocated: from the
 headers when they declare the operands (raw codecs: before the body is read), and from the decoded
-operands' shapes before computing. Requests decode, compute and encode one at a time (a lock), so
-trials never share a CPU and only one request holds more than its body (docs/server.md, "Server limits").
+operands' shapes before computing. Requests decode, compute and encode one at a time (a lock; `--work-slots
+W`: W at a time, the server of several clients), so trials never share a CPU and only that many requests
+hold more than their body (docs/server.md, "Server limits").
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 from flask import Flask, Request, Response, request
 from werkzeug.exceptions import HTTPException
 
+from contracts.device import DeviceProfile
 from contracts.limits import Limits
 from server import handler
 from server.handler import BodyTooLarge, Reply, error_reply
@@ -82,20 +84,37 @@ def read_body(req: Request, max_body: int) -> bytes:
     return buf.getvalue()
 
 
-def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: float = 900.0) -> Flask:
+def create_app(
+    max_body_mb: float = 256.0,
+    read_timeout: float = 20.0,
+    timeout: float = 900.0,
+    work_slots: int = 1,
+    pace: DeviceProfile | None = None,
+) -> Flask:
+    """`work_slots`: requests that decode, compute and encode at once (the others wait, in `queue`);
+    `pace`: the server device every stage lasts the time of (`server.timing.StageClock`)."""
     app = Flask("server")
     limits = Limits.from_mb(max_body_mb)
     max_body = limits.max_body
     app.config["MAX_CONTENT_LENGTH"] = max_body
-    one_at_a_time = threading.Lock()
+    slots = threading.BoundedSemaphore(work_slots)
 
     @app.get("/v1/health")
     def health() -> Response:
-        return to_response(handler.health(limits, "wsgi", read_timeout_s=read_timeout, timeout_s=timeout))
+        return to_response(
+            handler.health(
+                limits,
+                "wsgi",
+                work_slots=work_slots,
+                pace=pace.name if pace else None,
+                read_timeout_s=read_timeout,
+                timeout_s=timeout,
+            )
+        )
 
     @app.post("/v1/ops/<op>")
     def run_op(op: str) -> Response:
-        clock = StageClock()
+        clock = StageClock(pace)
         try:
             reply = handler.handle_op(
                 op,
@@ -104,7 +123,7 @@ def create_app(max_body_mb: float = 256.0, read_timeout: float = 20.0, timeout: 
                 limits,
                 clock,
                 drain=lambda: drain(request),
-                one_at_a_time=one_at_a_time,
+                one_at_a_time=slots,
             )
         except TimeoutError as exc:
             return error_response(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from contracts import __version__
@@ -64,12 +64,17 @@ def declared_check(op: str, codec: Codec, headers: Mapping[str, str], limits: Li
         check_request(op, *declared, codec, limits)
 
 
-def health(limits: Limits, stack: str, **timeouts: float) -> Reply:
-    """GET /v1/health: what this server runs and what one request may cost it."""
+def health(
+    limits: Limits, stack: str, work_slots: int = 1, pace: str | None = None, **timeouts: float
+) -> Reply:
+    """GET /v1/health: what this server runs and what one request may cost it (`work_slots` requests
+    at once; `pace`: the device its stages last the time of)."""
     info = {
         "status": "ok",
         "version": __version__,
         "stack": stack,
+        "work_slots": work_slots,
+        "pace": pace,
         "operations": {name: {"arity": op.arity, "doc": op.doc} for name, op in OPS.items()},
         "codecs": list(CODECS),
         "dtypes": list(DTYPES),
@@ -93,7 +98,8 @@ def handle_op(
 
     `read_body` raises BodyTooLarge past the limit (and TimeoutError on the wsgi stack, answered by
     the caller, which knows its timeouts); `drain` reads what is left of a body refused before it was
-    read; `one_at_a_time` holds the stages so that trials never share a CPU. A bug (any other
+    read; `one_at_a_time` (the server's work slots) holds the stages, so that at most that many
+    requests work at once, and the wait for it is the `queue` entry of the request's timing. A bug (any other
     exception) is the caller's to answer with 500.
     """
     try:
@@ -101,7 +107,7 @@ def handle_op(
         codec = get_codec(headers.get("X-Codec", "").strip().lower() or None)
         declared_check(op, codec, headers, limits)
         body = [read_body()]  # handed over: run_stages frees it once decoded
-        with one_at_a_time or nullcontext():
+        with clock.queued(one_at_a_time):
             _, out, out_headers = run_stages(codec, body, headers, clock, limits, op)
     except REFUSED as exc:  # the status, error and detail of each: server.refusals
         if "decode" not in clock.ms:  # refused from the URL or headers, before the body was read

@@ -40,7 +40,7 @@ def run_stages(
     list the function empties, so the body's memory is freed as soon as it is decoded (the caller
     keeps no reference; raw operands are views of it and keep what they need).
     """
-    with clock.stage("decode"):
+    with clock.stage("decode") as stage:
         data = body.pop()
         check_body(codec, data, limits)
         if op is None:
@@ -49,11 +49,15 @@ def run_stages(
         else:
             operands = decode_operands(codec, data, headers, op)
         del data  # JSON text is no longer needed once parsed
+        size = operands[0].shape[0] if operands and operands[0].ndim else 0
+        stage.work(op, size, codec.name, sum(a.nbytes for a in operands))
     if operands:
         check_request(op, operands[0].dtype, [a.shape for a in operands], codec, limits)
-    with clock.stage("compute"):
+    with clock.stage("compute") as stage:
         result = execute(op, operands)
+        stage.work(op, size)
     del operands
-    with clock.stage("encode"):
+    with clock.stage("encode") as stage:
         out, out_headers = codec.encode_response(result)
+        stage.work(op, size, codec.name, result.nbytes)
     return op, out, out_headers

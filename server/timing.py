@@ -7,36 +7,101 @@ says how long decoding took.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 
 from contracts.cpu_lock import CpuLock
-from contracts.trials import format_server_timing
+from contracts.device import DeviceProfile
+from contracts.errors import UserError
+from contracts.trials import SERVER_QUEUE, format_server_timing
 
 CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none otherwise
+
+
+class StageTarget:
+    """What a stage learns about its own work while it runs: the device's seconds for it (a paced
+    server), None otherwise."""
+
+    def __init__(self, clock: StageClock, kind: str) -> None:
+        self.clock, self.kind = clock, kind
+        self.target_s: float | None = None
+
+    def work(self, op: str, size: int, codec: str | None = None, data_bytes: int = 0) -> None:
+        """The stage's work: `op` on `size` x `size` matrices, `data_bytes` of matrix data through
+        `codec` (decode and encode); a paced server's stage then lasts the device's time for it."""
+        pace = self.clock.pace
+        if pace is None:
+            return
+        try:
+            self.target_s = pace.work_s(self.kind, op, size, codec, data_bytes)
+        except KeyError as exc:  # a profile without this work: `python -m server --pace` checks its own
+            raise RuntimeError(f"the paced server device {pace.name} has no figure for {exc}") from None
 
 
 class StageClock:
     """Collects stage durations of one request, in the order the stages ran: wall time, and the
     process's CPU time (what a server device's `scaled` mode scales; requests compute one at a time,
-    so it is the stage's own, BLAS threads included)."""
+    so it is the stage's own, BLAS threads included).
 
-    def __init__(self) -> None:
+    With `pace` (a server device, `python -m server --pace PROFILE`) a stage whose work was named
+    (`StageTarget.work`) lasts at least the device's time for that work: the host's part under the
+    CPU lock, then a sleep for the rest, outside the lock (other requests' stages may compute
+    meanwhile) and inside the request's work slot (the server is busy with it, as the device would
+    be). The stage's `dur` is then the device's time; what the host took of it is `host`."""
+
+    KINDS = {"decode": "decode", "compute": "kernel", "encode": "encode"}  # a stage's kind of work
+
+    def __init__(self, pace: DeviceProfile | None = None) -> None:
+        self.pace = pace
         self.ms: dict[str, float] = {}
         self.cpu_ms: dict[str, float] = {}
+        self.host_ms: dict[str, float] = {}
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str) -> Iterator[StageTarget]:
+        target = StageTarget(self, self.KINDS.get(name, name))
         # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
         # the clocks start (inside the request, so in communication)
         with CPU_LOCK.held():
             start, cpu = time.perf_counter(), time.process_time()
             try:
-                yield
+                yield target
             finally:  # a stage that failed still took time, and still counts
                 self.cpu_ms[name] = (time.process_time() - cpu) * 1000.0
                 self.ms[name] = (time.perf_counter() - start) * 1000.0
+        if target.target_s is not None:  # paced (reached only when the stage succeeded)
+            self.host_ms[name] = self.ms[name]
+            left = target.target_s - (time.perf_counter() - start)
+            if left > 0:
+                time.sleep(left)
+            self.ms[name] = (time.perf_counter() - start) * 1000.0
+
+    @contextmanager
+    def queued(self, slots: AbstractContextManager | None) -> Iterator[None]:
+        """Hold one of the server's work slots for the stages inside; the wait for it (the body has
+        arrived: this is the server's queueing, not the network's) is the `queue` entry."""
+        if slots is None:
+            yield
+            return
+        start = time.perf_counter()
+        with slots:
+            self.ms[SERVER_QUEUE] = (time.perf_counter() - start) * 1000.0
+            yield
 
     def header(self) -> str:
-        return format_server_timing(self.ms, self.cpu_ms)
+        return format_server_timing(self.ms, self.cpu_ms, self.host_ms)
+
+
+def load_pace(path: str | Path | None) -> DeviceProfile | None:
+    """The server device a paced server keeps to (`--pace`: a profile as JSON, `DeviceProfile.as_dict`)."""
+    if path is None:
+        return None
+    try:
+        return DeviceProfile.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"--pace {path}: not a device profile as JSON ({exc})", "write it with DeviceProfile.as_dict"
+        ) from None

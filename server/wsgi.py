@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from gunicorn.app.base import BaseApplication
 
 from server.app import create_app
+from server.timing import load_pace
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class ServerConfig:
     max_body_mb: float = 256.0
     log_level: str = "info"
     access_log: bool = True
+    work_slots: int = 1  # requests that decode, compute and encode at once (the rest wait: `queue`)
+    pace: str | None = None  # a server device's profile (JSON) whose times every stage lasts
 
     def gunicorn_options(self) -> dict:
         host = f"[{self.bind}]" if ":" in self.bind else self.bind
@@ -63,7 +66,8 @@ class OffloadServer(BaseApplication):
                 self.cfg.set(key, value)
 
     def load(self):
-        return create_app(self.config.max_body_mb, self.config.read_timeout, self.config.timeout)
+        c = self.config
+        return create_app(c.max_body_mb, c.read_timeout, c.timeout, c.work_slots, load_pace(c.pace))
 
 
 def serve(config: ServerConfig) -> None:

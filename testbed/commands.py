@@ -24,7 +24,9 @@ from testbed.cli_args import (
     require_root,
     resolve_link,
 )
+from testbed.devices import load_device
 from testbed.experiment import parse_names
+from testbed.inventory import MAX_CLIENTS
 from testbed.trace import DEFAULT_GRANULARITY_MS
 
 
@@ -43,6 +45,26 @@ def register(sub) -> None:
         default=PYTHON,
         help=f"the gRPC servers to start, of {', '.join(GRPC_SERVERS)} (default {PYTHON}; a sweep starts "
         "its experiment's servers)",
+    )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help=f"client hosts on the bridge, 1 to {MAX_CLIENTS} (default 1): each a namespace with its "
+        "own port and CPU limit, all sharing one shaped link to the server (embedded testbed)",
+    )
+    p.add_argument(
+        "--server-workers",
+        type=int,
+        default=1,
+        help="requests the offload server works on at once (default 1); the others wait, and the wait "
+        "is their `queue` in Server-Timing (wsgi stack)",
+    )
+    p.add_argument(
+        "--pace-server",
+        metavar="DEVICE",
+        help="a device profile (name or path) whose time every server stage lasts, so that clients "
+        "offloading at once queue as they would at that device (wsgi stack)",
     )
     p.set_defaults(handler=cmd_up, busy=always)
 
@@ -151,9 +173,17 @@ def register(sub) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    lab = open_lab(load(args))
+    lab = open_lab(load(args).with_clients(args.clients))
     lab.server_stack = args.server_stack
     lab.grpc_servers = parse_names(args.servers, "--servers", GRPC_SERVERS, "server")
+    if args.server_workers < 1:
+        raise UserError(f"--server-workers {args.server_workers}: must be at least 1")
+    if (args.server_workers != 1 or args.pace_server) and args.server_stack != "wsgi":
+        raise UserError(
+            "--server-workers and --pace-server are for the wsgi stack", "drop --server-stack cgi"
+        )
+    lab.work_slots = args.server_workers
+    lab.pace = load_device(args.pace_server) if args.pace_server else None
     require_root()
     if lab.up(start_server=not args.no_server):
         hosts = ", ".join(f"{h.role} ({h.where})" for h in lab.hosts.values())

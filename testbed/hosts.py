@@ -188,6 +188,11 @@ class NetnsHost(Host):
     def _exec(self, argv, *, timeout, env, input) -> Result:
         return run(argv, host=self.name, check=False, timeout=timeout, env=env, input=input)
 
+    def write(self, data: bytes, dst: str) -> None:
+        """A file of the host's (namespaces share this machine's file system)."""
+        Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        Path(dst).write_bytes(data)
+
     def _popen(self, argv, env, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(argv, env={**os.environ, **env}, **kwargs)
 

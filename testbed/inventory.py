@@ -25,7 +25,13 @@ _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 HOST_KEY_POLICIES = ("strict", "accept-new")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+MAX_CLIENTS = 16  # client hosts one embedded testbed brings up (each a namespace, port and cgroup)
 DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventory.yaml"
+
+
+def role_kind(role: str) -> str:
+    """What a host of `role` is (ROLES): `client2` ... are clients like `client`."""
+    return "client" if re.fullmatch(r"client\d*", role) else role
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,52 @@ class Inventory:
     cpu_lock: str | None = None  # replicas on one host: the lock file around every timed CPU stage
     # a server device's BLAS threads, for every process of the server's that computes (None: the host's)
     server_blas_threads: int | None = None
+    # client hosts on the appliance's bridge (`testbed up --clients N`): the inventory's client and
+    # N-1 more like it (`client_roles`), sharing one shaped link to the server
+    clients: int = 1
 
     def host(self, role: str) -> HostSpec:
+        if role not in self.hosts and role in self.client_roles:
+            return self._extra_client(self.client_roles.index(role))
         return self.hosts[role]
+
+    @property
+    def client_roles(self) -> tuple[str, ...]:
+        """`client`, then `client2` ... `clientN`: each client host's role (the first is the inventory's)."""
+        return ("client", *(f"client{k + 1}" for k in range(1, self.clients)))
+
+    def _extra_client(self, k: int) -> HostSpec:
+        """Client k (1..N-1): the inventory's client named NAME<k+1>, at the k-th address of the subnet
+        that neither the client nor the server has."""
+        first, server = self.hosts["client"], self.hosts["server"]
+        taken = {first.address.ip, server.address.ip}
+        free = (ip for ip in first.address.network.hosts() if ip not in taken)
+        ip = next(ip for i, ip in enumerate(free) if i == k - 1)
+        address = ipaddress.IPv4Interface(f"{ip}/{first.address.network.prefixlen}")
+        return replace(first, role=f"client{k + 1}", name=f"{first.name}{k + 1}", address=address)
+
+    def with_clients(self, n: int) -> Inventory:
+        """The inventory with `n` client hosts; refused in one line where it cannot have them."""
+        if not 1 <= n <= MAX_CLIENTS:
+            raise UserError(f"{n} clients: a testbed has 1 to {MAX_CLIENTS}", "ask for fewer clients")
+        if n > 1 and self.backend != "netns":
+            raise UserError(
+                "several clients are for the embedded testbed (backend netns)",
+                "bring the SSH lab up with one client",
+            )
+        network = self.hosts["client"].address.network
+        if n - 1 > network.num_addresses - 4:  # network, broadcast, client, server
+            raise UserError(
+                f"{n} clients do not fit in {network}", "give the client and server a larger subnet"
+            )
+        names = {h.name for h in self.hosts.values()}
+        clash = [f"{self.hosts['client'].name}{k + 1}" for k in range(1, n)]
+        clash = [c for c in clash if c in names]
+        if clash:
+            raise UserError(
+                f"client host name {clash[0]} is already another host's", "rename that host in the inventory"
+            )
+        return replace(self, clients=n)
 
     def resource(self, suffix: str) -> str:
         """The name of anything the tool creates: prefix-suffix, so `down` can find it after a crash."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from contracts.command import run
 from contracts.cpu_lock import ENV as CPU_LOCK_ENV
+from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.processes import daemon_pids, stop_all, watch
 from contracts.profiles import LinkSpec, blas_env
@@ -28,7 +29,7 @@ from contracts.trace import ReplayPlan
 from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
 from testbed import topology
 from testbed.hosts import Host, NetnsHost
-from testbed.inventory import Inventory
+from testbed.inventory import MAX_CLIENTS, Inventory, role_kind
 from testbed.topology import Names
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
@@ -92,6 +93,11 @@ class Lab(ABC):
     # the gRPC servers it starts (contracts.trials.GRPC_SERVERS), each on grpc_port plus its index: a
     # sweep sets its experiment's `servers`, `testbed up --servers` the ones asked for
     grpc_servers: tuple[str, ...] = (PYTHON,)
+    # the server's work slots (requests working at once; the rest queue) and the server device its
+    # stages last the time of (`python -m server --work-slots --pace`): `testbed up --server-workers
+    # --pace-server`, for several clients offloading at once
+    work_slots: int = 1
+    pace: DeviceProfile | None = None
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -121,6 +127,20 @@ class Lab(ABC):
         """The bridge's datapath as `up` chose it: netdev (userspace) or system (the kernel module)."""
 
     # ---------------------------------------------------------------- the hosts' agents
+    def bridge_layout(self) -> dict[str, list[str]]:
+        """Each bridge of the appliance with its ports, `bridge` first (one unless several clients)."""
+        return {self.bridge: [self.down_if, self.up_if]}
+
+    def _bridges(self) -> dict:
+        """The layout as the agent's bridge verbs take it: `ports` of `bridge`, and `more` bridges."""
+        (_, ports), *more = self.bridge_layout().items()
+        return {"ports": ports, **({"more": [[b, p] for b, p in more]} if more else {})}
+
+    @property
+    def client_roles(self) -> tuple[str, ...]:
+        """Every client host's role: `client`, and with several clients `client2` ..."""
+        return self.inv.client_roles
+
     def close(self) -> None:
         """End every host's agent (and connection): the command is done with the lab."""
         for host in self.hosts.values():
@@ -167,8 +187,11 @@ class Lab(ABC):
 
     def probe(self, role: str, interfaces: list[str] = ()) -> list[str]:
         """The problems the host of `role` reports about itself (see `probe_problems`)."""
-        needs_cgroup = role == "client" and bool(self.inv.client_cpu.cpu_quota)
-        programs = [*PROGRAMS[role], *(STACK_PROGRAMS[self.server_stack] if role == "server" else ())]
+        needs_cgroup = role in self.client_roles and bool(self.inv.client_cpu.cpu_quota)
+        programs = [
+            *PROGRAMS[role_kind(role)],
+            *(STACK_PROGRAMS[self.server_stack] if role == "server" else ()),
+        ]
         probe = self.host(role).agent(
             "probe", programs=programs, interfaces=list(interfaces), cgroup=needs_cgroup
         )
@@ -219,11 +242,32 @@ class Lab(ABC):
         stack = ()
         if self.server_stack == "cgi":  # lighttpd's files in the server's state dir; `down` removes it
             stack = ("--stack", "cgi", "--state-dir", str(server.state_dir / CGI_DIR))
-        server.start("offload", server.python("server", "--bind", addr, *ports, *stack))
+        server.start("offload", server.python("server", "--bind", addr, *ports, *stack, *self.work_args()))
         health = self.wait_for_server()
         running = health.get("stack", "wsgi")
         if running != self.server_stack:  # a bug: the server was started with other flags
             raise RuntimeError(f"asked for the {self.server_stack} server stack, the server runs {running}")
+        if (health.get("work_slots", 1), health.get("pace")) != (
+            self.work_slots,
+            self.pace and self.pace.name,
+        ):
+            raise RuntimeError(
+                f"the server answers {health} to --work-slots {self.work_slots} --pace {self.pace}"
+            )
+
+    def work_args(self) -> tuple[str, ...]:
+        """The server's flags for its work slots and pacing: a thread per client that may be sending
+        beside each slot's, and the device profile in the server's state dir (`down` removes it)."""
+        if self.work_slots == 1 and self.pace is None:
+            return ()
+        server = self.host("server")
+        threads = max(8, len(self.client_roles) + self.work_slots + 1)
+        args = ("--work-slots", str(self.work_slots), "--threads", str(threads))
+        if self.pace is not None:
+            path = str(server.state_dir / "server-device.json")
+            server.write(json.dumps(self.pace.as_dict()).encode(), path)
+            args += ("--pace", path)
+        return args
 
     def running_stack(self) -> str | None:
         """The stack the offload server says it runs (its /v1/health, asked from the client host); None
@@ -341,10 +385,16 @@ class Lab(ABC):
         return self.host("appliance").agent("counters", ifs=[self.up_if, self.down_if], **self.switch_args())
 
     # ---------------------------------------------------------------- client CPU limit (the client's agent)
+    def client_cgroups(self) -> dict[str, str]:
+        """Each client host's role and the cgroup of its CPU limit."""
+        return {"client": self.cgroup}
+
     def apply_cpu_limit(self) -> None:
+        """The client profile's CPU quota on every client host (each its own cgroup: one device each)."""
         quota = self.inv.client_cpu.cpu_quota
         if quota:
-            self.host("client").agent("cpu.apply", name=self.cgroup, quota=quota)
+            for role, cgroup in self.client_cgroups().items():
+                self.host(role).agent("cpu.apply", name=cgroup, quota=quota)
 
     def set_client_quota(self, fraction: float) -> dict:
         """A new CPU quota for the client (throttled device emulation); the limit now in force."""
@@ -368,14 +418,12 @@ class Lab(ABC):
 
     def switch_problems(self) -> list[str]:
         """What is wrong with the switch (empty: healthy): its daemons, the bridge and its ports."""
-        return self.host("appliance").agent(
-            "bridge.health", ports=[self.down_if, self.up_if], **self.switch_args()
-        )
+        return self.host("appliance").agent("bridge.health", **self._bridges(), **self.switch_args())
 
     def restart_switch(self) -> dict:
         """Open vSwitch and the bridge afresh, as `up` built them; the shaping must follow (`shape`)."""
         return self.host("appliance").agent(
-            "bridge.restart", ports=[self.down_if, self.up_if], datapath=self.datapath(), **self.switch_args()
+            "bridge.restart", **self._bridges(), datapath=self.datapath(), **self.switch_args()
         )
 
     # ---------------------------------------------------------------- status
@@ -406,6 +454,12 @@ class Lab(ABC):
         if not up:
             return status
         status["bridge"] = self.bridge_status()
+        more = list(self.bridge_layout())[1:]
+        if more:  # several clients: the server's bridge, joined to the clients' by the trunk
+            status["bridges"] = [
+                self.host("appliance").agent("bridge.status", **{**self.switch_args(), "bridge": b})
+                for b in more
+            ]
         shaping = self.read_shaping()
         status["shaping"] = {
             "up (client->server)": {"port": self.up_if, **(shaping.get(self.up_if) or {})},
@@ -430,24 +484,29 @@ class Lab(ABC):
 class NetnsLab(Lab):
     """The embedded testbed: three network namespaces on this machine."""
 
-    def __init__(self, inv: Inventory) -> None:
+    def __init__(self, inv: Inventory, state_dir: Path | None = None) -> None:
+        """`state_dir`: where its state lives (default STATE_ROOT/PREFIX)."""
+        self.state_dir = state_dir or STATE_ROOT / inv.prefix
+        self.asked_clients = inv.clients
+        running = self.running_clients()
+        if running is not None and running != inv.clients:  # every command acts on what is up
+            inv = inv.with_clients(running)
         self.inv = inv
         self.names = Names.of(inv)
-        self.bridge, self.up_if, self.down_if = self.names.bridge, self.names.to_server, self.names.to_client
+        self.bridge, self.up_if, self.down_if = self.names.bridge, self.names.to_server, self.names.down_port
         self.cgroup = self.names.cgroup
         self.probes = {}
-        self.state_dir = STATE_ROOT / inv.prefix
         quota = inv.client_cpu.cpu_quota
         specs = inv.hosts
         lock = {CPU_LOCK_ENV: inv.cpu_lock} if inv.cpu_lock else {}  # replicas: one timed stage at a time
+        client_env = {**blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core), **lock}
         self.hosts = {
-            "client": NetnsHost(
-                specs["client"],
-                self.names.client_ns,
-                self.state_dir,
-                self.cgroup if quota else None,
-                env={**blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core), **lock},
-            ),
+            **{
+                c.role: NetnsHost(
+                    inv.host(c.role), c.ns, self.state_dir, c.cgroup if quota else None, env=client_env
+                )
+                for c in self.names.clients
+            },
             "appliance": NetnsHost(specs["appliance"], self.names.appliance_ns, self.state_dir),
             "server": NetnsHost(
                 specs["server"],
@@ -460,11 +519,33 @@ class NetnsLab(Lab):
     def switch_args(self) -> dict:
         return {"bridge": self.bridge, "rundir": str(self.state_dir / "ovs"), "own": True}
 
+    def bridge_layout(self) -> dict[str, list[str]]:
+        return self.names.bridges
+
+    def client_cgroups(self) -> dict[str, str]:
+        return {c.role: c.cgroup for c in self.names.clients}
+
     def datapath(self) -> str:
         return "netdev"  # its own ovs-vswitchd in a namespace: never the machine's kernel datapath
 
     def is_up(self) -> bool:
-        return len(topology.existing_namespaces(self.names)) == 3 and (self.state_dir / "up.json").exists()
+        present = topology.existing_namespaces(self.names)
+        return len(present) == len(self.names.namespaces) and (self.state_dir / "up.json").exists()
+
+    def running_clients(self) -> int | None:
+        """How many client hosts the testbed that is up has (its `up.json`); None when none is up."""
+        try:
+            return int(json.loads((self.state_dir / "up.json").read_text()).get("clients", 1))
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def up(self, start_server: bool = True) -> bool:
+        if self.is_up() and self.asked_clients not in (1, self.inv.clients):
+            raise UserError(
+                f"the testbed is up with {self.inv.clients} client(s), not {self.asked_clients}",
+                "run `testbed down` first",
+            )
+        return super().up(start_server)
 
     def preflight(self) -> list[str]:
         if os.geteuid() != 0:
@@ -472,7 +553,7 @@ class NetnsLab(Lab):
         problems = []
         for role in ("client", "appliance", "server"):  # the namespaces do not exist yet: this machine
             problems += [p for p in self.probe(role) if p not in problems]
-        present = topology.existing_namespaces(self.names)
+        present = topology.existing_namespaces(self.everything())
         if present:
             problems.append(
                 f"leftovers of an earlier testbed: {', '.join(present)} (run `testbed down` first)"
@@ -484,15 +565,12 @@ class NetnsLab(Lab):
         topology.apply(topology.plan(self.inv))
         # veth TX checksum offload must be off, or the userspace datapath forwards packets whose
         # checksums were never filled in, and TCP stalls
-        for role, ifnames in (
-            ("client", [self.names.client_if]),
-            ("server", [self.names.server_if]),
-            ("appliance", [self.down_if, self.up_if]),
-        ):
-            for ifname in ifnames:
-                self.host(role).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
+        n = self.names
+        roles = {**{c.ns: c.role for c in n.clients}, n.appliance_ns: "appliance", n.server_ns: "server"}
+        for ns, ifname in topology.ports(n):
+            self.host(roles[ns]).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
         self.host("appliance").agent(
-            "bridge.up", ports=[self.down_if, self.up_if], datapath=self.datapath(), **self.switch_args()
+            "bridge.up", **self._bridges(), datapath=self.datapath(), **self.switch_args()
         )
         self.apply_cpu_limit()
 
@@ -503,6 +581,7 @@ class NetnsLab(Lab):
                     "inventory": str(self.inv.path),
                     "prefix": self.inv.prefix,
                     "namespaces": list(self.names.namespaces),
+                    "clients": self.inv.clients,
                     "started_at": time.time(),
                     "pid": os.getpid(),
                 },
@@ -514,7 +593,8 @@ class NetnsLab(Lab):
         """Remove everything of this testbed; idempotent, and works from any half-built state."""
         removed = []
         self.close()  # the agents in the namespaces go first, of their own accord
-        present = topology.existing_namespaces(self.names)
+        everything = self.everything()
+        present = topology.existing_namespaces(everything)
         # every process in the namespaces, and the OVS daemons by their pid files: a daemon already
         # exiting has left its namespace's list, and is waited for all the same
         daemons = {pid: watch(pid) for pid in self.ovs_daemons()}
@@ -529,11 +609,12 @@ class NetnsLab(Lab):
         for ns in present:
             run(["ip", "netns", "delete", ns], check=False)
             removed.append(f"netns {ns}")
-        removed += [f"link {name}" for name in topology.remove_root_leftovers(self.names)]
+        removed += [f"link {name}" for name in topology.remove_root_leftovers(everything)]
         # also when the inventory no longer asks for a limit; the namespace is gone, so the agent
         # runs here, where the cgroup is
-        if self.host("client").agent("cpu.remove", name=self.cgroup):
-            removed.append(f"cgroup {self.cgroup}")
+        for client in everything.clients:
+            if self.host("client").agent("cpu.remove", name=client.cgroup):
+                removed.append(f"cgroup {client.cgroup}")
         if stuck:  # the state stays: its pid files name the daemons for the next `down`
             raise UserError(
                 f"processes of the testbed outlived SIGKILL: pids {', '.join(map(str, stuck))} "
@@ -544,6 +625,11 @@ class NetnsLab(Lab):
             shutil.rmtree(self.state_dir, ignore_errors=True)
             removed.append(f"state {self.state_dir}")
         return removed
+
+    def everything(self) -> Names:
+        """The names of the most clients a testbed can have: what `down` looks for, whichever number
+        of clients the last `up` brought up (the names follow from the inventory alone)."""
+        return Names.of(self.inv, clients=MAX_CLIENTS)
 
     def ovs_daemons(self) -> list[int]:
         """The appliance's ovsdb-server and ovs-vswitchd that run, by their pid files in our run dir."""

@@ -2,6 +2,17 @@
 
 client [c0] <-veth-> [a0] appliance bridge [a1] <-veth-> [s0] server
 
+With several clients (`testbed up --clients N`) each further client k has its namespace, its veth
+[ck] <-> [ack] and its cgroup, and the appliance has two bridges joined by a veth trunk, so that one
+port carries every client's traffic each way (the shared bottleneck):
+
+client  [c0] <-> [a0]  \
+client2 [c1] <-> [ac1]  br0 [t0] <-veth trunk-> [t1] br1 [a1] <-> [s0] server
+...                    /
+
+client->server traffic is shaped where it leaves a1 (as with one client), server->client traffic
+where it leaves t1 toward the clients' bridge (with one client: where it leaves a0).
+
 `plan` lists the steps (printable as `ip` commands, testable without root); `apply` performs them with
 pyroute2. Every name carries the inventory's prefix.
 """
@@ -17,6 +28,17 @@ from testbed.inventory import Inventory
 
 
 @dataclass(frozen=True)
+class ClientNames:
+    """One client host's kernel objects."""
+
+    role: str  # client, client2, ...
+    ns: str
+    ifname: str  # its end of its veth, in its namespace
+    port: str  # the appliance's end: its port on the clients' bridge
+    cgroup: str  # its CPU limit
+
+
+@dataclass(frozen=True)
 class Names:
     """Every kernel object of one testbed, derived from the inventory alone (so `down` needs no state)."""
 
@@ -25,33 +47,80 @@ class Names:
     server_ns: str
     client_if: str
     server_if: str
-    to_client: str  # appliance port facing the client: server->client traffic leaves here
+    to_client: str  # appliance port facing the (first) client
     to_server: str  # appliance port facing the server: client->server traffic leaves here
     bridge: str
     cgroup: str
+    clients: tuple[ClientNames, ...] = ()  # every client host, the first included
+    trunk: tuple[str, str] = (
+        "",
+        "",
+    )  # several clients: the trunk's ends on the clients' and server's bridges
+    server_bridge: str = ""  # several clients: the bridge of the server's port and the trunk
 
     @classmethod
-    def of(cls, inv: Inventory) -> Names:
+    def of(cls, inv: Inventory, clients: int | None = None) -> Names:
+        """`clients`: as many client hosts' names (default: the inventory's); `down` asks for the most
+        a testbed can have, since it cannot know how many the last `up` brought up."""
         r = inv.resource
+        n = inv.clients if clients is None else clients
+        name = inv.host("client").name
+        hosts = tuple(
+            ClientNames(
+                role="client" if k == 0 else f"client{k + 1}",
+                ns=r(name if k == 0 else f"{name}{k + 1}"),
+                ifname=r(f"c{k}"),
+                port=r("a0" if k == 0 else f"ac{k}"),
+                cgroup=r("client" if k == 0 else f"client{k + 1}"),
+            )
+            for k in range(n)
+        )
+        several = n > 1
         return cls(
-            client_ns=r(inv.host("client").name),
+            client_ns=hosts[0].ns,
             appliance_ns=r(inv.host("appliance").name),
             server_ns=r(inv.host("server").name),
-            client_if=r("c0"),
+            client_if=hosts[0].ifname,
             server_if=r("s0"),
-            to_client=r("a0"),
+            to_client=hosts[0].port,
             to_server=r("a1"),
             bridge=r("br0"),
-            cgroup=r("client"),
+            cgroup=hosts[0].cgroup,
+            clients=hosts,
+            trunk=(r("t0"), r("t1")) if several else ("", ""),
+            server_bridge=r("br1") if several else "",
         )
 
     @property
-    def namespaces(self) -> tuple[str, str, str]:
-        return (self.client_ns, self.appliance_ns, self.server_ns)
+    def down_port(self) -> str:
+        """The port server->client traffic is shaped on: the client's, or with several clients the
+        trunk's end on the server's bridge (every client's traffic passes it)."""
+        return self.trunk[1] or self.to_client
+
+    @property
+    def bridges(self) -> dict[str, list[str]]:
+        """Each appliance bridge and its ports, the clients' bridge first."""
+        if not self.server_bridge:
+            return {self.bridge: [self.to_client, self.to_server]}
+        return {
+            self.bridge: [*(c.port for c in self.clients), self.trunk[0]],
+            self.server_bridge: [self.trunk[1], self.to_server],
+        }
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return (*(c.ns for c in self.clients), self.appliance_ns, self.server_ns)
 
     @property
     def links(self) -> tuple[str, ...]:
-        return (self.client_if, self.server_if, self.to_client, self.to_server)
+        trunk = tuple(t for t in self.trunk if t)
+        return (
+            *(c.ifname for c in self.clients),
+            self.server_if,
+            *(c.port for c in self.clients),
+            self.to_server,
+            *trunk,
+        )
 
 
 @dataclass(frozen=True)
@@ -80,23 +149,25 @@ def plan(inv: Inventory) -> list[Step]:
     n = Names.of(inv)
     mtu = inv.link.mtu
     steps = [Step("netns", ns) for ns in n.namespaces]
-    steps += [
-        Step("veth", n.client_ns, n.client_if, n.to_client, n.appliance_ns),
-        Step("veth", n.server_ns, n.server_if, n.to_server, n.appliance_ns),
-        Step("addr", n.client_ns, n.client_if, address=str(inv.host("client").address)),
-        Step("addr", n.server_ns, n.server_if, address=str(inv.host("server").address)),
-    ]
+    steps += [Step("veth", c.ns, c.ifname, c.port, n.appliance_ns) for c in n.clients]
+    steps.append(Step("veth", n.server_ns, n.server_if, n.to_server, n.appliance_ns))
+    if n.server_bridge:
+        steps.append(Step("veth", n.appliance_ns, n.trunk[0], n.trunk[1], n.appliance_ns))
+    steps += [Step("addr", c.ns, c.ifname, address=str(inv.host(c.role).address)) for c in n.clients]
+    steps.append(Step("addr", n.server_ns, n.server_if, address=str(inv.host("server").address)))
     for ns in n.namespaces:
         steps.append(Step("up", ns, "lo"))
-    for ns, ifname in (
-        (n.client_ns, n.client_if),
-        (n.appliance_ns, n.to_client),
-        (n.appliance_ns, n.to_server),
-        (n.server_ns, n.server_if),
-    ):
+    for ns, ifname in ports(n):
         steps.append(Step("mtu", ns, ifname, mtu=mtu))
         steps.append(Step("up", ns, ifname))
     return steps
+
+
+def ports(n: Names) -> list[tuple[str, str]]:
+    """Every interface of the testbed with its namespace: the clients', the appliance's, the server's."""
+    out = [(c.ns, c.ifname) for c in n.clients]
+    out += [(n.appliance_ns, port) for ports in n.bridges.values() for port in ports]
+    return [*out, (n.server_ns, n.server_if)]
 
 
 def apply(steps: list[Step]) -> None:
@@ -145,5 +216,6 @@ def remove_root_leftovers(names: Names) -> list[str]:
 
 
 def existing_namespaces(names: Names) -> list[str]:
+    """Those of the testbed's namespaces that exist now."""
     present = set(netns.listnetns())
     return [ns for ns in names.namespaces if ns in present]

@@ -184,9 +184,8 @@ def leftovers(prefix: str) -> list[str]:
         for line in links.splitlines()
         if line.split(":")[1].strip().split("@")[0].startswith(f"{prefix}-")
     ]
-    for cg in (Path("/sys/fs/cgroup/cpu") / f"{prefix}-client", Path("/sys/fs/cgroup") / f"{prefix}-client"):
-        if cg.exists():
-            found.append(f"cgroup {cg}")
+    for root in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):  # every client's, several included
+        found += [f"cgroup {cg}" for cg in sorted(root.glob(f"{prefix}-client*")) if cg.is_dir()]
     procs = subprocess.run(["pgrep", "-af", f"/run/testbed/{prefix}/"], capture_output=True, text=True).stdout
     found += [f"process {line}" for line in procs.splitlines()]
     for state in (Path(f"/run/testbed/{prefix}"), Path(f"/var/lib/testbed/{prefix}")):

@@ -68,7 +68,7 @@ def test_curl_through_the_cgi_stack_new_process_per_request_hostile_refused_down
     assert code == 200, body
     assert json.loads(body)["result"] == (np.array(A) @ np.array(B)).tolist()
     stages = parse_server_timing(headers["server-timing"])
-    assert list(stages) == ["server_start", "decode", "compute", "encode"]
+    assert list(stages) == ["server_start", "queue", "decode", "compute", "encode"]
     assert (
         stages["server_start"] > 0
         and parse_server_timing(headers["server-timing"], "cpu")["server_start"] > 0
@@ -161,7 +161,9 @@ def test_a_server_devices_start_up_is_calibrated_and_scales_each_requests(invent
             f = {k: float(v) for k, v in r.items() if k.startswith(("t_", "wall_", "cpu_")) and v}
             assert f["t_server_start"] == pytest.approx(f["cpu_server_start"] * start["slowdown"])
             measured = f["wall_server_decode"] + f["wall_server_compute"] + f["wall_server_encode"]
-            comm = f["t_request"] - measured - f["wall_server_start"] + f["t_server_start"]
+            comm = (
+                f["t_request"] - measured - f["t_server_queue"] - f["wall_server_start"] + f["t_server_start"]
+            )
             assert f["t_comm"] == pytest.approx(comm, abs=1e-6)
         elif r["method"] == "grpc":  # a long-lived server: no start-up
             assert r["t_server_start"] == ""

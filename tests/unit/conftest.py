@@ -96,15 +96,15 @@ class FakeSwitch:
     def check(self, ifs: list[str], bridge: str, rundir: str, own: bool) -> dict:
         return {"classes": self.shaping.classes(ifs), "switch": list(self.problems)}
 
-    def health(self, bridge: str, rundir: str, ports: list[str], own: bool) -> list[str]:
+    def health(self, bridge: str, rundir: str, ports: list[str], own: bool, more=()) -> list[str]:
         return list(self.problems)
 
-    def restart(self, bridge: str, ports: list[str], rundir: str, datapath: str, own: bool) -> dict:
+    def restart(self, bridge: str, ports: list[str], rundir: str, datapath: str, own: bool, more=()) -> dict:
         self.restarts += 1
         if self.unrepairable:
             raise UserError(self.unrepairable)
         self.problems = []
-        self.shaping.broken = set(ports)
+        self.shaping.broken = {*ports, *(p for _, each in more for p in each)}
         return {"name": bridge, "datapath_type": datapath, "ports": sorted(ports)}
 
 
@@ -112,23 +112,28 @@ def fake_netns_lab(inv, state_dir, monkeypatch, wiring: dict) -> NetnsLab:
     """A NetnsLab of `inv` whose hosts are fakes scripted for up, status and down (their agents keep
     services and CPU limits as the real ones do), and whose wiring (pyroute2, ip) is recorded in
     `wiring`, not applied; several such labs can share one `wiring` (replicas)."""
-    lab = NetnsLab(inv)
-    lab.state_dir = state_dir
+    lab = NetnsLab(inv, state_dir)
     for role, host in list(lab.hosts.items()):
         fake = FakeHost(host.spec, str(lab.state_dir), cgroup=host.cgroup, env=host.env)
         lab.hosts[role] = fake.reply("probe", probe_reply())
     client, appliance, server = (lab.hosts[r] for r in ("client", "appliance", "server"))
     names = lab.names
-    offloads_off(client, names.client_if)
+    for c in names.clients:  # several clients: each its own host, interface and CPU limit
+        offloads_off(lab.hosts[c.role], c.ifname)
+        if c.role != "client":
+            cgroups(lab.hosts[c.role])
     offloads_off(server, names.server_if)
-    offloads_off(appliance, names.to_client, names.to_server)
+    offloads_off(appliance, *(port for ports in names.bridges.values() for port in ports))
     healthy(client).reply("grpc.ready", True)  # the server's gRPC port answers
     lab.cpu_limits = cgroups(client)
     lab.services = services(server)
-    ports = [names.to_client, names.to_server]
     shaping = lab.shaping = FakeShaping()
-    bridge = {"name": names.bridge, "datapath_type": "netdev", "ports": ports}
-    appliance.reply("bridge.up", lambda **args: bridge).reply("bridge.status", lambda **args: bridge)
+
+    def bridge(**args):
+        name = args.get("bridge", names.bridge)
+        return {"name": name, "datapath_type": "netdev", "ports": names.bridges[name]}
+
+    appliance.reply("bridge.up", bridge).reply("bridge.status", bridge)
     appliance.reply("shape.apply", shaping.apply).reply("shape.classes", shaping.classes)
     switch = lab.switch = FakeSwitch(shaping)
     appliance.reply("appliance.check", switch.check).reply("bridge.health", switch.health)

@@ -81,7 +81,7 @@ def test_a_request_gets_the_product_and_every_stage_with_start_up_first():
     assert status == 200 and headers["X-Codec"] == "json"
     assert json.loads(body)["result"] == (A @ B).tolist()
     stages = parse_server_timing(headers["Server-Timing"])
-    assert list(stages) == ["server_start", "decode", "compute", "encode"]
+    assert list(stages) == ["server_start", "queue", "decode", "compute", "encode"]
     # in process, the "start-up" is this test process's life so far: its CPU time up to the handler
     cpu = parse_server_timing(headers["Server-Timing"], "cpu")
     assert 0 < cpu["server_start"] <= time.process_time()
