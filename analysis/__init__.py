@@ -34,6 +34,7 @@ def analyze(
 
         return analyze_stream(run_dir)
     from analysis.cells import cell_table
+    from analysis.contention import borders, contention_lines, contention_table, has_contention
     from analysis.decisions import cumulative_penalties, decision_vectors
     from analysis.energy import as_decision_cells, energy_cells, run_power
     from analysis.link_counters import link_counters
@@ -69,13 +70,21 @@ def analyze(
         cells = tables["cells"] = energy_cells(cells, run.trials, figures_of)
         tables["decision_vectors_energy"] = decision_vectors(as_decision_cells(cells))
         tables["cumulative_penalty_energy"] = cumulative_penalties(as_decision_cells(cells))
+    if has_contention(run.trials):  # several clients at once: the border against their number
+        tables["contention"] = contention_table(run.trials, cells, figures_of)
+        tables["contention_borders"] = borders(tables["contention"])
     out_dir = output_dir(run)
     write_tables(tables, out_dir)
     remove_plots(out_dir)
     figures = []
     if plots:
         figures = make_plots(
-            cells, tables["decision_vectors"], tables["cumulative_penalty"], out_dir, manifest=run.manifest
+            cells,
+            tables["decision_vectors"],
+            tables["cumulative_penalty"],
+            out_dir,
+            manifest=run.manifest,
+            contention=tables.get("contention"),
         )
     run_id = (run.manifest.run_id if run.manifest else None) or _run_id(run.trials) or run.run_dir.name
     summary = summary_text(
@@ -83,6 +92,8 @@ def analyze(
     )
     if "trial_fidelity" in tables:
         summary += "\n" + "\n".join(fidelity_lines(tables["trial_fidelity"]))
+    if "contention" in tables:
+        summary += "\n" + "\n".join(contention_lines(tables["contention"]))
     if (replicas := replica_summary(tables.get("replica_effect"), run.trials)) is not None:
         summary += "\n" + replicas
     if "paper_checks" in tables:

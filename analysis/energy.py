@@ -7,7 +7,7 @@ There is no power meter on an emulated device, so energy is computed from the de
 - remote: cpu_active_w x (t_client_encode + t_client_decode)
           + radio_tx_w x t_comm x bytes_up / (bytes_up + bytes_down)
           + radio_rx_w x t_comm x bytes_down / (bytes_up + bytes_down)
-          + cpu_idle_w x (t_server_decode + t_server_compute + t_server_encode)
+          + cpu_idle_w x (t_server_queue + t_server_decode + t_server_compute + t_server_encode)
 
 The communication time is split between sending and receiving by the bytes each way; while the
 server works, the device waits idle. Energy decisions and penalties then follow the time-based ones
@@ -42,13 +42,15 @@ def trial_energy(trials: pd.DataFrame, power: Power) -> pd.Series:
     up = trials.get("bytes_up", pd.Series(np.nan, index=trials.index)).astype(float)
     down = trials.get("bytes_down", pd.Series(np.nan, index=trials.index)).astype(float)
     total = up + down
+    # the device waits idle while its request queues at the server, as while the server works
+    queued = trials.get("t_server_queue", pd.Series(np.nan, index=trials.index)).astype(float).fillna(0.0)
     share_up = np.where(total > 0, up / total.where(total > 0, 1), 0.5)
     remote = (
         power.cpu_active_w * (trials["t_client_encode"] + trials["t_client_decode"])
         + power.radio_tx_w * trials["t_comm"] * share_up
         + power.radio_rx_w * trials["t_comm"] * (1 - share_up)
         + power.cpu_idle_w
-        * (trials["t_server_decode"] + trials["t_server_compute"] + trials["t_server_encode"])
+        * (trials["t_server_decode"] + trials["t_server_compute"] + trials["t_server_encode"] + queued)
     )
     energy = pd.Series(np.where(local, power.cpu_active_w * trials["t_total"], remote), index=trials.index)
     return energy.where(trials["ok"])

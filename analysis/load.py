@@ -85,8 +85,13 @@ def trials_frame(path: Path) -> pd.DataFrame:
     for column in ("error", "dtype", "run_id", "server"):
         frame[column] = frame[column].fillna("")
     # the analysis's method is the way a trial offloaded: the row's method, with its server when that
-    # is not Python (`grpc@cpp`), so every table and figure treats the server as it treats the method
-    frame["method"] = [offload_label(m, s) for m, s in zip(frame["method"], frame["server"], strict=True)]
+    # is not Python, so every table and figure treats the server as it treats the method
+    # (`grpc@cpp`), and with several clients how many offloaded at once (`raw-x4`)
+    clients = frame["clients"].astype(object).where(frame["clients"].notna(), None)
+    frame["method"] = [
+        offload_label(m, s, None if k is None else int(k))
+        for m, s, k in zip(frame["method"], frame["server"], clients, strict=True)
+    ]
     for column in NUMBERS:
         frame[column] = frame[column].astype(float)  # NaN: not measured, or failed
     # communication without the cgi stack's process start-up (t_comm includes it: the paper's

@@ -18,6 +18,7 @@ import matplotlib
 import pandas as pd
 
 from analysis.cells import method_order
+from analysis.contention import contention_figure
 from analysis.decision_plots import decision_map, decisions_figure
 from analysis.devices import role_devices
 from analysis.fidelity_plots import fidelity_figure
@@ -28,7 +29,7 @@ from analysis.style import STYLE
 from contracts.run import Manifest
 
 PNG_DPI = 150
-PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-", "fidelity", "servers-")
+PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-", "fidelity", "servers-", "contention-")
 BUILDERS = {
     "stages": stage_figure,
     "decisions": decisions_figure,
@@ -36,12 +37,13 @@ BUILDERS = {
     "ratios": ratios_figure,
     "fidelity": fidelity_figure,
     "servers": servers_figure,
+    "contention": contention_figure,
 }
 
 
 @dataclass(frozen=True)
 class Plot:
-    kind: str  # stages | decisions | map | ratios | fidelity | servers
+    kind: str  # stages | decisions | map | ratios | fidelity | servers | contention
     title: str
     png: Path
     svg: Path
@@ -65,6 +67,7 @@ def make_plots(
     out_dir: Path,
     workers: int | None = None,
     manifest: Manifest | None = None,
+    contention: pd.DataFrame | None = None,
 ) -> list[Plot]:
     """Every figure of the run, drawn by up to `workers` processes (default: one per CPU, at most 8).
 
@@ -73,6 +76,14 @@ def make_plots(
     """
     remove_plots(out_dir)
     jobs = plan_figures(cells, vectors, penalties) + fidelity_jobs(manifest)
+    if contention is not None:  # several clients: the border against their number, per op
+        title = (
+            "{}: completion time, communication and server queueing against the clients offloading at once"
+        )
+        jobs += [
+            Job("contention", (contention, op), f"contention-{op}", title.format(op), "contention")
+            for op in dict.fromkeys(contention["op"])
+        ]
     workers = min(workers or _usable_cpus(), 8, len(jobs))
     if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
         try:

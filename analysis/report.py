@@ -91,6 +91,7 @@ def write_report(
         "<h3>Cumulative penalty vectors (s)</h3>",
         _table(tables["cumulative_penalty"]),
         *_replicas_html(tables.get("replica_effect")),
+        *_contention_html(tables.get("contention"), tables.get("contention_borders")),
         *_trial_fidelity_html(tables.get("trial_fidelity")),
         "<h3>Undecided cells</h3>",
         _undecided_html(cells),
@@ -436,6 +437,26 @@ def _replicas_html(table: pd.DataFrame | None) -> list[str]:
         f"{int(table['significant'].sum())} of {len(table)} tests significant."
     )
     return _section("<h3>Replica effect</h3>", note, table)
+
+
+def _contention_html(table: pd.DataFrame | None, borders: pd.DataFrame | None) -> list[str]:
+    """Several clients offloading at once: the border against their number, and every cell's means."""
+    if table is None:
+        return []
+    note = (
+        "Per cell, the decision at each number of clients offloading at once (in ascending order: 1 "
+        "offloading pays, 0 it does not, ? undecided, - missing) and the border: the largest number of "
+        "clients up to which it pays at every count measured."
+    )
+    detail = (
+        "Each row: all the clients' trials of the cell. t_comm_mean is the shared link's share, "
+        "t_server_queue_mean the wait for a server work slot, t_server_mean the server's stages; jain is "
+        "Jain's fairness index of the clients' mean completion times (1: alike, 1/k: one took all)."
+    )
+    return [
+        *_section("<h3>Several clients: the decision border</h3>", note, borders),
+        *_section("<h3>Several clients: cells</h3>", detail, table),
+    ]
 
 
 def _section(heading: str, note: str, table: pd.DataFrame, highlight: pd.Series | None = None) -> list[str]:

@@ -54,6 +54,8 @@ FILES = {
     "replica_effect": "replica_effect.csv",
     "paper_checks": "paper_checks.csv",
     "trial_fidelity": "trial_fidelity.csv",
+    "contention": "contention.csv",
+    "contention_borders": "contention_borders.csv",
 }
 
 

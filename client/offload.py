@@ -17,11 +17,13 @@ import numpy as np
 import requests
 import urllib3
 
+from client.transfer import post_parts, written
 from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
 from contracts.trials import DTYPES, SERVER_QUEUE, SERVER_STAGES, SERVER_START, parse_server_timing
+from contracts.wire import body_bytes
 
 # replicas on one host: every timed client stage holds the host's CPU lock (its waits count in no stage)
 CPU_LOCK = CpuLock.from_env()
@@ -95,11 +97,18 @@ class OffloadClient:
         timeout: float = 900.0,
         align: Callable[[str], object] = no_align,
         persistent: bool = True,
+        parallelism: int = 1,
+        io_bytes: int | None = None,
     ) -> None:
+        """`parallelism`: each request's body and reply over that many connections at once;
+        `io_bytes`: the size of the client's writes (None: the whole body at once)."""
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.persistent = persistent
         self.session = requests.Session()
+        self.parallelism, self.io_bytes = parallelism, io_bytes
+        # parallelism: a session (a connection) per part, the first one the client's own
+        self.sessions = [self.session, *(requests.Session() for _ in range(parallelism - 1))]
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
 
     def __enter__(self) -> OffloadClient:
@@ -109,7 +118,8 @@ class OffloadClient:
         self.close()
 
     def close(self) -> None:
-        self.session.close()
+        for session in self.sessions:
+            session.close()
 
     def _transport_error(self, exc: Exception) -> UserError:
         """Connection refused, timed out, or cut mid-response (e.g. a worker killed by its timeout)."""
@@ -139,28 +149,35 @@ class OffloadClient:
             except CodecError as exc:
                 raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
             t1, c1 = time.perf_counter(), time.process_time()
+        url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, "X-Codec": c.name}
+        headers.update({} if self.persistent else CLOSE)
+        sent = body if self.parallelism == 1 and self.io_bytes is None else memoryview(body_bytes(body))
         self.align("request")
         tr = time.perf_counter()
         try:
-            resp = self.session.post(
-                f"{self.base_url}/v1/ops/{op}",
-                data=body,
-                headers={**headers, "X-Codec": c.name, **({} if self.persistent else CLOSE)},
-                timeout=self.timeout,
-                stream=True,
-            )
-            content = resp.raw.read(decode_content=True)  # one read: iter_content's 10 KiB pieces cost CPU
+            if self.parallelism > 1:
+                answers = post_parts(self.sessions, url, sent, headers, self.io_bytes, self.timeout)
+                bad = [a for a in answers if a.status != 200]
+                status, reply_headers = (bad or answers)[0].status, answers[0].headers
+                content = bad[0].content if bad else b"".join(a.content for a in answers)
+            else:
+                data = written(sent, self.io_bytes) if self.io_bytes else sent
+                resp = self.session.post(url, data=data, headers=headers, timeout=self.timeout, stream=True)
+                content = resp.raw.read(
+                    decode_content=True
+                )  # one read: iter_content's 10 KiB pieces cost CPU
+                status, reply_headers = resp.status_code, resp.headers
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise self._transport_error(exc) from exc
         t2 = time.perf_counter()
-        if resp.status_code != 200:
-            raise _error_from(resp.status_code, content)
+        if status != 200:
+            raise _error_from(status, content)
         with CPU_LOCK.held():
             self.align("decode")
             c3, t3 = time.process_time(), time.perf_counter()
-            result = c.decode_response(content, resp.headers)
+            result = c.decode_response(content, reply_headers)
             t4, c4 = time.perf_counter(), time.process_time()
-        times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), resp.headers.get("Server-Timing"))
+        times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), reply_headers.get("Server-Timing"))
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
 

@@ -47,7 +47,9 @@ class TrialWorker:
         self.align = Aligner(quotas=quotas)
         persistent = connection == PERSISTENT
         self.connection = connection
+        self.url, self.timeout, self.persistent = url, timeout, persistent
         self.client = OffloadClient(url, timeout=timeout, align=self.align, persistent=persistent)
+        self.clients = {(1, None): self.client}  # by transfer settings (parallelism, io_kb)
         targets = (
             grpc_target if isinstance(grpc_target, dict) else {PYTHON: grpc_target} if grpc_target else {}
         )
@@ -86,13 +88,33 @@ class TrialWorker:
                 took = time.process_time() - start
             self.scaler.refer(kind, op, size, codec, took)
 
+    def http(self, parallelism: int | None, io_kb: int | None) -> OffloadClient:
+        """The HTTP client of these transfer settings (one each, so a persistent one keeps its connections)."""
+        key = (parallelism or 1, io_kb)
+        if key not in self.clients:
+            self.clients[key] = OffloadClient(
+                self.url,
+                timeout=self.timeout,
+                align=self.align,
+                persistent=self.persistent,
+                parallelism=key[0],
+                io_bytes=io_kb * 1024 if io_kb else None,
+            )
+        return self.clients[key]
+
     def remote(
-        self, op: str, operands: list[np.ndarray], method: str, server: str = PYTHON
+        self,
+        op: str,
+        operands: list[np.ndarray],
+        method: str,
+        server: str = PYTHON,
+        parallelism: int | None = None,
+        io_kb: int | None = None,
     ) -> tuple[np.ndarray, StageTimes]:
         """Offload over gRPC to `server`'s gRPC server for method `grpc`, else over HTTP with the
-        method's codec."""
+        method's codec and the transfer settings."""
         if method != GRPC:
-            return self.client.offload(op, operands, method)
+            return self.http(parallelism, io_kb).offload(op, operands, method)
         if server not in self.grpc:
             raise UserError(f"no {server} gRPC server to offload to", "give the worker --grpc-targets")
         return self.grpc[server].offload(op, operands)
@@ -112,7 +134,14 @@ class TrialWorker:
                     self.scaler.local(out, op, size)
             else:
                 out["connection"] = self.connection
-                _, stages = self.remote(op, operands, spec["method"], spec.get("server") or PYTHON)
+                _, stages = self.remote(
+                    op,
+                    operands,
+                    spec["method"],
+                    spec.get("server") or PYTHON,
+                    spec.get("parallelism"),
+                    spec.get("io_kb"),
+                )
                 out.update(ok=True, **stages.as_dict())
                 self.refer(op, size, spec["dtype"], spec["method"])
                 if self.scaler:

@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field
 from contracts.trials import LOCAL, SERVER_START, method_codec
 
 MODES = ("scaled", "throttle")
+# A server device with several clients: each of its stages lasts the device's time in real time
+# (`python -m server --pace`), so requests queue as they would at the device; nothing is calibrated.
+PACED = "paced"
 DIRECTIONS = ("encode", "decode")
 STACK_COSTS = (SERVER_START,)  # a server stack's own costs, seconds on the device (DeviceProfile.stack)
 

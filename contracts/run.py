@@ -30,6 +30,13 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   arrived: `contracts.trials.SERVER_QUEUE`; communication excludes it, the completion time includes
   it). Older runs load with it empty (their communication includes what little queueing one client
   met); resuming one rewrites its trials.csv in version 6's columns.
+- 7: the columns `client` (which client host of several ran the trial, 1..N) and `clients` (how many
+  clients offloaded the cell at once), empty for a sweep with one client; the experiment's `clients`
+  (client hosts), `contention` (the numbers of them offloading at once), `server_workers` and
+  `arrivals_hz` (open loop; absent: closed loop); the transfer settings `parallelism` and `io_kb`,
+  as columns and as the experiment's dimensions (empty: not varied). Older
+  runs load with them empty and one client; resuming one rewrites its trials.csv in version 7's
+  columns.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -53,7 +60,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 MANIFEST_FILE = "manifest.json"
@@ -124,6 +131,10 @@ class TrialRecord:
     wall_server_start: float | None = None  # a server device's start-up replaced it: what was measured
     server: str | None = None  # the server's language (GRPC_SERVERS); None: local, or before format 5
     t_server_queue: float | None = None  # the wait for a server work slot (SERVER_QUEUE); None: before 6
+    client: int | None = None  # several clients: which one ran it, 1..N (None: the sweep had one)
+    clients: int | None = None  # several clients: how many offloaded the cell at once (None: one)
+    parallelism: int | None = None  # connections the request and reply were split over (None: one)
+    io_kb: int | None = None  # the client's write size, KiB (None: the whole body at once)
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -142,7 +153,7 @@ class TrialRecord:
 
 COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
-_INTS = ("trial", "rep", "bytes_up", "bytes_down", "replica")
+_INTS = ("trial", "rep", "bytes_up", "bytes_down", "replica", "client", "clients", "parallelism", "io_kb")
 _BOOLS = ("ok", "emulation_flagged")
 _TIMES = ("t_total", *STAGES, "t_request", "t_server_start", "t_server_queue")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
@@ -411,6 +422,18 @@ class Experiment:
     replicas: int = 1  # embedded testbeds side by side that share the work (testbed.replicas)
     server_stack: str = "wsgi"  # how the server runs requests (SERVER_STACKS); runs before format 4: wsgi
     servers: tuple[str, ...] = (PYTHON,)  # the gRPC servers the method grpc offloads to (GRPC_SERVERS)
+    clients: int = 1  # client hosts on the testbed, each the experiment's client device
+    # how many of them offload each cell at once, each a dimension's value (empty: the sweep has one)
+    contention: tuple[int, ...] = ()
+    server_workers: int = 1  # requests the server works on at once (python -m server --work-slots)
+    # several clients: None, closed loop (each client's next trial when its last one ends); a rate,
+    # open loop (each client's trials arrive as a seeded Poisson process of this many per second, and
+    # one that arrives while the last still runs starts when it ends)
+    arrivals_hz: float | None = None
+    # the transfer settings of the energy-performance study, each a dimension (empty: not varied):
+    # connections one request is split over, and the client's write size in KiB
+    parallelism: tuple[int, ...] = ()
+    io_kb: tuple[int, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -35,15 +35,53 @@ def offloads(methods, servers=(PYTHON,)) -> list[tuple[str, str]]:
     return [(m, s) for m in methods for s in (servers if m == GRPC else (PYTHON,))]
 
 
-def offload_label(method: str, server: str | None) -> str:
+CLIENTS_MARK = "-x"  # an offload label's number of clients offloading at once: `raw-x4`
+# the transfer settings in a label: `raw-p4` (over 4 connections), `raw-io64` (writes of 64 KiB)
+SETTING_MARKS = {"clients": "-x", "parallelism": "-p", "io_kb": "-io"}
+_SETTINGS = re.compile(r"(-x|-p|-io)(\d+)")
+_CLIENTS = re.compile(r"-x(\d+)")
+
+
+def offload_label(
+    method: str,
+    server: str | None,
+    clients: int | None = None,
+    parallelism: int | None = None,
+    io_kb: int | None = None,
+) -> str:
     """How the analysis names a way to offload: the method, with its server when that is not Python
-    (`grpc@cpp`). A row without a server (local, or a run before servers) is the method alone."""
-    return method if server in (None, "", PYTHON) else f"{method}@{server}"
+    (`grpc@cpp`), with several clients how many offloaded at once (`raw-x4`: raw, four clients at
+    once), and the transfer settings a sweep varied (`raw-p4`: over 4 connections; `raw-io64`: in
+    writes of 64 KiB), so every table and figure compares them as it compares methods. A row without
+    a server (local, or a run before servers) is the method alone."""
+    label = method if server in (None, "", PYTHON) else f"{method}@{server}"
+    if method == LOCAL:
+        return label
+    for key, value in (("clients", clients), ("parallelism", parallelism), ("io_kb", io_kb)):
+        if value is not None:
+            label += f"{SETTING_MARKS[key]}{value}"
+    return label
+
+
+def label_clients(label: str) -> int | None:
+    """How many clients offloaded at once in an offload label (`raw-x4` -> 4; None: one client)."""
+    m = _CLIENTS.search(label)
+    return int(m.group(1)) if m else None
+
+
+def label_without_clients(label: str) -> str:
+    """An offload label without its number of clients: `raw-x4-p2` -> `raw-p2`."""
+    return _CLIENTS.sub("", label)
+
+
+def label_base(label: str) -> str:
+    """An offload label without its clients and transfer settings: `raw-x4-p2` -> `raw`."""
+    return _SETTINGS.sub("", label)
 
 
 def label_server(label: str) -> str:
     """The server of an offload label (`grpc@cpp` -> `cpp`; a method alone ran on Python's)."""
-    return label.partition("@")[2] or PYTHON
+    return label_base(label).partition("@")[2] or PYTHON
 
 
 # How a remote trial reaches the server, alike for HTTP and gRPC: a new TCP connection per trial
@@ -56,7 +94,7 @@ CONNECTIONS = (PER_TRIAL, PERSISTENT)
 def method_codec(method: str) -> str:
     """The codec a method (or its offload label, `grpc@cpp`) marshals with: itself, or its
     transport's (`grpc` -> `protobuf`)."""
-    method = method.partition("@")[0]
+    method = label_base(method).partition("@")[0]
     return TRANSPORTS.get(method, method)
 
 

@@ -22,8 +22,10 @@ from werkzeug.exceptions import HTTPException
 
 from contracts.device import DeviceProfile
 from contracts.limits import Limits
+from contracts.transfer import PART_HEADER, TRANSFER_HEADER, parse_part
 from server import handler
 from server.handler import BodyTooLarge, Reply, error_reply
+from server.parts import Rendezvous
 from server.timing import StageClock
 
 READ_CHUNK = 1 << 20
@@ -98,6 +100,7 @@ def create_app(
     max_body = limits.max_body
     app.config["MAX_CONTENT_LENGTH"] = max_body
     slots = threading.BoundedSemaphore(work_slots)
+    rendezvous = Rendezvous(max_body, timeout)  # requests sent over several connections
 
     @app.get("/v1/health")
     def health() -> Response:
@@ -116,15 +119,23 @@ def create_app(
     def run_op(op: str) -> Response:
         clock = StageClock(pace)
         try:
-            reply = handler.handle_op(
-                op,
-                request.headers,
-                lambda: read_body(request, max_body),
-                limits,
-                clock,
-                drain=lambda: drain(request),
-                one_at_a_time=slots,
-            )
+            part = parse_part(request.headers.get(TRANSFER_HEADER), request.headers.get(PART_HEADER))
+        except ValueError as exc:
+            drain(request)
+            return error_response(400, "bad part", str(exc))
+        try:
+            if part is None:
+                reply = handler.handle_op(
+                    op,
+                    request.headers,
+                    lambda: read_body(request, max_body),
+                    limits,
+                    clock,
+                    drain=lambda: drain(request),
+                    one_at_a_time=slots,
+                )
+            else:
+                reply = run_part(op, *part, clock)
         except TimeoutError as exc:
             return error_response(
                 408,
@@ -136,6 +147,33 @@ def create_app(
             app.logger.exception("POST /v1/ops/%s failed", op)
             return error_response(500, "internal error", f"{type(exc).__name__}: {exc}", clock)
         return to_response(reply)
+
+    def run_part(op: str, tid: str, index: int, parts: int, clock: StageClock) -> Reply:
+        """One part of a request sent over several connections (`server.parts`)."""
+        try:
+            data = read_body(request, max_body)
+        except BodyTooLarge:
+            drain(request)
+            return handler.error_reply(413, "body too large", handler.too_large_detail(max_body))
+        arrived = rendezvous.arrive(tid, index, parts, data)
+        del data
+        if isinstance(arrived, Reply):
+            return arrived
+        transfer, complete = arrived
+        if complete:  # the last part in: the request runs here, on the parts joined in order
+            body = rendezvous.take(transfer)
+            try:
+                reply = handler.handle_op(
+                    op, request.headers, lambda: body, limits, clock, one_at_a_time=slots
+                )
+            except Exception:
+                rendezvous.publish(
+                    transfer, handler.error_reply(500, "internal error", "see the server's log")
+                )
+                raise
+            del body
+            rendezvous.publish(transfer, reply)
+        return rendezvous.answer(transfer, index)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

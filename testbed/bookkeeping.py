@@ -129,6 +129,10 @@ def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
             "method": t.method,
             "server": t.server or None,
             "rep": t.rep,
+            "clients": t.clients,
+            "client": t.client,
+            "parallelism": t.parallelism,
+            "io_kb": t.io_kb,
             "ok": bool(record.get("ok")),
             "error": record.get("error"),
         }

@@ -210,7 +210,12 @@ class Model:
         """Seconds for the whole grid at `reps` repetitions per cell, set-up included (the replicas'
         set-ups side by side). Replicas are taken to overlap fully: the CPU lock's waits are not in it
         (`cpu_share` says how many testbeds the host keeps busy)."""
-        return reps * sum(self.cell_s(c) for c in self._cells()) + self.setup_s()
+        # several clients: a cell offloaded by k at once is k trials a repetition, which share the link
+        # (each about k times as long to transfer) side by side: about k trials' time, one after another
+        k = sum(self.exp.contention) or 1
+        return (
+            reps * sum(self.cell_s(c) * (1 if c[3] == LOCAL else k) for c in self._cells()) + self.setup_s()
+        )
 
     def duration_s(self) -> tuple[float, float]:
         """The fewest and the most seconds: every cell at `min_reps`, every cell at `reps` (equal if fixed)."""

@@ -11,6 +11,7 @@ from contracts.device import MODES
 from contracts.errors import UserError
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment, Validation
+from contracts.transfer import MAX_PARALLELISM
 from contracts.trials import (
     CONNECTIONS,
     DTYPES,
@@ -23,7 +24,7 @@ from contracts.trials import (
 )
 from contracts.units import parse_rate
 from testbed.devices import load_device
-from testbed.inventory import parse_cpu_profile
+from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
 
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
 
@@ -133,7 +134,7 @@ def load_experiment(path: Path) -> Experiment:
     # a file says what the flags say (the client by its file keys), and more
     allowed = set(FLAGS) - {"cpu_quota", "device", "precision"}  # a file's precision is under reps
     allowed |= {"client_cpu", "client_device", "server_device", "validation", "local", "trial_timeout"}
-    allowed |= {"description"}
+    allowed |= {"description", "clients", "contention", "server_workers", "workload", "parallelism", "io_kb"}
     doc.reject_unknown(allowed)
 
     def wrap(key, fn, *a):
@@ -142,6 +143,7 @@ def load_experiment(path: Path) -> Experiment:
         except UserError as exc:
             raise doc.error(key, exc.message.split(": ", 1)[-1], exc.fix) from None
 
+    clients, device = _clients(doc)
     exp = Experiment(
         name=doc.get("name", str, Path(path).stem),
         ops=wrap("ops", parse_names, "ops", known_ops(), "op"),
@@ -153,7 +155,7 @@ def load_experiment(path: Path) -> Experiment:
         dtype=_dtype(doc),
         seed=doc.get("seed", int, 1),
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
-        client_device=_device(doc),
+        client_device=device or _device(doc),
         server_device=_device(doc, "server_device"),
         mode=_mode(doc.get("mode", str, "scaled"), lambda problem, fix: doc.error("mode", problem, fix)),
         validation=_validation(doc.section("validation", default_empty=True)),
@@ -165,6 +167,12 @@ def load_experiment(path: Path) -> Experiment:
         servers=wrap("servers", parse_names, "servers", GRPC_SERVERS, "server")
         if doc.has("servers")
         else (PYTHON,),
+        clients=clients,
+        contention=_contention(doc, clients),
+        server_workers=doc.get("server_workers", int, 1),
+        arrivals_hz=_workload(doc),
+        parallelism=_counts(doc, "parallelism"),
+        io_kb=_counts(doc, "io_kb"),
     )
     try:
         return check(exp)
@@ -188,9 +196,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
 def planned_trials(exp: Experiment) -> int:
-    """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built)."""
+    """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
+    With several clients, a cell offloaded by k clients at once is k trials per repetition."""
     cells = len(exp.ops) * len(exp.sizes)
-    remote = len(offloads(exp.methods, exp.servers))
+    remote = len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1)
+    remote *= max(1, len(exp.parallelism)) * max(1, len(exp.io_kb))
     return cells * exp.reps * ((1 if exp.local else 0) + len(exp.rates_mbps) * remote)
 
 
@@ -227,6 +237,8 @@ def check(exp: Experiment) -> Experiment:
             f"servers {', '.join(exp.servers)} serve only the method {GRPC}, which is not in methods",
             f"add {GRPC} to methods, or drop servers (the HTTP methods always run on the Python server)",
         )
+    _check_clients(exp)
+    _check_settings(exp)
     if not _NAME.match(exp.name):
         raise InvalidValue(
             "name",
@@ -241,6 +253,111 @@ def check(exp: Experiment) -> Experiment:
             "use fewer sizes, rates or reps",
         )
     return exp
+
+
+def _check_settings(exp: Experiment) -> None:
+    """The transfer settings: HTTP's (gRPC's channel has its own), each value once, within what the
+    server takes."""
+    for key in ("parallelism", "io_kb"):
+        values = getattr(exp, key)
+        if len(set(values)) != len(values):
+            raise InvalidValue(key, f"{list(values)} repeats a value", "give each once")
+    if (exp.parallelism or exp.io_kb) and GRPC in exp.methods:
+        raise InvalidValue("parallelism", "the transfer settings are for the HTTP methods", f"drop {GRPC}")
+    if any(p > MAX_PARALLELISM for p in exp.parallelism):
+        raise InvalidValue("parallelism", f"at most {MAX_PARALLELISM} connections", "give fewer")
+    if any(k > 1 << 20 for k in exp.io_kb):
+        raise InvalidValue("io_kb", "a write of more than 1 GiB", "give a smaller write size")
+
+
+def _check_clients(exp: Experiment) -> None:
+    """Several clients: each count of clients offloading at once is one of the testbed's, and what a
+    sweep with several clients does not do yet is refused in one line."""
+    if not 1 <= exp.clients <= MAX_CLIENTS:
+        raise InvalidValue("clients", f"{exp.clients} clients", f"give 1 to {MAX_CLIENTS}")
+    bad = [k for k in exp.contention if not 1 <= k <= exp.clients]
+    if bad or len(set(exp.contention)) != len(exp.contention):
+        raise InvalidValue(
+            "contention",
+            f"{list(exp.contention)} must be distinct counts of the {exp.clients} client(s)",
+            f"give numbers between 1 and {exp.clients}",
+        )
+    if not 1 <= exp.server_workers <= max(exp.clients, 1):
+        raise InvalidValue(
+            "server_workers", f"{exp.server_workers} is out of range", f"give 1 to {exp.clients}"
+        )
+    if exp.clients == 1:
+        if exp.arrivals_hz is not None:
+            raise InvalidValue("workload", "an open-loop workload is for several clients", "drop workload")
+        return
+    refusals = {
+        "reps": (exp.adaptive, "several clients run fixed repetitions (their closed-loop trials overlap, "
+                 "so they are not the independent samples adaptive stopping needs)", "give reps as one number"),
+        "replicas": (exp.replicas != 1, "several clients share one testbed", "drop replicas"),
+        "mode": (exp.mode != "scaled", "several clients are emulated scaled (their CPU quotas would be "
+                 "one per host, the throttle's are per kind of work)", "use mode: scaled"),
+        "methods": (GRPC in exp.methods, "several clients offload over HTTP (the work slots are the HTTP "
+                    "server's)", f"drop {GRPC}"),
+        "server_stack": (exp.server_stack != "wsgi", "several clients need the wsgi stack (its work slots "
+                         "and pacing)", "use server_stack: wsgi"),
+    }  # fmt: skip
+    for key, (refused, problem, fix) in refusals.items():
+        if refused:
+            raise InvalidValue(key, problem, fix)
+
+
+def _clients(doc: Section) -> tuple[int, str | None]:
+    """`clients: [{device: NAME, count: N}]`: how many client hosts and their device (one device for
+    all of them: several devices in one sweep are not built yet)."""
+    if not doc.has("clients"):
+        return 1, None
+    groups = doc.sections("clients")
+    devices, count = set(), 0
+    for group in groups:
+        group.reject_unknown({"device", "count"})
+        devices.add(_device(group, "device"))
+        count += group.get("count", int, 1)
+    if len(devices) != 1:
+        raise doc.error(
+            "clients", "clients of several devices in one sweep are not built yet", "give one device"
+        )
+    if doc.has("client_device") or doc.has("client_cpu"):
+        raise doc.error(
+            "clients", "clients and client_device (or client_cpu) both describe the client", "keep clients"
+        )
+    return count, devices.pop()
+
+
+def _workload(doc: Section) -> float | None:
+    """`workload: closed` (the default: each client's next trial when its last one ends) or
+    `workload: {open: RATE}` (a seeded Poisson process of RATE trials per second per client)."""
+    value = doc.raw("workload", "closed")
+    if value == "closed":
+        return None
+    if isinstance(value, dict) and set(value) == {"open"}:
+        rate = value["open"]
+        if isinstance(rate, int | float) and not isinstance(rate, bool) and rate > 0:
+            return float(rate)
+    raise doc.error(
+        "workload",
+        f"{value!r} is not a workload",
+        "write closed, or {open: RATE} (trials per second per client)",
+    )
+
+
+def _contention(doc: Section, clients: int) -> tuple[int, ...]:
+    """`contention: [1, 2, 4, 8]`: the numbers of clients that offload each cell at once (default: all)."""
+    return _counts(doc, "contention", [clients] if clients > 1 else [])
+
+
+def _counts(doc: Section, key: str, default: list | None = None) -> tuple[int, ...]:
+    """A list of positive whole numbers (`contention`, `parallelism`, `io_kb`), each once."""
+    value = doc.raw(key, default or [])
+    if not isinstance(value, list) or not all(
+        isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in value
+    ):
+        raise doc.error(key, f"{value!r} is not a list of positive numbers", "write e.g. [1, 2, 4]")
+    return tuple(value)
 
 
 def _check_adaptive(exp: Experiment) -> None:

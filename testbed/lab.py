@@ -98,6 +98,7 @@ class Lab(ABC):
     # --pace-server`, for several clients offloading at once
     work_slots: int = 1
     pace: DeviceProfile | None = None
+    parts: int = 1  # the most connections one request is split over (a sweep's `parallelism`)
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -256,12 +257,13 @@ class Lab(ABC):
             )
 
     def work_args(self) -> tuple[str, ...]:
-        """The server's flags for its work slots and pacing: a thread per client that may be sending
-        beside each slot's, and the device profile in the server's state dir (`down` removes it)."""
-        if self.work_slots == 1 and self.pace is None:
+        """The server's flags for its work slots and pacing: a thread per connection a client may be
+        sending on (each part of a request split over several holds one) beside each slot's, and the
+        device profile in the server's state dir (`down` removes it)."""
+        threads = max(8, len(self.client_roles) * self.parts + self.work_slots + 1)
+        if self.work_slots == 1 and self.pace is None and threads == 8:
             return ()
         server = self.host("server")
-        threads = max(8, len(self.client_roles) + self.work_slots + 1)
         args = ("--work-slots", str(self.work_slots), "--threads", str(threads))
         if self.pace is not None:
             path = str(server.state_dir / "server-device.json")

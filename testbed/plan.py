@@ -1,7 +1,7 @@
 """Which trials a sweep runs, and in what order.
 
 Trial ids number the grid in one fixed order (op, size, rate, method, server, rep; the local baseline
-first), so a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
+first; with several clients, (..., server, clients at once, rep, client)), so a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
 its own (`contracts.trials.offloads`): a run with the Python server alone numbers its trials as runs
 before servers did. The execution order within each phase
 (local baseline, then each rate) is shuffled from the experiment's seed, so slow drift on the machine
@@ -27,17 +27,40 @@ class Trial:
     method: str  # a codec, or "local"
     rep: int
     server: str = ""  # the server's language (contracts.trials.GRPC_SERVERS); "" for the local baseline
+    clients: int | None = None  # several clients: how many offload the cell at once (None: one client)
+    client: int | None = None  # several clients: which of them runs this trial, 1..clients
+    parallelism: int | None = None  # transfer settings a sweep varies (None: not varied)
+    io_kb: int | None = None
 
     @property
     def cell(self) -> tuple:
-        return (self.op, self.size, self.rate_mbps, self.method, self.server)
+        """What a trial is a repetition of; with several clients also how many offload it at once, and
+        the transfer settings when the sweep varies them."""
+        cell = (self.op, self.size, self.rate_mbps, self.method, self.server)
+        extra = tuple(v for v in (self.clients, self.parallelism, self.io_kb) if v is not None)
+        return cell if not extra else (*cell, *extra)
 
 
 def plan_trials(exp: Experiment) -> list[Trial]:
     trials: list[Trial] = []
 
-    def add(op, size, rate, method, rep, server=""):
-        trials.append(Trial(len(trials), op, size, exp.dtype, rate, method, rep, server))
+    def add(op, size, rate, method, rep, server="", clients=None, client=None, parallelism=None, io_kb=None):
+        trials.append(
+            Trial(
+                len(trials),
+                op,
+                size,
+                exp.dtype,
+                rate,
+                method,
+                rep,
+                server,
+                clients,
+                client,
+                parallelism,
+                io_kb,
+            )
+        )
 
     if exp.local:
         for op in exp.ops:
@@ -48,9 +71,18 @@ def plan_trials(exp: Experiment) -> list[Trial]:
         for size in exp.sizes:
             for rate in exp.rates_mbps:
                 for method, server in offloads(exp.methods, exp.servers):
-                    for rep in range(exp.reps):
-                        add(op, size, rate, method, rep, server)
+                    for setting in settings(exp):
+                        for k in exp.contention or (None,):  # several clients: k of them at once
+                            for rep in range(exp.reps):
+                                for client in range(1, k + 1) if k else (None,):
+                                    add(op, size, rate, method, rep, server, k, client, *setting)
     return trials
+
+
+def settings(exp: Experiment) -> list[tuple[int | None, int | None]]:
+    """The transfer settings a sweep varies, (parallelism, io_kb) each: every combination, or (None,
+    None) once when it varies none."""
+    return [(p, io) for p in exp.parallelism or (None,) for io in exp.io_kb or (None,)]
 
 
 def phases(

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.cpu_lock import CpuLock
-from contracts.device import DeviceProfile
+from contracts.device import PACED, DeviceProfile
 from contracts.errors import UserError
-from contracts.run import TRIALS_FILE, TrialRecord, read_trials
+from contracts.run import TRIALS_FILE, Device, TrialRecord, read_trials
 from contracts.trials import GRPC, LOCAL, SERVER_START, offload_label
 from testbed import device_emulation
 from testbed.bookkeeping import (
@@ -90,6 +92,7 @@ class Testbed:
     marks: set = field(default_factory=set)  # (op, size, method) its missed calibration targets mark
     problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
     warmed: set = field(default_factory=set)  # rates its worker was warmed up at
+    workers: dict = field(default_factory=dict)  # several clients: the further clients' workers, by role
     brought_up: bool = False
     was_up: bool = False
     cpu_lock: CpuLock = field(init=False)  # the replicas' host-wide lock, this testbed's own open file
@@ -207,6 +210,9 @@ class Sweep:
         lab, exp = tb.lab, self.exp
         lab.server_stack = exp.server_stack
         lab.grpc_servers = exp.servers
+        if exp.clients > 1:  # the server the clients share: its work slots, and the device in real time
+            lab.work_slots, lab.pace = exp.server_workers, self.server_device
+        lab.parts = max(exp.parallelism or (1,))
         tb.brought_up = lab.up()
         tb.was_up = not tb.brought_up
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
@@ -215,6 +221,8 @@ class Sweep:
             and (
                 lab.running_stack() != exp.server_stack  # up with the other stack
                 or lab.inv.server_blas_threads is not None  # started before the device's BLAS threads
+                or exp.clients > 1  # started without the experiment's work slots and pacing
+                or lab.parts > 1  # ... or threads for the parts of requests
             )
         ):
             lab.restart_offload_server()
@@ -226,6 +234,11 @@ class Sweep:
         calibration of the paper's grid takes the better part of an hour (the client's slowdowns
         then follow this host in each testbed's own worker: `client.scaler`). Throttle mode sets each
         testbed's own CPU quotas, so each of those calibrates."""
+        if self.exp.clients > 1 and self.server_device is not None:  # paced: recorded, not calibrated
+            manifest = self.manifest.manifest
+            if manifest.server_device is None:
+                manifest.server_device = Device(profile=self.server_device.as_dict(), mode=PACED)
+                self.manifest.save()
         here = [tb for tb in self.testbeds if tb.lab.inv.backend == "netns"]
         shared = here[1:] if len(here) > 1 and (self.device is None or self.exp.mode == "scaled") else []
         for tb in self.testbeds:
@@ -239,7 +252,7 @@ class Sweep:
                 self.manifest,
                 self.progress,
                 self.device,
-                self.server_device,
+                None if self.exp.clients > 1 else self.server_device,  # paced: nothing to calibrate
                 users,
                 None if self.recalibrate else self.session.started_at,
             )
@@ -308,6 +321,9 @@ class Sweep:
             with tb.quiet.shared():
                 tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, phase)
             tb.warmed.add(rate)
+        if exp.clients > 1:
+            self.run_together(tb, rate, phase)
+            return
         counters = counters_before(self.manifest, lab, rate) if rate is not None else None
         guard = None if rate is None else shaping_guard(lab, rate)
         for t in phase:
@@ -336,6 +352,127 @@ class Sweep:
         with self.lock:
             self.writer.sync()
 
+    def run_together(self, tb: Testbed, rate: float | None, phase: list[Trial]) -> None:
+        """Several clients: each cell's trials with the clients that offload it at once, cell after
+        cell (`run_cell_together`); the local baseline on the first client alone. A cell whose
+        shaping or switch broke has the testbed healed and its trials that did not run run then."""
+        lab, exp = tb.lab, self.exp
+        cells: dict[tuple, list[Trial]] = {}
+        for t in phase:
+            cells.setdefault(t.cell, []).append(t)
+        for trials in cells.values():
+            if rate is None or trials[0].clients is None:
+                for t in trials:
+                    if self.source.stopped:
+                        return
+                    self.show(cell_label(t))
+                    with tb.quiet.shared():
+                        record, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
+                    self.record(tb, t, self.flagged(tb, t, record))
+                continue
+            for _attempt in (1, 2):
+                if self.source.stopped or tb.problems.get(rate):
+                    return
+                trials, (wrong, switch) = self.run_cell_together(tb, rate, trials)
+                if not (wrong or switch) or not trials:
+                    break
+                if switch:
+                    why = f"the switch broke while {cell_label(trials[0])} ran: {switch}"
+                    ids = [t.trial for t in trials]
+                    tb.problems[rate] = heal(
+                        lab, exp, rate, self.manifest, why, ids, grpc=False, switch=[switch]
+                    ).link
+                else:
+                    tb.problems[rate] = repair_shaping(lab, exp, rate, self.manifest, wrong, trials[0].trial)
+            self.close_cells()
+        with self.lock:
+            self.writer.sync()
+
+    def run_cell_together(
+        self, tb: Testbed, rate: float, trials: list[Trial]
+    ) -> tuple[list[Trial], tuple[str, str]]:
+        """One cell with the clients that offload it at once: they start together and each runs its
+        repetitions back to back (closed loop: its next trial when its last one ends), each on its
+        own host with its own worker; a row is written as each trial ends. After each trial its
+        client reads the shaping back (one reading at a time: they share the appliance's agent): every
+        port still shaped at the rate, and the byte counters, since the cell began, at least the
+        payloads of the trials that ended (the clients' transfers overlap, so no one trial's bytes
+        can be told apart). Returns the trials that did not run, and what was wrong with the shaping
+        and with the switch (empty: nothing)."""
+        lab, exp = tb.lab, self.exp
+        by_client: dict[int, list[Trial]] = {}
+        for t in sorted(trials, key=lambda t: (t.client, t.rep)):
+            by_client.setdefault(t.client, []).append(t)
+        rate_bps = int(round(rate * 1e6))
+        start = lab.shaping_classes()
+        moved = {"bytes_up": 0, "bytes_down": 0}
+        ran: set[int] = set()
+        broken: list[tuple[str, str]] = []  # (shaping, switch)
+        errors: list[BaseException] = []
+        reading = threading.Lock()
+
+        def client(k: int, mine: list[Trial]) -> None:
+            role = lab.client_roles[k - 1]
+            arrivals = Arrivals(exp, trials[0].cell, k)
+            try:
+                worker = tb.worker if role == "client" else tb.workers.get(role)
+                if worker is None:  # a further client's first cell: its worker, warmed up as the first's
+                    worker = WorkerLink(lab, exp, self.worker_log(tb, role), tb.calibration, role)
+                    worker = warm_up(lab, exp, worker, self.run_dir, mine)
+                    tb.workers[role] = worker
+                arrivals.start()
+                for t in mine:
+                    arrivals.wait()  # open loop: until this trial's arrival (closed: at once)
+                    if self.source.stopped or broken:
+                        break
+                    self.show(cell_label(t))
+                    with tb.quiet.shared():
+                        record, worker = run_trial(lab, exp, worker, self.run_dir, t)
+                    with reading:
+                        for key in moved:
+                            moved[key] += record.get(key) or 0
+                        check = lab.appliance_check()
+                        guard = ShapingGuard(rate_bps, lab.up_if, lab.down_if, start)
+                        wrong = guard.check(check["classes"], moved) or ""
+                        switch = "; ".join(check["switch"])
+                        if wrong or switch:
+                            broken.append((wrong, switch))
+                            record = not_kept(record, wrong or f"the switch was down: {switch}")
+                    ran.add(t.trial)
+                    self.record(tb, t, self.flagged(tb, t, record))
+                    if role == "client":
+                        tb.worker = worker
+                    else:
+                        tb.workers[role] = worker
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the testbed's own thread
+                errors.append(exc)
+                self.source.stop()
+
+        threads = [threading.Thread(target=client, args=kv, daemon=True) for kv in by_client.items()]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(timeout=0.2)  # Ctrl-C reaches this thread between joins
+        except BaseException:
+            self.source.stop()
+            for worker in [tb.worker, *tb.workers.values()]:  # a trial in flight ends with its worker
+                if worker is not None:
+                    worker.proc.kill()
+            for thread in threads:
+                thread.join(timeout=60)
+            raise
+        if errors:
+            raise errors[0]
+        return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", ""))
+
+    def flagged(self, tb: Testbed, t: Trial, record: dict) -> dict:
+        """The record marked when a missed calibration target concerns its trial."""
+        if self.device is not None or self.server_device is not None:
+            return {**record, "emulation_flagged": (t.op, t.size, t.method) in tb.marks}
+        return record
+
     def finish(self) -> None:
         """Close the files and the session, and take each testbed down (or restore its link). The
         end's own writes can fail as the sweep's did (a full file system): each step runs whatever the
@@ -344,8 +481,9 @@ class Sweep:
         self.progress.show("done" if finished else "stopped", final=True)
         late = _quietly(self.writer.close)
         for tb in self.testbeds:
-            if tb.worker is not None:
-                tb.worker.close()
+            for worker in [tb.worker, *tb.workers.values()]:
+                if worker is not None:
+                    worker.close()
         if late is not None and self.status == "complete":
             self.status = "stopped"
         # the manifest cannot be written: it keeps saying "running", which reads as interrupted
@@ -388,8 +526,32 @@ class Sweep:
         with self.lock:
             self.progress.show(label)
 
-    def worker_log(self, tb: Testbed) -> Path:
+    def worker_log(self, tb: Testbed, role: str = "client") -> Path:
+        """worker.log; a replica's worker-R.log; a further client's worker-ROLE.log."""
+        if role != "client":
+            return self.run_dir / f"worker-{role}.log"
         return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")
+
+
+class Arrivals:
+    """When a client's trials of a cell start: closed loop, each when the last one ends; open loop
+    (`arrivals_hz`), at the arrivals of a Poisson process seeded by the experiment, the cell and the
+    client, or when the last one ends if that is later (one request in flight per client)."""
+
+    def __init__(self, exp: Experiment, cell: tuple, client: int) -> None:
+        self.rate = exp.arrivals_hz
+        self.rng = random.Random(f"{exp.seed}-{cell}-{client}")
+        self.next = 0.0
+
+    def start(self) -> None:
+        if self.rate:
+            self.next = time.monotonic() + self.rng.expovariate(self.rate)
+
+    def wait(self) -> None:
+        if not self.rate:
+            return
+        time.sleep(max(0.0, self.next - time.monotonic()))
+        self.next += self.rng.expovariate(self.rate)
 
 
 def server_marks(exp: Experiment, missed: set[tuple]) -> set[tuple[str, int, str]]:
@@ -517,7 +679,7 @@ def run_trial(
         log.warning("trial %d: %s; restarting the client worker", t.trial, exc)
         worker.proc.kill()
         worker.close()
-        worker = WorkerLink(lab, exp, run_dir / "worker.log", worker.calibration)
+        worker = WorkerLink(lab, exp, worker.stderr_path, worker.calibration, worker.role)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
     return record, worker

@@ -139,13 +139,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         invs = [i.with_client_cpu(exp.client_cpu) for i in invs]
     if server_device:  # its processes compute with the device's BLAS threads
         invs = [i.with_server_blas(server_device.blas_threads) for i in invs]
+    if exp.clients > 1:  # several clients on the (one) embedded testbed
+        invs = [i.with_clients(exp.clients) for i in invs]
     inv = invs[0]
     require_root()
     labs = [open_lab(i) for i in sweep_inventories(invs, exp.replicas)]
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, labs[0])
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
-    server = f"device {server_device.name} (scaled)" if server_device else "this host"
+    paced = exp.clients > 1  # several clients queue at the server: it lasts the device's times
+    server = (
+        f"device {server_device.name} ({'paced' if paced else 'scaled'})" if server_device else "this host"
+    )
     model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota, server_device)
     low, high = model.duration_s()
     print(
@@ -155,6 +160,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         + f" x {exp.describe_reps()} = "
         f"{_count(trial_range(exp))} trials (local baseline included); client {client}; server {server}; "
         + (f"on {len(labs)} testbeds side by side; " if len(labs) > 1 else "")
+        + (
+            f"{exp.clients} clients, {'/'.join(map(str, exp.contention))} offloading at once, "
+            f"{exp.server_workers} server worker(s); "
+            if exp.clients > 1
+            else ""
+        )
         + f"results in {run_dir}"
     )
     span = format_duration(high) if low == high else f"{format_duration(low)}..{format_duration(high)}"

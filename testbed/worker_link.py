@@ -28,11 +28,19 @@ class WorkerLink:
     pipe (a local process or an SSH channel).
     """
 
-    def __init__(self, lab: Lab, exp: Experiment, stderr_path: Path, calibration: dict | None = None) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        exp: Experiment,
+        stderr_path: Path,
+        calibration: dict | None = None,
+        role: str = "client",
+    ) -> None:
         """`calibration`: the device emulation's (`testbed.device_emulation.emulate`), None without; the
-        worker takes its slowdowns (scaled) or its per-work quotas (throttle)."""
-        host = lab.host("client")
-        self.calibration = calibration
+        worker takes its slowdowns (scaled) or its per-work quotas (throttle). `role`: the client host it
+        runs on (several clients: `client2` ...)."""
+        host = lab.host(role)
+        self.calibration, self.role = calibration, role
         if (calibration or {}).get("quotas"):
             # a whole core for the worker's start (its imports would take minutes under the device's
             # quota, and a worker that died left its last stage's quota); it then puts its own in force
@@ -87,6 +95,8 @@ class WorkerLink:
             "dtype": trial.dtype,
             "method": trial.method,
             "server": trial.server,
+            "parallelism": trial.parallelism,
+            "io_kb": trial.io_kb,
         }
         try:
             self.proc.stdin.write((json.dumps(spec) + "\n").encode())

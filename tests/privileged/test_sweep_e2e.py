@@ -62,7 +62,8 @@ def test_kill_9_mid_sweep_then_resume_gives_every_trial_once(inventory, tmp_path
     assert {float(r["rate_mbps"]) for r in remote} == {50.0, 100.0}
     for r in remote:
         parts = sum(float(r[k]) for k in ("t_client_encode", "t_comm", "t_client_decode"))
-        server = sum(float(r[k]) for k in ("t_server_decode", "t_server_compute", "t_server_encode"))
+        stages = ("t_server_queue", "t_server_decode", "t_server_compute", "t_server_encode")
+        server = sum(float(r[k]) for k in stages)
         assert float(r["t_total"]) == pytest.approx(parts + server, rel=1e-6, abs=1e-6)
         assert int(r["bytes_up"]) > 2 * int(r["size"]) ** 2 * 8 * (0.99 if r["method"] == "raw" else 1)
     manifest = json.loads((run_dir / "manifest.json").read_text())
