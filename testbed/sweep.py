@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -271,21 +271,14 @@ class Sweep:
                 errors.append(exc)
                 self.source.stop()
 
-        threads = [threading.Thread(target=work, args=(tb,), daemon=True) for tb in self.testbeds]
-        for thread in threads:
-            thread.start()
-        try:
-            while any(thread.is_alive() for thread in threads):
-                for thread in threads:
-                    thread.join(timeout=0.2)  # Ctrl-C reaches this thread between joins
-        except BaseException:
+        def stop() -> None:
             self.source.stop()
             for tb in self.testbeds:  # a trial in flight ends with its worker; no row is written
-                if tb.worker is not None:
-                    tb.worker.proc.kill()
-            for thread in threads:
-                thread.join(timeout=60)
-            raise
+                for worker in [tb.worker, *tb.workers.values()]:
+                    if worker is not None:
+                        worker.proc.kill()
+
+        run_threads([threading.Thread(target=work, args=(tb,), daemon=True) for tb in self.testbeds], stop)
         if errors:
             raise errors[0]
 
@@ -448,21 +441,13 @@ class Sweep:
                 errors.append(exc)
                 self.source.stop()
 
-        threads = [threading.Thread(target=client, args=kv, daemon=True) for kv in by_client.items()]
-        for thread in threads:
-            thread.start()
-        try:
-            while any(thread.is_alive() for thread in threads):
-                for thread in threads:
-                    thread.join(timeout=0.2)  # Ctrl-C reaches this thread between joins
-        except BaseException:
+        def stop() -> None:
             self.source.stop()
             for worker in [tb.worker, *tb.workers.values()]:  # a trial in flight ends with its worker
                 if worker is not None:
                     worker.proc.kill()
-            for thread in threads:
-                thread.join(timeout=60)
-            raise
+
+        run_threads([threading.Thread(target=client, args=kv, daemon=True) for kv in by_client.items()], stop)
         if errors:
             raise errors[0]
         return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", ""))
@@ -531,6 +516,22 @@ class Sweep:
         if role != "client":
             return self.run_dir / f"worker-{role}.log"
         return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")
+
+
+def run_threads(threads: list[threading.Thread], stop: Callable[[], None]) -> None:
+    """Start the threads and wait for them all. Ctrl-C reaches this thread between joins: then `stop`
+    (which ends what is in flight), a minute at most for each thread to end, and the interrupt goes on."""
+    for thread in threads:
+        thread.start()
+    try:
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(timeout=0.2)
+    except BaseException:
+        stop()
+        for thread in threads:
+            thread.join(timeout=60)
+        raise
 
 
 class Arrivals:

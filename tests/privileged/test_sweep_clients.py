@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import rows, run_cli
-from tests.isolation import leftovers, write_inventory
+from tests.isolation import leftovers
 
 pytestmark = pytest.mark.privileged
 
@@ -26,14 +26,6 @@ server_device: paper-i3
 server_workers: 1
 validation: {enabled: true, duration: 2, retries: 2, tolerance_pct: 20}
 """
-
-
-@pytest.fixture
-def inventory(tmp_path, lease):
-    path = write_inventory(tmp_path / "inventory.yaml", lease)
-    yield path
-    run_cli(path, "down", check=False)
-    assert leftovers(lease.prefix) == []
 
 
 def test_a_sweep_with_three_clients_runs_each_cell_on_them_at_once(inventory, lease, tmp_path):
