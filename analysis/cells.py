@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
 from contracts.run import Manifest
-from contracts.trials import LOCAL, STAGES, offload_label, offloads
+from contracts.trials import LOCAL, STAGES
 
 KEYS = ["op", "size", "rate_mbps", "method"]
 PREFERRED_METHODS = ("json", "ujson", "raw")
@@ -149,5 +149,4 @@ def planned_grid(manifest: Manifest | None) -> tuple[list, list, list, list] | N
     if manifest is None:
         return None
     exp = manifest.experiment
-    methods = [offload_label(m, s) for m, s in offloads(exp.methods, exp.servers) if m.lower() != LOCAL]
-    return list(exp.ops), list(exp.sizes), [float(r) for r in exp.rates_mbps], methods
+    return list(exp.ops), list(exp.sizes), [float(r) for r in exp.rates_mbps], exp.offload_labels()

@@ -87,10 +87,13 @@ def trials_frame(path: Path) -> pd.DataFrame:
     # the analysis's method is the way a trial offloaded: the row's method, with its server when that
     # is not Python, so every table and figure treats the server as it treats the method
     # (`grpc@cpp`), and with several clients how many offloaded at once (`raw-x4`)
-    clients = frame["clients"].astype(object).where(frame["clients"].notna(), None)
+    settings = [
+        [None if pd.isna(v) else int(v) for v in frame[column]]
+        for column in ("clients", "parallelism", "io_kb")
+    ]
     frame["method"] = [
-        offload_label(m, s, None if k is None else int(k))
-        for m, s, k in zip(frame["method"], frame["server"], clients, strict=True)
+        offload_label(m, s, *setting)
+        for m, s, *setting in zip(frame["method"], frame["server"], *settings, strict=True)
     ]
     for column in NUMBERS:
         frame[column] = frame[column].astype(float)  # NaN: not measured, or failed

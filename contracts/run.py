@@ -58,7 +58,7 @@ from typing import Any
 from contracts.errors import UserError
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
-from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES
+from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES, offload_label, offloads
 
 FORMAT_VERSION = 7
 TRIALS_MARK = "# offload-testbed trials format "
@@ -452,6 +452,18 @@ class Experiment:
     @property
     def adaptive(self) -> bool:
         return self.min_reps is not None
+
+    def offload_labels(self) -> list[str]:
+        """Its ways to offload as the analysis names them (`contracts.trials.offload_label`): each
+        method and server, with each number of clients at once and each transfer setting it varies."""
+        return [
+            offload_label(method, server, k, p, io)
+            for method, server in offloads(self.methods, self.servers)
+            if method != LOCAL
+            for p in self.parallelism or (None,)
+            for io in self.io_kb or (None,)
+            for k in self.contention or (None,)
+        ]
 
     def describe_reps(self) -> str:
         if not self.adaptive:

@@ -11,9 +11,17 @@ round moves testbeds between rates while the others transfer, 17 of 35 attempts 
 51% at 100 Mbit/s), four rates were given up after three attempts each, and 122 of the session's
 first 180 trials were failed rows "link validation failed".
 
-`Quiet` is a readers-writer lock over the sweep's threads: trials take it `shared`, a validation
-`alone`, and a waiting validation stops new trials from starting (it waits at most for the trials
-in flight, never behind a stream of new ones).
+The local baseline needs the machine to itself as much: in scaled mode its time is the host's CPU
+time for the kernel times the device's slowdown, hundreds-fold for the paper's client (mul 800: 30
+ms of this host's CPU for the device's 11.75 s), so the few milliseconds another testbed's traffic
+adds to the kernel become seconds. Measured in the paper's grid with four testbeds, the local
+baseline beside the others' transfers: mul 800 10.6 to 30.1 s in 9 trials (mean 16.3 s), mul 1000
+24.8 to 55.3 s (the device's 24.6 s); on one quiet testbed the same baseline was 11.0 to 12.1 s in
+three runs of 5 trials each.
+
+`Quiet` is a readers-writer lock over the sweep's threads: remote trials take it `shared`, a
+validation and a unit of local trials `alone`, and one waiting to be alone stops new trials from
+starting (it waits at most for the trials in flight, never behind a stream of new ones).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -319,26 +320,28 @@ class Sweep:
             return
         counters = counters_before(self.manifest, lab, rate) if rate is not None else None
         guard = None if rate is None else shaping_guard(lab, rate)
-        for t in phase:
-            if self.source.stopped:
-                return  # another testbed failed, or the user interrupted: no row for what did not run
-            if tb.problems.get(rate):  # the link broke and could not be repaired
-                record = {"ok": False, "error": tb.problems[rate]}
-            elif guard is None:
-                self.show(cell_label(t))
-                with tb.quiet.shared():
+        # the local baseline has the machine to itself (testbed.quiet): its scaled time multiplies a
+        # few milliseconds of this host's CPU time by hundreds
+        with tb.quiet.alone() if rate is None else nullcontext():
+            for t in phase:
+                if self.source.stopped:
+                    return  # another testbed failed, or the user interrupted: no row for what did not run
+                if tb.problems.get(rate):  # the link broke and could not be repaired
+                    record = {"ok": False, "error": tb.problems[rate]}
+                elif guard is None:
+                    self.show(cell_label(t))
                     record, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
-            else:
-                self.show(cell_label(t))
-                with tb.quiet.shared():
-                    record, tb.worker, guard, tb.problems[rate] = run_checked(
-                        lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
-                    )
-            if self.source.stopped:
-                return  # the trial was cut short by the stop (its worker killed): it runs on resume
-            if self.device is not None or self.server_device is not None:
-                record["emulation_flagged"] = (t.op, t.size, t.method) in tb.marks
-            self.record(tb, t, record)
+                else:
+                    self.show(cell_label(t))
+                    with tb.quiet.shared():
+                        record, tb.worker, guard, tb.problems[rate] = run_checked(
+                            lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
+                        )
+                if self.source.stopped:
+                    return  # the trial was cut short by the stop (its worker killed): it runs on resume
+                if self.device is not None or self.server_device is not None:
+                    record["emulation_flagged"] = (t.op, t.size, t.method) in tb.marks
+                self.record(tb, t, record)
         if counters is not None:
             counters_after(self.manifest, counters, lab, [t.trial for t in phase])
         self.close_cells()

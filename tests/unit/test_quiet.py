@@ -70,3 +70,32 @@ def test_only_embedded_testbeds_of_one_sweep_share_a_quiet_lock(two_testbeds, tm
     assert a.quiet is b.quiet and isinstance(a.quiet, Quiet)
     alone = Sweep(two_testbeds[:1], FAKE_SWEEP, tmp_path / "run", manifest=None)
     assert not isinstance(alone.testbeds[0].quiet, Quiet)
+
+
+def test_no_testbed_transfers_while_another_runs_its_local_baseline(two_testbeds, tmp_path):
+    """The local baseline's scaled time multiplies milliseconds of host CPU by hundreds: no other
+    testbed's trial may run beside a unit of it."""
+    from testbed.bookkeeping import start_run
+    from testbed.sweep import run_sweep
+    from tests.fakes import FAKE_SWEEP
+
+    running, beside, lock = [0], [], threading.Lock()
+
+    def worker(spec):
+        if spec["method"] == "local" and spec["trial"] >= 0:
+            with lock:
+                running[0] += 1
+            time.sleep(0.3 if spec["trial"] % 2 == 0 else 0.01)  # rep 0 (even ids): the longer unit
+            with lock:
+                running[0] -= 1
+        elif running[0]:
+            beside.append(spec["trial"])
+        return {"trial": spec["trial"], "ok": True, "t_total": 1.0, "started_at": "now"}
+
+    for lab in two_testbeds:
+        lab.hosts["client"].worker(worker)
+    run_dir = tmp_path / "run"
+    run_sweep(
+        two_testbeds, FAKE_SWEEP, run_dir, start_run(run_dir, "fake-local", FAKE_SWEEP, two_testbeds[0])
+    )
+    assert beside == []
