@@ -14,8 +14,8 @@ pytestmark = pytest.mark.privileged
 EXPERIMENT = """\
 name: clients
 ops: [mul]
-sizes: [200]
-rates: [40]
+sizes: [400]
+rates: [20]
 methods: [raw]
 reps: 2
 warmup: 0
@@ -48,10 +48,11 @@ def test_a_sweep_with_three_clients_runs_each_cell_on_them_at_once(inventory, le
         comm = float(r["t_request"]) - float(r["t_server_queue"])
         comm -= sum(float(r[f"t_server_{s}"]) for s in ("decode", "compute", "encode"))
         assert float(r["t_comm"]) == pytest.approx(comm, abs=1e-6)
-    # three at once on one link: each transfer got a share of it, so communication grew
-    alone = [float(r["t_comm"]) for r in remote if r["clients"] == "1"]
-    shared = [float(r["t_comm"]) for r in remote if r["clients"] == "3"]
-    assert min(shared) > max(alone), (alone, shared)
+    # three at once on one link (and one server slot): each request took longer. Means, not every
+    # trial: in closed loop the clients drift apart, so a request may find the link to itself
+    alone = [float(r["t_request"]) for r in remote if r["clients"] == "1"]
+    shared = [float(r["t_request"]) for r in remote if r["clients"] == "3"]
+    assert sum(shared) / len(shared) > 1.5 * sum(alone) / len(alone), (alone, shared)
     assert (run_dir / "worker-client3.log").exists()
     assert (run_dir / "analysis" / "contention.csv").exists()
     assert "several clients" in out
