@@ -71,7 +71,7 @@ def analyze(
         tables["decision_vectors_energy"] = decision_vectors(as_decision_cells(cells))
         tables["cumulative_penalty_energy"] = cumulative_penalties(as_decision_cells(cells))
     if has_contention(run.trials):  # several clients at once: the border against their number
-        tables["contention"] = contention_table(run.trials, cells, figures_of)
+        tables["contention"] = contention_table(run.trials, cells)
         tables["contention_borders"] = borders(tables["contention"])
     out_dir = output_dir(run)
     write_tables(tables, out_dir)

@@ -23,9 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.decisions import OFFLOAD, decision_marks
-from analysis.energy import trial_energy
 from analysis.style import method_styles
-from contracts.power import Power
 from contracts.trials import LOCAL, label_clients, label_without_clients
 
 KEYS = ["op", "size", "rate_mbps", "method"]  # method: the base label, without its number of clients
@@ -44,9 +42,10 @@ def jain(values) -> float:
     return float(x.sum() ** 2 / (len(x) * (x**2).sum()))
 
 
-def contention_table(trials: pd.DataFrame, cells: pd.DataFrame, power: Power | None = None) -> pd.DataFrame:
+def contention_table(trials: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """One row per (op, size, rate, method, clients at once): the cell's decision and stage means
-    (from `cells`, `analysis.cells.cell_table`), the clients' fairness, and energy per task."""
+    (from `cells`, `analysis.cells.cell_table`), the clients' fairness, and energy per client and task
+    (the cell's mean remote energy, when `analysis.energy.energy_cells` gave `cells` one)."""
     remote = cells[cells["method"].map(label_clients).notna()].copy()
     remote["clients"] = remote["method"].map(label_clients).astype(int)
     remote["method"] = remote["method"].map(label_without_clients)
@@ -60,13 +59,12 @@ def contention_table(trials: pd.DataFrame, cells: pd.DataFrame, power: Power | N
     queue = ok.groupby(["op", "size", "rate_mbps", "base", "clients"])["t_server_queue"].mean()
     remote["t_server_queue_mean"] = queue.reindex(index).to_numpy()
     remote["t_server_mean"] = server
-    if power is not None:
-        energy = ok.assign(energy_j=trial_energy(ok, power))
-        means = energy.groupby(["op", "size", "rate_mbps", "base", "clients"])["energy_j"].mean()
-        remote["energy_j_per_client_task"] = means.reindex(index).to_numpy()
+    energy = "energy_remote_j" in remote
+    if energy:
+        remote["energy_j_per_client_task"] = remote["energy_remote_j"]
     columns = [*KEYS, "clients", "n", "mean", "ci95", "local_mean", "offload", "significant", "penalty"]
     columns += ["t_comm_mean", "t_server_queue_mean", "t_server_mean", "jain"]
-    columns += ["energy_j_per_client_task"] if power is not None else []
+    columns += ["energy_j_per_client_task"] if energy else []
     return remote[columns].sort_values([*KEYS, "clients"]).reset_index(drop=True)
 
 

@@ -163,9 +163,8 @@ class OffloadClient:
             else:
                 data = written(sent, self.io_bytes) if self.io_bytes else sent
                 resp = self.session.post(url, data=data, headers=headers, timeout=self.timeout, stream=True)
-                content = resp.raw.read(
-                    decode_content=True
-                )  # one read: iter_content's 10 KiB pieces cost CPU
+                # one read: iter_content's 10 KiB pieces cost CPU
+                content = resp.raw.read(decode_content=True)
                 status, reply_headers = resp.status_code, resp.headers
         except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
             raise self._transport_error(exc) from exc

@@ -453,15 +453,19 @@ class Experiment:
     def adaptive(self) -> bool:
         return self.min_reps is not None
 
+    def transfer_settings(self) -> list[tuple[int | None, int | None]]:
+        """The transfer settings it varies, (parallelism, io_kb) each: every combination, or (None,
+        None) once when it varies none."""
+        return [(p, io) for p in self.parallelism or (None,) for io in self.io_kb or (None,)]
+
     def offload_labels(self) -> list[str]:
         """Its ways to offload as the analysis names them (`contracts.trials.offload_label`): each
-        method and server, with each number of clients at once and each transfer setting it varies."""
+        method and server, with each transfer setting and each number of clients at once it varies."""
         return [
             offload_label(method, server, k, p, io)
             for method, server in offloads(self.methods, self.servers)
             if method != LOCAL
-            for p in self.parallelism or (None,)
-            for io in self.io_kb or (None,)
+            for p, io in self.transfer_settings()
             for k in self.contention or (None,)
         ]
 

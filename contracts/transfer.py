@@ -3,7 +3,8 @@
 - parallelism P: one request's body split into P parts, each sent over a connection of its own, and
   the response split alike; both ends put the parts back in order (`X-Part: i/P` on each, the parts
   of one transfer named by `X-Transfer`);
-- the I/O size: the client writes its body in pieces of this many bytes (sent chunked).
+- the I/O size: the client writes its body in pieces of this many bytes (one `sendall` each, with
+  Content-Length as one write: the bytes on the wire are the same).
 
 A part is a contiguous slice: part i of n bytes in P parts is [i*n//P, (i+1)*n//P), so the parts
 differ by at most one byte and their concatenation in order is the body, byte for byte.

@@ -35,11 +35,11 @@ def offloads(methods, servers=(PYTHON,)) -> list[tuple[str, str]]:
     return [(m, s) for m in methods for s in (servers if m == GRPC else (PYTHON,))]
 
 
-CLIENTS_MARK = "-x"  # an offload label's number of clients offloading at once: `raw-x4`
-# the transfer settings in a label: `raw-p4` (over 4 connections), `raw-io64` (writes of 64 KiB)
+# what an offload label appends for the clients offloading at once (`raw-x4`) and the transfer
+# settings (`raw-p4`: over 4 connections; `raw-io64`: in writes of 64 KiB)
 SETTING_MARKS = {"clients": "-x", "parallelism": "-p", "io_kb": "-io"}
-_SETTINGS = re.compile(r"(-x|-p|-io)(\d+)")
-_CLIENTS = re.compile(r"-x(\d+)")
+_SETTINGS = re.compile(f"({'|'.join(SETTING_MARKS.values())})(\\d+)")
+_CLIENTS = re.compile(f"{SETTING_MARKS['clients']}(\\d+)")
 
 
 def offload_label(

@@ -29,11 +29,6 @@ MAX_CLIENTS = 16  # client hosts one embedded testbed brings up (each a namespac
 DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventory.yaml"
 
 
-def role_kind(role: str) -> str:
-    """What a host of `role` is (ROLES): `client2` ... are clients like `client`."""
-    return "client" if re.fullmatch(r"client\d*", role) else role
-
-
 @dataclass(frozen=True)
 class SshSpec:
     """How the control machine reaches a host of a real lab."""

@@ -29,7 +29,7 @@ from contracts.trace import ReplayPlan
 from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
 from testbed import topology
 from testbed.hosts import Host, NetnsHost
-from testbed.inventory import MAX_CLIENTS, Inventory, role_kind
+from testbed.inventory import MAX_CLIENTS, Inventory
 from testbed.topology import Names
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
@@ -190,7 +190,7 @@ class Lab(ABC):
         """The problems the host of `role` reports about itself (see `probe_problems`)."""
         needs_cgroup = role in self.client_roles and bool(self.inv.client_cpu.cpu_quota)
         programs = [
-            *PROGRAMS[role_kind(role)],
+            *PROGRAMS[role],
             *(STACK_PROGRAMS[self.server_stack] if role == "server" else ()),
         ]
         probe = self.host(role).agent(

@@ -71,18 +71,12 @@ def plan_trials(exp: Experiment) -> list[Trial]:
         for size in exp.sizes:
             for rate in exp.rates_mbps:
                 for method, server in offloads(exp.methods, exp.servers):
-                    for setting in settings(exp):
+                    for setting in exp.transfer_settings():
                         for k in exp.contention or (None,):  # several clients: k of them at once
                             for rep in range(exp.reps):
                                 for client in range(1, k + 1) if k else (None,):
                                     add(op, size, rate, method, rep, server, k, client, *setting)
     return trials
-
-
-def settings(exp: Experiment) -> list[tuple[int | None, int | None]]:
-    """The transfer settings a sweep varies, (parallelism, io_kb) each: every combination, or (None,
-    None) once when it varies none."""
-    return [(p, io) for p in exp.parallelism or (None,) for io in exp.io_kb or (None,)]
 
 
 def phases(

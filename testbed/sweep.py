@@ -315,7 +315,7 @@ class Sweep:
             with tb.quiet.shared():
                 tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, phase)
             tb.warmed.add(rate)
-        if exp.clients > 1:
+        if exp.clients > 1 and rate is not None:  # the local baseline: the first client alone, below
             self.run_together(tb, rate, phase)
             return
         counters = counters_before(self.manifest, lab, rate) if rate is not None else None
@@ -339,33 +339,22 @@ class Sweep:
                         )
                 if self.source.stopped:
                     return  # the trial was cut short by the stop (its worker killed): it runs on resume
-                if self.device is not None or self.server_device is not None:
-                    record["emulation_flagged"] = (t.op, t.size, t.method) in tb.marks
-                self.record(tb, t, record)
+                self.record(tb, t, self.flagged(tb, t, record))
         if counters is not None:
             counters_after(self.manifest, counters, lab, [t.trial for t in phase])
         self.close_cells()
         with self.lock:
             self.writer.sync()
 
-    def run_together(self, tb: Testbed, rate: float | None, phase: list[Trial]) -> None:
+    def run_together(self, tb: Testbed, rate: float, phase: list[Trial]) -> None:
         """Several clients: each cell's trials with the clients that offload it at once, cell after
-        cell (`run_cell_together`); the local baseline on the first client alone. A cell whose
-        shaping or switch broke has the testbed healed and its trials that did not run run then."""
+        cell (`run_cell_together`). A cell whose shaping or switch broke has the testbed healed and
+        its trials that did not run run then."""
         lab, exp = tb.lab, self.exp
         cells: dict[tuple, list[Trial]] = {}
         for t in phase:
             cells.setdefault(t.cell, []).append(t)
         for trials in cells.values():
-            if rate is None or trials[0].clients is None:
-                for t in trials:
-                    if self.source.stopped:
-                        return
-                    self.show(cell_label(t))
-                    with tb.quiet.shared():
-                        record, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
-                    self.record(tb, t, self.flagged(tb, t, record))
-                continue
             for _attempt in (1, 2):
                 if self.source.stopped or tb.problems.get(rate):
                     return
