@@ -41,7 +41,11 @@ class Progress:
         if trial is not None:
             self.done += 1
             self.ran += 1
-            self.cells_left[trial.cell] -= 1
+            if self.cells_left[trial.cell] > 0:
+                self.cells_left[trial.cell] -= 1
+            else:  # a cell the stopping rule had closed reopened (its baseline grew): one more trial
+                self.total_trials += 1
+                self.saved = max(0, self.saved - 1)
             if self.seconds is not None:
                 self.modelled += self.seconds[trial.cell]
             if self.min_left is not None and self.min_left.get(trial.cell, 0) > 0:

@@ -213,3 +213,21 @@ def test_the_progress_line_goes_quiet_when_its_terminal_goes_away(monkeypatch, c
     progress.note("another")
     assert writes == ["a warning\n"] and progress.detached
     assert "terminal went away" in caplog.text
+
+
+def test_a_trial_in_a_closed_cell_never_makes_the_eta_negative(monkeypatch):
+    # measured: a paper-grid resume showed "ETA -1m42s..56m44s" once closed cells ran again
+    clock = [0.0]
+    monkeypatch.setattr("testbed.progress.time.monotonic", lambda: clock[0])
+    progress = Progress(4, 1, {("c",): 4}, seconds={("c",): 1.0}, min_left={("c",): 2})
+
+    class T:
+        cell = ("c",)
+
+    progress.close_cells([])  # the rule closed the cell, then it reopened: three more trials ran
+    for _ in range(3):
+        clock[0] += 1.0
+        progress.show("x", T())
+    low, high = progress.eta()
+    assert low == 0 and high == 0
+    assert (progress.done, progress.total_trials, progress.saved) == (3, 3, 1)
