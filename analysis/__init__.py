@@ -15,13 +15,19 @@ __all__ = ["analyze"]
 
 
 def analyze(
-    run_dir: Path, *, plots: bool = True, out: TextIO | None = None, power: Path | None = None
+    run_dir: Path,
+    *,
+    plots: bool = True,
+    out: TextIO | None = None,
+    power: Path | None = None,
+    embed: bool = True,
 ) -> Path:
     """Analyse the run in `run_dir`; returns the analysis directory and prints the summary to `out`
     (default: standard output).
 
     Energy (`analysis.energy`) uses the power figures in `power` (a file with a `power:` section), or
-    else those of the run's device profile; a run with neither has no energy view.
+    else those of the run's device profile; a run with neither has no energy view. `embed`: the
+    report carries its figures (else it links the PNGs beside it: `analysis.report.write_report`).
 
     Raises UserError for anything the user can fix in the run's files. Figures of an earlier analysis
     are removed even with `plots=False`, so no figure disagrees with the tables next to it.
@@ -108,6 +114,7 @@ def analyze(
         tables=tables,
         plots=figures,
         power=figures_of,
+        embed=embed,
     )
     print(summary, file=out or sys.stdout)
     return out_dir

@@ -55,7 +55,10 @@ def write_report(
     tables: dict[str, pd.DataFrame],
     plots: list[Plot],
     power: Power | None = None,
+    embed: bool = True,
 ) -> Path:
+    """The run's report. `embed`: figures inside the page as data (one file to mail or archive), else
+    linked to the PNGs beside it (a shipped reproduction: its figures would be in the repository twice)."""
     cells = tables["cells"]
     parts = [
         f"<h1>Offloading analysis: {_e(run_id)}</h1>",
@@ -71,7 +74,7 @@ def write_report(
         "cell is missing (no successful trial or no local baseline); the count in brackets counts the 1s only "
         "and says how many rates are undecided or missing. Penalty = mean remote - mean local completion time "
         "(s), given for undecided cells too; a cumulative penalty is only given when every rate is known.</p>",
-        *_paper_html(tables.get("paper_checks"), plots),
+        *_paper_html(tables.get("paper_checks"), plots, embed),
         '<h2 id="manifest">Run</h2>',
         _manifest_html(manifest),
         '<h2 id="validation">Link validation</h2>',
@@ -83,8 +86,8 @@ def write_report(
         '<h2 id="energy">Energy (a model)</h2>',
         _energy_html(tables, power),
         '<h2 id="plots">Plots</h2>',
-        _plots_html(plots, manifest),
-        *_prediction_html(path.parent),
+        _plots_html(plots, manifest, embed),
+        *_prediction_html(path.parent, embed),
         '<h2 id="tables">Tables</h2>',
         "<h3>Decision vectors</h3>",
         _table(tables["decision_vectors"]),
@@ -163,7 +166,7 @@ def _failures_html(cells: pd.DataFrame) -> str:
     )
 
 
-def _plots_html(plots: list[Plot], manifest: Manifest | None = None) -> str:
+def _plots_html(plots: list[Plot], manifest: Manifest | None = None, embed: bool = True) -> str:
     if not plots:
         return "<p>Plots were not made (analysis run without plots).</p>"
     out = []
@@ -174,17 +177,23 @@ def _plots_html(plots: list[Plot], manifest: Manifest | None = None) -> str:
         out.append(f"<h3>{_e(title)}</h3>")
         if kind == "stages":
             out.append(f'<p class="note">{_e(server_stage_note(manifest))}</p>')
-        out += [_figure_html(p, anchor=True) for p in chosen]
+        out += [_figure_html(p, anchor=True, embed=embed) for p in chosen]
     return "\n".join(out)
 
 
-def _figure_html(plot: Plot, anchor: bool = False) -> str:
-    """A figure embedded as PNG, with its title and a link to its SVG; `anchor` gives it the id other
-    sections link to (`fig-STEM`)."""
-    data = base64.b64encode(plot.png.read_bytes()).decode("ascii")
+def _image_src(png: Path, embed: bool) -> str:
+    """An <img> source: the PNG's bytes as data, or its name beside the report."""
+    if not embed:
+        return _e(png.name)
+    return "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii")
+
+
+def _figure_html(plot: Plot, anchor: bool = False, embed: bool = True) -> str:
+    """A figure as PNG, with its title and a link to its SVG; `anchor` gives it the id other sections
+    link to (`fig-STEM`)."""
     ident = f' id="fig-{_e(plot.png.stem)}"' if anchor else ""
     return (
-        f'<figure{ident}><img src="data:image/png;base64,{data}" alt="{_e(plot.title)}">'
+        f'<figure{ident}><img src="{_image_src(plot.png, embed)}" alt="{_e(plot.title)}">'
         f'<figcaption>{_e(plot.title)} (<a href="{_e(plot.svg.name)}">SVG</a>)</figcaption></figure>'
     )
 
@@ -370,7 +379,7 @@ def _flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _prediction_html(out_dir: Path) -> list[str]:
+def _prediction_html(out_dir: Path, embed: bool = True) -> list[str]:
     """The prediction section, only when `analysis.predict` has written its outputs next to the report."""
     validation = out_dir / "prediction_validation.csv"
     if not validation.is_file():
@@ -383,8 +392,7 @@ def _prediction_html(out_dir: Path) -> list[str]:
         _table(pd.read_csv(validation)),
     ]
     for png in sorted(out_dir.glob("prediction-border-*.png")):
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
-        parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{_e(png.stem)}"></figure>')
+        parts.append(f'<figure><img src="{_image_src(png, embed)}" alt="{_e(png.stem)}"></figure>')
     return parts
 
 
@@ -401,7 +409,7 @@ def _trial_fidelity_html(table: pd.DataFrame | None) -> list[str]:
     return _section('<h3 id="trial-fidelity">The devices in the trials</h3>', note, table, table["flagged"])
 
 
-def _paper_html(checks: pd.DataFrame | None, plots: list[Plot]) -> list[str]:
+def _paper_html(checks: pd.DataFrame | None, plots: list[Plot], embed: bool = True) -> list[str]:
     """ "Against the paper": each of its statements, the measured figure, and whether it holds; then the
     run's figures in the paper's form (Fig. 5 shown here, each size's Fig. 4 linked in Plots)."""
     if checks is None:
@@ -418,7 +426,7 @@ def _paper_html(checks: pd.DataFrame | None, plots: list[Plot]) -> list[str]:
     parts = _section('<h2 id="paper">Against the paper</h2>', note, checks, checks["holds"] == FAILS)
     if figures := [p for p in plots if p.kind == "decisions"]:
         parts.append("<h3>Offloading counts and cumulative penalties, as the paper's Fig. 5</h3>")
-        parts += [_figure_html(p) for p in figures]
+        parts += [_figure_html(p, embed=embed) for p in figures]
     if stages := [p for p in plots if p.kind == "stages"]:
         links = " ".join(
             f'<a href="#fig-{_e(p.png.stem)}">{_e(p.png.stem.removeprefix("stages-"))}</a>' for p in stages

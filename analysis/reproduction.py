@@ -3,7 +3,9 @@
 `ship(RUN_DIR, DEST)` writes what a reader needs to see and re-derive the run's findings, and nothing
 that only the machine that ran it had: `manifest.json` as the sweep left it, `trials.csv.gz` (the
 trials, byte for byte, compressed: a paper grid's file is tens of MB as text), and `analysis/` (every
-table, the figures and the report, as `testbed analyze` writes them). The sweep's logs stay behind.
+table, the figures and the report, as `testbed analyze` writes them, but for the report linking its
+figures rather than carrying them: the paper grid's report was 8.3 MB of base64 copies of the PNGs
+beside it). The sweep's logs stay behind.
 The whole is kept under `MAX_BYTES` so the repository stays clonable.
 
 `regenerate(DEST, WORK)` unpacks the trials next to the manifest in `WORK`, analyses them again with
@@ -58,7 +60,7 @@ def ship(run_dir: Path, dest: Path) -> Path:
     try:
         if (dest / ANALYSIS).exists():
             shutil.rmtree(dest / ANALYSIS)
-        analyze(dest, out=io.StringIO())
+        analyze(dest, out=io.StringIO(), embed=False)  # the PNGs are beside it: not twice
     finally:
         unpacked.unlink()
     if (total := size_of(dest)) > MAX_BYTES:

@@ -4,6 +4,7 @@ trials. Every reproduction in the repository is regenerated here too."""
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 
 import pytest
@@ -28,7 +29,9 @@ def test_a_shipped_run_is_its_manifest_its_trials_compressed_and_its_analysis(sh
     assert gzip.decompress((shipped / "trials.csv.gz").read_bytes()) == (TINY / "trials.csv").read_bytes()
     assert not (shipped / "trials.csv").exists(), "only the compressed trials are shipped"
     assert (shipped / "analysis" / "decision_vectors.csv").is_file()
-    assert (shipped / "analysis" / "report.html").is_file()
+    page = (shipped / "analysis" / "report.html").read_text()
+    images = re.findall(r'<img [^>]*src="([^"]+)"', page)  # linked, not copied into the page
+    assert images and all((shipped / "analysis" / src).is_file() for src in images)
 
 
 def test_the_shipped_tables_regenerate_from_the_shipped_trials_and_an_edit_is_named(shipped, tmp_path):
