@@ -2,11 +2,11 @@
 
 The oracle decides per task with hindsight: the better of local and remote for that task, from the
 always-local and always-remote runs over the same trace and stream (per method: each method has its
-own oracle). Per policy and method: the total of its tasks' completion times (`t_total`, the
-device's time for the task), the oracle's total over the same tasks, the regret (the difference) and
+own oracle). Per policy and method: the total of its tasks' device times (`spent`: each task's
+`t_total` plus the probe the policy ran before it, if any: measuring the link is part of what the
+policy costs the device), the oracle's total over the same tasks, the regret (the difference) and
 the loss (regret over the oracle's total), its wrong decisions (against the oracle's), its probes
-(an online policy offloading to refresh a stale estimate), and the total time from arrival to end
-(waiting for the device included). The figure shows, per method, the trace's rates, each policy's
+and their seconds, and the total time from arrival to end (waiting for the device included). The figure shows, per method, the trace's rates, each policy's
 decision per task at its start, and each policy's cumulative regret over the trace's time.
 """
 
@@ -38,6 +38,11 @@ def tasks_frame(run_dir: Path) -> pd.DataFrame:
     if not records:
         raise UserError(f"{run_dir / TASKS_FILE} holds no task", "run the stream (testbed stream) first")
     return pd.DataFrame([r.__dict__ for r in records])
+
+
+def spent(tasks: pd.DataFrame) -> pd.Series:
+    """Each task's device seconds under its policy: its trial's, and its probe's (format 1: none)."""
+    return tasks["t_total"] + pd.to_numeric(tasks["probe_s"]).fillna(0.0)
 
 
 def oracle(tasks: pd.DataFrame) -> pd.DataFrame:
@@ -76,7 +81,7 @@ def policy_metrics(tasks: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
             if joined.empty:
                 continue
             ok = joined[joined["ok"]]
-            total, oracle_total = ok["t_total"].sum(), ok["best_s"].sum()
+            total, oracle_total = spent(ok).sum(), ok["best_s"].sum()
             rows.append(
                 {
                     "method": method,
@@ -90,6 +95,7 @@ def policy_metrics(tasks: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
                     "loss_pct": 100 * (total - oracle_total) / oracle_total if oracle_total else np.nan,
                     "wrong": int((joined["decision"] != joined["best"]).sum()),
                     "probes": int(joined["probe"].sum()),
+                    "probe_s": pd.to_numeric(ok["probe_s"]).fillna(0.0).sum(),
                     "completion_s": (ok["end_s"] - ok["arrival_s"]).sum(),
                 }
             )
@@ -122,7 +128,7 @@ def over_time_figure(tasks: pd.DataFrame, best: pd.DataFrame, plan: ReplayPlan |
         g = tasks[tasks["policy"] == policy].sort_values("start_s")
         _decision_row(dec_ax, y, g["start_s"], g["decision"] == "remote")
         g = g[g["ok"] & g["task"].isin(m.index)]
-        regret = (g["t_total"].to_numpy() - m.loc[g["task"], "best_s"].to_numpy()).cumsum()
+        regret = (spent(g).to_numpy() - m.loc[g["task"], "best_s"].to_numpy()).cumsum()
         reg_ax.step(g["end_s"], regret, where="post", label=policy)
     oracle_y = len(policies)
     o = m.join(tasks[tasks["policy"] == "local"].set_index("task")["start_s"])
@@ -181,8 +187,9 @@ def write_report(out: Path, metrics: pd.DataFrame, figures: list[str], plan: Rep
         f"<p>Trace: {trace}. Each policy ran the same task stream on the trace replayed from its start.</p>",
         "<h2>Policies against the hindsight oracle</h2>",
         '<p class="note">Oracle: per task, the better of its always-local and always-remote times (per '
-        "method). total_s: the policy's device completion times; regret_s = total_s - oracle_s; wrong: "
-        "decisions unlike the oracle's; completion_s: from arrival to end, waiting included.</p>",
+        "method). total_s: the policy's device times, its probes' (probe_s) included; regret_s = total_s - "
+        "oracle_s; wrong: decisions unlike the oracle's; completion_s: from arrival to end, waiting "
+        "included.</p>",
         _table(metrics),
         "<h2>Over time</h2>",
         *(f'<figure><img src="{_e(f)}" alt="{_e(f)}"></figure>' for f in figures),

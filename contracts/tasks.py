@@ -7,8 +7,12 @@ at `arrival_s`, starts when the device is free (`start_s`, at or after its arriv
 `end_s` = `start_s` + `t_total`, the device's completion time of the trial it ran (its stages as the
 sweep's trials have them). `trace_up_mbps` and `trace_down_mbps` are the trace's rates at its start;
 an online policy's bandwidth estimate and its predictions at the decision are kept beside them.
+An online policy whose estimate is stale measures the link before it decides (`probe`): a small
+offload of its own, whose device time `probe_s` comes first, so such a task ends at `start_s` +
+`probe_s` + `t_total`.
 
-Versions: 1 (this one), marked on the file's first line as trials.csv is.
+Versions, marked on the file's first line as trials.csv's are: 1, the first; 2 adds `probe_s` (a
+probe was a task offloaded blind before: version 1's rows read with `probe_s` empty).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from contracts.trials import LOCAL
 TASKS_FILE = "tasks.csv"
 STREAM_FILE = "stream.json"  # the stream run's spec, trace plan, tasks and replays (testbed.stream)
 TASKS_MARK = "# offload-testbed tasks format "
-TASKS_VERSION = 1
+TASKS_VERSION = 2
 DECISIONS = ("local", "remote")
 _FIX = "tasks.csv needs the columns written by `testbed stream` (see contracts/tasks.py)"
 
@@ -61,7 +65,8 @@ class TaskRecord:
     estimate_mbps: float | None = None  # an online policy's bandwidth estimate when it decided
     predicted_local_s: float | None = None  # and its predictions of the two completion times
     predicted_remote_s: float | None = None
-    probe: bool = False  # an online policy offloaded to refresh a stale estimate, not by prediction
+    probe: bool = False  # an online policy measured the link before deciding (its estimate was stale)
+    probe_s: float | None = None  # the device's seconds on that probe, before the task's trial
     lag_s: float | None = None  # scaled mode: the device's encode minus the host's (the transfer came early)
 
     def __post_init__(self) -> None:
@@ -76,6 +81,7 @@ class TaskRecord:
 
 
 TASK_COLUMNS = tuple(f.name for f in fields(TaskRecord))
+COLUMNS_OF = {1: tuple(c for c in TASK_COLUMNS if c != "probe_s"), 2: TASK_COLUMNS}
 _KINDS = {f.name: f.type for f in fields(TaskRecord)}  # "str", "int", "float | None"... (postponed)
 
 
@@ -103,15 +109,16 @@ def read_tasks(path: Path) -> list[TaskRecord]:
     if not mark.startswith(TASKS_MARK):
         raise UserError(f"{path} line 1: not a tasks file (no {TASKS_MARK.strip()!r} line)", _FIX)
     version = mark[len(TASKS_MARK) :]
-    if version != str(TASKS_VERSION):
+    columns = COLUMNS_OF.get(int(version) if version.isdigit() else -1)
+    if columns is None:
         raise UserError(
-            f"{path} is tasks format {version}; this tool reads format {TASKS_VERSION}",
+            f"{path} is tasks format {version}; this tool reads formats {', '.join(map(str, COLUMNS_OF))}",
             "use the version of the tool that wrote it",
         )
     reader = csv.reader(io.StringIO(text))
     header = [h.strip() for h in next(reader, [])]
-    if header != list(TASK_COLUMNS):
-        raise UserError(f"{path} line 2: its columns are not format {TASKS_VERSION}'s", _FIX)
+    if header != list(columns):
+        raise UserError(f"{path} line 2: its columns are not format {version}'s", _FIX)
     records = []
     for cells in reader:
         if not any(c.strip() for c in cells):

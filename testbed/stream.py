@@ -36,11 +36,12 @@ from contracts.trials import LOCAL, STAGES
 from testbed.experiment import known_methods, known_ops, parse_sizes
 from testbed.lab import Lab
 from testbed.plan import Trial
-from testbed.policies import KINDS, Policy
+from testbed.policies import KINDS, Decision, Policy
 from testbed.replay import LEAD_S, replay
 from testbed.trace import DEFAULT_GRANULARITY_MS, load_trace
 
 log = logging.getLogger(__name__)
+PROBE_TRIAL = -2  # the worker's trial id of an online policy's probe (-1: a warm-up)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class StreamSpec:
     granularity_ms: int = DEFAULT_GRANULARITY_MS
     window: int = 3
     stale_s: float = 10.0
+    probe_size: int = 128  # the online policy's probe: the task's op at this size, offloaded
     model: Path | None = None  # the sweep whose predictor the online policy uses
 
     def as_dict(self) -> dict:
@@ -87,7 +89,7 @@ def load_stream(path: Path) -> StreamSpec:
     tasks = doc.section("tasks")
     tasks.reject_unknown({"count", "mean_gap_s", "ops", "sizes", "seed"})
     estimator = doc.section("estimator", default_empty=True)
-    estimator.reject_unknown({"window", "stale_s"})
+    estimator.reject_unknown({"window", "stale_s", "probe_size"})
     here = Path(path).parent
 
     def names(section, key: str, known: tuple[str, ...]) -> tuple[str, ...]:
@@ -119,8 +121,15 @@ def load_stream(path: Path) -> StreamSpec:
         policies=names(doc, "policies", KINDS) if doc.has("policies") else KINDS,
         window=estimator.get("window", int, 3),
         stale_s=float(estimator.get("stale_s", float, 10.0)),
+        probe_size=estimator.get("probe_size", int, 128),
         model=path_of("model"),
     )
+    if not 2 <= spec.probe_size <= min(spec.sizes):
+        raise estimator.error(
+            "probe_size",
+            f"{spec.probe_size} is not between 2 and the smallest task size, {min(spec.sizes)}",
+            "give a probe smaller than the tasks it measures the link for",
+        )
     if not 1 <= spec.count <= 10_000 or spec.mean_gap_s <= 0:
         raise tasks.error(
             "count",
@@ -146,17 +155,28 @@ def task_stream(spec: StreamSpec) -> list[Task]:
 
 def stream_experiment(base: Experiment, spec: StreamSpec) -> Experiment:
     """The model run's experiment narrowed to the stream's ops, sizes and methods (what is calibrated
-    and warmed up); its devices, mode, stack, dtype and connection are the stream's."""
-    return replace(base, name=spec.name, ops=spec.ops, sizes=spec.sizes, methods=spec.methods, replicas=1)
+    and warmed up), with the online policy's probe size; its devices, mode, stack, dtype and
+    connection are the stream's."""
+    sizes = spec.sizes
+    if "online" in spec.policies:
+        sizes = tuple(sorted({*sizes, spec.probe_size}))
+    return replace(base, name=spec.name, ops=spec.ops, sizes=sizes, methods=spec.methods, replicas=1)
 
 
 class StreamRun:
     """One policy's pass over the stream on a replayed trace; rows go to the writer as tasks end."""
 
     def __init__(
-        self, lab: Lab, exp: Experiment, plan: ReplayPlan, writer: TaskWriter, run_dir: Path
+        self,
+        lab: Lab,
+        exp: Experiment,
+        plan: ReplayPlan,
+        writer: TaskWriter,
+        run_dir: Path,
+        probe_size: int = 128,
     ) -> None:
         self.lab, self.exp, self.plan, self.writer, self.run_dir = lab, exp, plan, writer, run_dir
+        self.probe_size = probe_size
 
     def run(self, policy: Policy, tasks: list[Task], worker, clock=time.time, sleep=time.sleep):
         """Replay the trace from a start instant in a thread and run the tasks on its clock; returns
@@ -183,14 +203,25 @@ class StreamRun:
                 if "error" in played:
                     break
                 start_s = max(due, clock() - start)
-                decision = policy.decide(task.op, task.size, start_s)
+                probe_s = None
+                if policy.needs_probe(start_s):  # the link measured first; the device waits for it
+                    probe = Trial(
+                        PROBE_TRIAL, task.op, self.probe_size, self.exp.dtype, None, policy.method, 0
+                    )
+                    seen, worker = run_trial(self.lab, self.exp, worker, self.run_dir, probe)
+                    probe_s = seen["t_total"] if seen.get("ok") else clock() - start - start_s
+                    policy.observe(seen, Decision(policy.method), start_s + probe_s)
+                    sleep(max(0.0, start + start_s + probe_s - clock()))
+                decision = policy.decide(task.op, task.size, start_s + (probe_s or 0.0))
                 trial = Trial(task.task, task.op, task.size, self.exp.dtype, None, decision.method, 0)
                 record, worker = run_trial(self.lab, self.exp, worker, self.run_dir, trial)
                 ok = bool(record.get("ok"))
-                end_s = start_s + record["t_total"] if ok else clock() - start
+                began = start_s + (probe_s or 0.0)
+                end_s = began + record["t_total"] if ok else clock() - start
                 free_s = end_s
                 policy.observe(record, decision, end_s)
-                self.writer.write(task_row(policy.name, task, start_s, end_s, decision, record, self.plan))
+                row = task_row(policy.name, task, start_s, end_s, decision, record, self.plan, probe_s)
+                self.writer.write(row)
         finally:
             stop.set()
             thread.join()
@@ -200,9 +231,17 @@ class StreamRun:
 
 
 def task_row(
-    policy: str, task: Task, start_s: float, end_s: float, decision, record: dict, plan: ReplayPlan
+    policy: str,
+    task: Task,
+    start_s: float,
+    end_s: float,
+    decision: Decision,
+    record: dict,
+    plan: ReplayPlan,
+    probe_s: float | None = None,
 ) -> TaskRecord:
-    """A finished task's row: the worker's answer, the decision and the trace at the task's start."""
+    """A finished task's row: the worker's answer, the decision, the probe before it (if any) and the
+    trace at the task's start."""
     step = plan.step_at(start_s)
     lag = None
     if record.get("wall_client_encode") is not None and record.get("t_client_encode") is not None:
@@ -228,7 +267,8 @@ def task_row(
         estimate_mbps=decision.estimate_mbps,
         predicted_local_s=decision.predicted_local_s,
         predicted_remote_s=decision.predicted_remote_s,
-        probe=decision.probe,
+        probe=probe_s is not None,
+        probe_s=probe_s,
         lag_s=lag,
     )
 
@@ -306,7 +346,7 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
         ]
         worker = warm_up(lab, exp, worker, run_dir, warmups)
         replays = {}
-        stream = StreamRun(lab, exp, plan, writer, run_dir)
+        stream = StreamRun(lab, exp, plan, writer, run_dir, spec.probe_size)
         for policy in policies:
             progress.show(f"{policy.name}: {len(tasks)} tasks on {plan.source}")
             log.info("stream %s: policy %s", run_id, policy.name)

@@ -22,7 +22,7 @@ def test_a_stream_runs_every_policy_on_the_replayed_trace(inventory, lease, tmp_
     stream = tmp_path / "s.yaml"
     stream.write_text(
         "name: s\ntrace: t.csv\ntasks: {count: 5, mean_gap_s: 0.4, ops: [mul], sizes: [100, 200]}\n"
-        "methods: [raw]\npolicies: [local, remote, online]\nestimator: {window: 2, stale_s: 1}\n"
+        "methods: [raw]\npolicies: [local, remote, online]\nestimator: {window: 2, stale_s: 1, probe_size: 50}\n"
     )
     results = tmp_path / "results"
     proc = run_cli(inventory, "stream", str(stream), "--model", str(model), "--results", str(results))

@@ -16,8 +16,8 @@ from analysis.synthetic import write_synthetic_run
 from contracts.errors import UserError
 from contracts.tasks import TASKS_FILE, TaskRecord, TaskWriter, read_tasks
 from contracts.trials import LOCAL
-from testbed.policies import AlwaysRemote, Online, Policy, make_policies
-from testbed.stream import StreamSpec, load_stream, run_stream, task_stream
+from testbed.policies import MIN_WIRE_S, AlwaysRemote, Decision, Online, Policy, make_policies
+from testbed.stream import PROBE_TRIAL, StreamSpec, load_stream, run_stream, task_stream
 from testbed.trace import load_trace
 
 SPEC = StreamSpec(
@@ -38,7 +38,7 @@ def test_tasks_round_trip_row_by_row_and_a_bad_value_names_its_line(tmp_path):
     writer = TaskWriter(path)
     rows = [
         row("local", 0, 3.0),
-        row("remote-raw", 0, 1.5, "remote", bytes_up=10, probe=True, estimate_mbps=2.5),
+        row("online-raw", 0, 1.5, "remote", bytes_up=10, probe=True, probe_s=0.25, estimate_mbps=2.5),
     ]
     for r in rows:
         writer.write(r)
@@ -51,6 +51,22 @@ def test_tasks_round_trip_row_by_row_and_a_bad_value_names_its_line(tmp_path):
         read_tasks(path)
     path.write_text("t_total\n1\n")
     with pytest.raises(UserError, match="line 1: not a tasks file"):
+        read_tasks(path)
+
+
+def test_a_format_1_tasks_file_reads_with_no_probe_seconds(tmp_path):
+    path = tmp_path / TASKS_FILE
+    writer = TaskWriter(path)
+    writer.write(row("online-raw", 0, 1.5, "remote", probe=True))
+    writer.close()
+    lines = path.read_text().splitlines()
+    at = lines[1].split(",").index("probe_s")
+    drop = [",".join(c for i, c in enumerate(line.split(",")) if i != at) for line in lines[1:]]
+    path.write_text("\n".join([lines[0].replace(" 2", " 1"), *drop]) + "\n")
+    (old,) = read_tasks(path)
+    assert old.probe and old.probe_s is None
+    path.write_text(path.read_text().replace("format 1", "format 9"))
+    with pytest.raises(UserError, match="tasks format 9; this tool reads formats 1, 2"):
         read_tasks(path)
 
 
@@ -79,6 +95,9 @@ def test_a_stream_file_is_read_with_its_paths_relative_to_it(tmp_path):
     )
     spec = load_stream(path)
     assert spec.trace == tmp_path / "t.csv" and spec.policies == ("local", "remote") and spec.window == 2
+    path.write_text(path.read_text().replace("{window: 2}", "{window: 2, probe_size: 500}"))
+    with pytest.raises(UserError, match="probe_size.*not between 2 and the smallest task size, 400"):
+        load_stream(path)
     path.write_text(path.read_text().replace("[local, remote]", "[local, psychic]"))
     with pytest.raises(UserError, match="unknown 'psychic'"):
         load_stream(path)
@@ -95,18 +114,32 @@ def model(tmp_path_factory):
 
 def test_the_online_policy_probes_then_decides_from_its_estimate(model):
     online = Online("raw", model[0], window=2, stale_s=5.0)
-    first = online.decide("mul", 800, 0.0)
-    assert first.remote and first.probe and first.estimate_mbps is None
+    assert online.needs_probe(0.0)  # nothing known: measure the link first
+    blind = online.decide("mul", 800, 0.0)  # and if the probe failed, nothing is risked
+    assert not blind.remote and blind.estimate_mbps is None
     fast = {"ok": True, "t_comm": 0.5, "bytes_up": 10_000_000, "bytes_down": 5_000_000}
-    online.observe(fast, first, 1.0)
+    online.observe(fast, Decision("raw"), 1.0)
+    assert not online.needs_probe(2.0)
     quick = online.decide("mul", 800, 2.0)
-    assert quick.remote and not quick.probe and quick.predicted_remote_s < quick.predicted_local_s
+    assert quick.remote and quick.predicted_remote_s < quick.predicted_local_s
     slow = {"ok": True, "t_comm": 600.0, "bytes_up": 10_000_000, "bytes_down": 5_000_000}
     online.observe(slow, quick, 3.0)
     online.observe(slow, quick, 3.5)  # the window holds the two slow ones: the fast one is gone
     after = online.decide("mul", 800, 4.0)
     assert not after.remote and after.estimate_mbps < 1.0
-    assert online.decide("mul", 800, 9.0).probe  # 5.5 s since the newest sample: stale
+    online.observe(slow, after, 5.0)  # a local task's answer teaches nothing of the link
+    assert online.needs_probe(8.5) and not online.needs_probe(8.4)  # 5 s since the newest sample
+
+
+def test_a_probe_quicker_than_the_per_request_constant_reads_as_a_fast_link(model):
+    cgi = replace(model[0], comm=replace(model[0].comm, intercept=0.15, slope=1.0))  # a 0.15-s start-up
+    online = Online("raw", cgi, window=1, stale_s=0.0)
+    assert online.needs_probe(0.0) and online.needs_probe(0.0)  # stale_s 0: before every task
+    probe = {"ok": True, "t_comm": 0.14, "bytes_up": 262_144, "bytes_down": 131_072}
+    online.observe(probe, Decision("raw"), 1.0)
+    assert online.estimate_bps() == pytest.approx(8 * 393_216 / MIN_WIRE_S)
+    with pytest.raises(UserError, match="stale_s -1 out of range"):
+        Online("raw", model[0], stale_s=-1)
 
 
 def test_policies_are_made_in_the_streams_order_per_method(model):
@@ -128,7 +161,7 @@ def test_oracle_regret_and_wrong_decisions_on_known_answers():
                 row("local", 1, 2.0),
                 row("remote-raw", 0, 1.0, "remote"),
                 row("remote-raw", 1, 5.0, "remote"),
-                row("online-raw", 0, 1.0, "remote", probe=True),
+                row("online-raw", 0, 1.0, "remote", probe=True, probe_s=0.5),
                 row("online-raw", 1, 5.0, "remote"),
             ]  # fmt: skip
         ]
@@ -141,6 +174,8 @@ def test_oracle_regret_and_wrong_decisions_on_known_answers():
         200 / 3
     )
     assert metrics.loc["online-raw", "wrong"] == 1 and metrics.loc["online-raw", "probes"] == 1
+    # its probe's half second is the device's too: 1 + 0.5 + 5 against the oracle's 3
+    assert metrics.loc["online-raw", "regret_s"] == 3.5 and metrics.loc["online-raw", "probe_s"] == 0.5
     assert metrics.loc["remote-raw", "offloaded"] == 2 and metrics.loc["local", "wrong"] == 1
 
 
@@ -166,13 +201,16 @@ def test_a_stream_runs_each_policy_on_the_replayed_trace_and_is_analysed(lab, mo
     def answer(spec):
         remote = spec["method"] != LOCAL
         t_total = 0.1 if remote else 0.15
+        if spec["trial"] == PROBE_TRIAL:
+            assert spec["size"] == 64 and remote  # the online policy's probe, at its size
+            t_total = 0.02
         return {"trial": spec["trial"], "ok": True, "t_total": t_total, "t_comm": 0.1 if remote else None,
                 "bytes_up": 2_000_000 if remote else None, "bytes_down": 1_000_000 if remote else None}  # fmt: skip
 
     lab.hosts["client"].worker(answer)
     trace = tmp_path / "t.csv"
     trace.write_text("t_s,up_mbps,down_mbps\n0,40,40\n0.4,2,2\n0.8,2,2\n")
-    spec = replace(SPEC, trace=trace, count=4, mean_gap_s=0.05, sizes=(400,))
+    spec = replace(SPEC, trace=trace, count=4, mean_gap_s=0.05, sizes=(400,), probe_size=64, stale_s=0.0)
     monkeypatch.setattr(stream_mod, "LEAD_S", 0.05)
     run_dir = run_stream(lab, spec, model[1], tmp_path / "results")
     plan = load_trace(trace)
@@ -188,10 +226,11 @@ def test_a_stream_runs_each_policy_on_the_replayed_trace_and_is_analysed(lab, mo
         for before, after in zip(rows, rows[1:], strict=False):
             assert after.start_s >= max(after.arrival_s, before.end_s) - 1e-9
         for r in rows:
-            assert r.end_s == pytest.approx(r.start_s + r.t_total)
+            assert r.end_s == pytest.approx(r.start_s + (r.probe_s or 0) + r.t_total)
             assert r.trace_up_mbps == plan.step_at(r.start_s).up_bps / 1e6
     assert all(r.decision == "local" for r in by_policy["local"])
-    assert by_policy["online-raw"][0].probe
+    assert all(r.probe and r.probe_s == 0.02 for r in by_policy["online-raw"])  # stale_s 0: every task
+    assert not any(r.probe for r in by_policy["local"] + by_policy["remote-raw"])
     assert not lab.is_up()  # the stream brought it up, and takes it down
     out = analyze_stream(run_dir)
     assert (out / "report.html").is_file() and (out / "over-time-raw.png").is_file()
