@@ -6,8 +6,9 @@ own oracle). Per policy and method: the total of its tasks' device times (`spent
 `t_total` plus the probe the policy ran before it, if any: measuring the link is part of what the
 policy costs the device), the oracle's total over the same tasks, the regret (the difference) and
 the loss (regret over the oracle's total), its wrong decisions (against the oracle's), its probes
-and their seconds, and the total time from arrival to end (waiting for the device included). The figure shows, per method, the trace's rates, each policy's
-decision per task at its start, and each policy's cumulative regret over the trace's time.
+and their seconds, and the total time from arrival to end (waiting for the device included). The
+figure shows, per method, the trace's rates, each policy's decision per task at its start, and each
+policy's cumulative regret over the trace's time.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ def tasks_frame(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame([r.__dict__ for r in records])
 
 
+def probe_seconds(tasks: pd.DataFrame) -> pd.Series:
+    """Each task's probe's device seconds (0: no probe; format 1 has none)."""
+    return pd.to_numeric(tasks["probe_s"]).fillna(0.0)
+
+
 def spent(tasks: pd.DataFrame) -> pd.Series:
-    """Each task's device seconds under its policy: its trial's, and its probe's (format 1: none)."""
-    return tasks["t_total"] + pd.to_numeric(tasks["probe_s"]).fillna(0.0)
+    """Each task's device seconds under its policy: its trial's and its probe's."""
+    return tasks["t_total"] + probe_seconds(tasks)
 
 
 def oracle(tasks: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +101,7 @@ def policy_metrics(tasks: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
                     "loss_pct": 100 * (total - oracle_total) / oracle_total if oracle_total else np.nan,
                     "wrong": int((joined["decision"] != joined["best"]).sum()),
                     "probes": int(joined["probe"].sum()),
-                    "probe_s": pd.to_numeric(ok["probe_s"]).fillna(0.0).sum(),
+                    "probe_s": probe_seconds(ok).sum(),
                     "completion_s": (ok["end_s"] - ok["arrival_s"]).sum(),
                 }
             )

@@ -211,12 +211,12 @@ class StreamRun:
                     seen, worker = run_trial(self.lab, self.exp, worker, self.run_dir, probe)
                     probe_s = seen["t_total"] if seen.get("ok") else clock() - start - start_s
                     policy.observe(seen, Decision(policy.method), start_s + probe_s)
-                    sleep(max(0.0, start + start_s + probe_s - clock()))
-                decision = policy.decide(task.op, task.size, start_s + (probe_s or 0.0))
+                began = start_s + (probe_s or 0.0)  # the task's own trial, after its probe
+                sleep(max(0.0, start + began - clock()))
+                decision = policy.decide(task.op, task.size, began)
                 trial = Trial(task.task, task.op, task.size, self.exp.dtype, None, decision.method, 0)
                 record, worker = run_trial(self.lab, self.exp, worker, self.run_dir, trial)
                 ok = bool(record.get("ok"))
-                began = start_s + (probe_s or 0.0)
                 end_s = began + record["t_total"] if ok else clock() - start
                 free_s = end_s
                 policy.observe(record, decision, end_s)
