@@ -42,6 +42,29 @@ def test_the_shipped_tables_regenerate_from_the_shipped_trials_and_an_edit_is_na
     assert diff.startswith("decision_vectors.csv: differs from line")
 
 
+def test_a_number_that_differs_in_its_last_digits_is_the_same_and_any_other_change_is_not():
+    assert reproduction.same_row("inv,400,0.7222818109981483,x", "inv,400,0.7222818109981481,x")
+    assert not reproduction.same_row("inv,400,0.7222818109981483,x", "inv,400,0.7222818,x")
+    assert not reproduction.same_row("inv,400,0.72,x", "inv,400,0.72,y")
+    assert not reproduction.same_row("inv,400,0.72", "inv,400,0.72,")
+    assert not reproduction.same_row("a,nan", "a,1")
+
+
+def test_a_shipped_run_loads_as_it_ships_and_a_cut_archive_is_named(shipped, tmp_path):
+    """`testbed stream --model` and the analysis read a shipped run without unpacking it first."""
+    from analysis.load import load_run
+
+    packed = load_run(shipped)
+    assert packed.manifest is not None
+    assert packed.trials.equals(load_run(TINY).trials)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    data = (shipped / "trials.csv.gz").read_bytes()
+    (cut / "trials.csv.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match="trials.csv.gz: not a whole gzip file"):
+        load_run(cut)
+
+
 def test_a_run_too_large_to_ship_is_refused_in_one_line(tmp_path, monkeypatch):
     run = tmp_path / "run"
     shutil.copytree(TINY, run)
