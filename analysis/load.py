@@ -15,7 +15,7 @@ import pandas as pd
 
 from contracts import run as run_files
 from contracts.errors import UserError
-from contracts.run import COLUMNS, MANIFEST_FILE, TRIALS_FILE, Manifest
+from contracts.run import COLUMNS, MANIFEST_FILE, PACKED_TRIALS_FILE, TRIALS_FILE, Manifest
 from contracts.trials import LOCAL, STAGES, offload_label
 
 # numeric columns, NaN where a row has no value (not measured, a failed trial, an older run)
@@ -51,6 +51,8 @@ def load_run(run_dir: Path) -> Run:
             "pass the directory of a run, e.g. results/NAME-TIMESTAMP",
         )
     path = run_dir / TRIALS_FILE
+    if not path.is_file() and (run_dir / PACKED_TRIALS_FILE).is_file():  # a shipped run, as it ships
+        path = run_dir / PACKED_TRIALS_FILE
     if not path.is_file():
         raise UserError(f"{path} does not exist", "pass the directory of a run made by `testbed sweep`")
     manifest_path = run_dir / MANIFEST_FILE

@@ -46,6 +46,7 @@ newer version is the user's to fix (a newer tool wrote it) and says so in one li
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import math
@@ -63,6 +64,7 @@ from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES, offlo
 FORMAT_VERSION = 7
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
+PACKED_TRIALS_FILE = TRIALS_FILE + ".gz"  # a shipped run's trials (`analysis.reproduction`)
 MANIFEST_FILE = "manifest.json"
 _FIX_FORMAT = "trials.csv needs the columns written by `testbed sweep` (see contracts/run.py)"
 
@@ -284,9 +286,14 @@ class Trials:
 
 
 def read_trials(path: Path) -> Trials:
-    """The one reader of trials.csv: every value checked once, a bad one named with its line."""
+    """The one reader of trials.csv (or of a shipped run's gzip-packed `trials.csv.gz`): every value
+    checked once, a bad one named with its line."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8-sig") as packed:
+                text = packed.read()
+        else:
+            text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UserError(
             f"{path} does not exist", "pass the directory of a run made by `testbed sweep`"
@@ -295,6 +302,8 @@ def read_trials(path: Path) -> Trials:
         raise UserError(f"cannot read {path}: {exc.strerror}", "check the file's permissions") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not readable as text ({exc.reason})", _FIX_FORMAT) from None
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise UserError(f"{path}: not a whole gzip file ({exc})", "pack it again with gzip") from None
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]  # a row cut short by a crash: the trial in flight
     version, first = 1, 1

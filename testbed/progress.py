@@ -39,17 +39,7 @@ class Progress:
 
     def show(self, label: str, trial: Trial | None = None, final: bool = False) -> None:
         if trial is not None:
-            self.done += 1
-            self.ran += 1
-            if self.cells_left[trial.cell] > 0:
-                self.cells_left[trial.cell] -= 1
-            else:  # a cell the stopping rule had closed reopened (its baseline grew): one more trial
-                self.total_trials += 1
-                self.saved = max(0, self.saved - 1)
-            if self.seconds is not None:
-                self.modelled += self.seconds[trial.cell]
-            if self.min_left is not None and self.min_left.get(trial.cell, 0) > 0:
-                self.min_left[trial.cell] -= 1
+            self.count(trial.cell)
         cells_done = sum(1 for v in self.cells_left.values() if v == 0)
         low, high = self.eta()
         eta = ""
@@ -67,6 +57,21 @@ class Progress:
         elif final or now - self._last > 10:
             self._write(line + "\n")
             self._last = now
+
+    def count(self, cell) -> None:
+        """One more trial of `cell` done (a sweep's cell, or whatever else the caller counts by, such as
+        a task stream's policy)."""
+        self.done += 1
+        self.ran += 1
+        if self.cells_left[cell] > 0:
+            self.cells_left[cell] -= 1
+        else:  # a cell the stopping rule had closed reopened (its baseline grew): one more trial
+            self.total_trials += 1
+            self.saved = max(0, self.saved - 1)
+        if self.seconds is not None:
+            self.modelled += self.seconds[cell]
+        if self.min_left is not None and self.min_left.get(cell, 0) > 0:
+            self.min_left[cell] -= 1
 
     def _write(self, text: str) -> None:
         """To the terminal, while there is one: a sweep of hours goes on when the terminal or the pipe

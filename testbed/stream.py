@@ -37,6 +37,7 @@ from testbed.experiment import known_methods, known_ops, parse_sizes
 from testbed.lab import Lab
 from testbed.plan import Trial
 from testbed.policies import KINDS, Decision, Policy
+from testbed.progress import Progress
 from testbed.replay import LEAD_S, replay
 from testbed.trace import DEFAULT_GRANULARITY_MS, load_trace
 
@@ -174,9 +175,10 @@ class StreamRun:
         writer: TaskWriter,
         run_dir: Path,
         probe_size: int = 128,
+        progress: Progress | None = None,
     ) -> None:
         self.lab, self.exp, self.plan, self.writer, self.run_dir = lab, exp, plan, writer, run_dir
-        self.probe_size = probe_size
+        self.probe_size, self.progress = probe_size, progress
 
     def run(self, policy: Policy, tasks: list[Task], worker, clock=time.time, sleep=time.sleep):
         """Replay the trace from a start instant in a thread and run the tasks on its clock; returns
@@ -222,6 +224,11 @@ class StreamRun:
                 policy.observe(record, decision, end_s)
                 row = task_row(policy.name, task, start_s, end_s, decision, record, self.plan, probe_s)
                 self.writer.write(row)
+                if self.progress is not None:  # a stream's "cells" are its policies
+                    self.progress.count(policy.name)
+                    self.progress.show(
+                        f"{policy.name}: task {task.task} {task.op} {task.size} {row.decision}"
+                    )
         finally:
             stop.set()
             thread.join()
@@ -303,7 +310,6 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     from contracts.tasks import TASKS_FILE
     from testbed.bookkeeping import end_session, start_run, start_session
     from testbed.policies import make_policies
-    from testbed.progress import Progress
     from testbed.results import new_run_id
     from testbed.sweep import calibrate_devices, warm_up
     from testbed.worker_link import WorkerLink
@@ -336,7 +342,7 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     worker = None
     try:
         lab.apply_cpu_limit()
-        progress = Progress(len(tasks) * len(policies), 0, {})
+        progress = Progress(len(tasks) * len(policies), len(policies), {p.name: len(tasks) for p in policies})
         calibration, _ = calibrate_devices(lab, exp, manifest, progress, device, server_device)
         worker = WorkerLink(lab, exp, run_dir / "worker.log", calibration)
         warmups = [
@@ -346,12 +352,13 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
         ]
         worker = warm_up(lab, exp, worker, run_dir, warmups)
         replays = {}
-        stream = StreamRun(lab, exp, plan, writer, run_dir, spec.probe_size)
+        stream = StreamRun(lab, exp, plan, writer, run_dir, spec.probe_size, progress)
         for policy in policies:
             progress.show(f"{policy.name}: {len(tasks)} tasks on {plan.source}")
             log.info("stream %s: policy %s", run_id, policy.name)
             replays[policy.name], worker = stream.run(policy, tasks, worker)
             write_record(run_dir, spec, plan, tasks, replays)
+        progress.show("done", final=True)
         status = "complete"
     finally:
         writer.close()

@@ -186,7 +186,9 @@ def test_without_static_runs_there_is_no_oracle():
 
 
 # ------------------------------------------------------------------ a stream through the fake host
-def test_a_stream_runs_each_policy_on_the_replayed_trace_and_is_analysed(lab, model, tmp_path, monkeypatch):
+def test_a_stream_runs_each_policy_on_the_replayed_trace_and_is_analysed(
+    lab, model, tmp_path, monkeypatch, capsys
+):
     """Every policy gets the same tasks on the trace from its start; a task starts at its arrival or
     when the device is free, ends its completion time later, and its row has the trace's rate then.
     The strict fake host answers the replay (one pass per call) and the worker."""
@@ -232,6 +234,7 @@ def test_a_stream_runs_each_policy_on_the_replayed_trace_and_is_analysed(lab, mo
     assert all(r.probe and r.probe_s == 0.02 for r in by_policy["online-raw"])  # stale_s 0: every task
     assert not any(r.probe for r in by_policy["local"] + by_policy["remote-raw"])
     assert not lab.is_up()  # the stream brought it up, and takes it down
+    assert "[cells 3/3] trials 12/12" in capsys.readouterr().err  # the progress line counts every task
     out = analyze_stream(run_dir)
     assert (out / "report.html").is_file() and (out / "over-time-raw.png").is_file()
     metrics = pd.read_csv(out / "online.csv")
