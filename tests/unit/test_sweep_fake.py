@@ -122,7 +122,7 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
         assert c["ports"] == {"up": lab.up_if, "down": lab.down_if}
         assert (c["before"]["at"], c["after"]["at"]) == ticks
         assert sorted(c["trials"]) == at_rate(c["rate_mbps"])
-    assert applied_rates(lab) == [100_000_000, 10_000_000, 40_000_000]
+    assert applied_rates(lab) == [100_000_000, 10_000_000, 10_000_000, 40_000_000]  # a retry shapes again
     assert "rate 10 Mbit/s failed validation (attempt 1)" in (run_dir / "sweep.log").read_text()
 
 
