@@ -11,8 +11,9 @@ The whole is kept under `MAX_BYTES` so the repository stays clonable.
 `regenerate(DEST, WORK)` unpacks the trials next to the manifest in `WORK`, analyses them again with
 this tool (no root, no testbed) and compares every table with the shipped one: a difference means
 the shipped figures are not what the shipped trials give (a changed analysis, or edited files), and
-is reported per table. Tables are compared as text after both were written by the same code path,
-so "equal" is exact, not within a tolerance.
+is reported per table. Tables are compared line by line as text, both written by the same code path;
+a number may differ in its last digits only (`same_row`: another SciPy release sums in another
+order), anything else is a difference.
 
 `python -m analysis.reproduction ship RUN_DIR DEST` and `... check DEST` do the same from the shell.
 """

@@ -52,6 +52,7 @@ import json
 import math
 import os
 import platform
+import zlib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -298,12 +299,12 @@ def read_trials(path: Path) -> Trials:
         raise UserError(
             f"{path} does not exist", "pass the directory of a run made by `testbed sweep`"
         ) from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError: first
+        raise UserError(f"{path}: not a whole gzip file ({exc})", "pack it again with gzip") from None
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}", "check the file's permissions") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not readable as text ({exc.reason})", _FIX_FORMAT) from None
-    except (gzip.BadGzipFile, EOFError) as exc:
-        raise UserError(f"{path}: not a whole gzip file ({exc})", "pack it again with gzip") from None
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]  # a row cut short by a crash: the trial in flight
     version, first = 1, 1

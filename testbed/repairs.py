@@ -60,9 +60,9 @@ def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Ma
         return None
     v = exp.validation
     for attempt in range(1 + v.retries):
-        if attempt:  # shaped again: a shaping lost while the last attempt ran (measured: a fault that
-            lab.set_rate(rate_bps)  # deleted both ports' qdiscs, the second during the repair) is back
-        checks = validate_rate(lab, rate_bps, v.duration, v.tolerance_pct, shape=False)
+        # a retry shapes again: a shaping lost while the last attempt ran (measured: a fault that
+        # deleted both ports' qdiscs, the second during the repair) is back for this one
+        checks = validate_rate(lab, rate_bps, v.duration, v.tolerance_pct, shape=attempt > 0)
         add_validation(
             manifest,
             *(LinkCheck(**c.as_dict(), attempt=attempt + 1, at=now(), replica=lab.replica) for c in checks),

@@ -63,6 +63,10 @@ def test_a_shipped_run_loads_as_it_ships_and_a_cut_archive_is_named(shipped, tmp
     (cut / "trials.csv.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(UserError, match="trials.csv.gz: not a whole gzip file"):
         load_run(cut)
+    middle = len(data) // 2  # garbled rather than cut: a bad deflate stream or CRC, also one line
+    (cut / "trials.csv.gz").write_bytes(data[:middle] + bytes(64) + data[middle + 64 :])
+    with pytest.raises(UserError, match="trials.csv.gz: not a whole gzip file"):
+        load_run(cut)
 
 
 def test_a_run_too_large_to_ship_is_refused_in_one_line(tmp_path, monkeypatch):
