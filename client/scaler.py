@@ -16,7 +16,8 @@ local 500x500 product 3% above the device's time in one smoke run and 36% in the
 the host's speed was then into every later trial. The trial worker runs each trial's client work once
 more beside it (`refer`: the same work in the same process, outside the trial's stages), and a kind
 of work's slowdown is its target over the mean of its recent runs there, the calibration's mean among
-them until `REFERENCE_WINDOW` newer ones have pushed it out.
+them until `REFERENCE_WINDOW` newer ones have pushed it out. Replicas on one host follow one another's
+runs too (`client.host_references`): the host's speed is one for all of them.
 
 The server's slowdowns follow the host too when the server shares the client's machine (an embedded
 testbed: `server_follows`): divided by the host's drift, the geometric mean over the client's kinds

@@ -22,10 +22,12 @@ from datetime import UTC, datetime
 import numpy as np
 
 from client.grpc_offload import GrpcOffloadClient
+from client.host_references import HostReferences
 from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
 from client.scaler import Scaler
 from client.throttle import Aligner
 from client.trial_work import trial_operands, works
+from contracts.cpu_lock import references_path
 from contracts.errors import UserError
 from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT, PYTHON
 
@@ -61,6 +63,7 @@ class TrialWorker:
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
         self._works: dict[tuple, list] = {}
+        self.references = HostReferences(references_path(CPU_LOCK.path))
 
     def operands(self, op: str, size: int, dtype: str) -> list[np.ndarray]:
         key = (op, size, dtype)
@@ -70,7 +73,8 @@ class TrialWorker:
 
     def refer(self, op: str, size: int, dtype: str, method: str) -> None:
         """Reference runs of a trial's client work, each under the host-wide CPU lock as the trial's
-        stages are (replicas on this host), for the slowdowns to follow this host's speed."""
+        stages are (replicas on this host), for the slowdowns to follow this host's speed: with the
+        other workers' runs on this host since the last trial (`client.host_references`)."""
         if not (self.scaler and self.scaler.targets):
             return
         cell = (op, size, dtype, method)
@@ -81,12 +85,16 @@ class TrialWorker:
             self._works[cell] = [
                 w for w in works(op, size, dtype, self.seed, codecs, operands=operands) if w[0] in wanted
             ]
+        mine = []
         for kind, codec, work, _ in self._works[cell]:
             with CPU_LOCK.held():
                 start = time.process_time()
                 work()
-                took = time.process_time() - start
-            self.scaler.refer(kind, op, size, codec, took)
+                mine.append((kind, op, size, codec, time.process_time() - start))
+        with CPU_LOCK.held():  # every worker on this host follows every worker's runs
+            runs = self.references.exchange(mine)
+        for run in runs:
+            self.scaler.refer(*run)
 
     def http(self, parallelism: int | None, io_kb: int | None) -> OffloadClient:
         """The HTTP client of these transfer settings (one each, so a persistent one keeps its connections)."""

@@ -19,6 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 ENV = "TESTBED_CPU_LOCK"
+REFERENCES_SUFFIX = ".refs"  # the host's reference runs beside the lock (`client.host_references`)
+
+
+def references_path(lock_path: str | None) -> str | None:
+    """The file of the host's shared reference runs beside the CPU lock at `lock_path` (None: no
+    lock, so no other worker on this host to share them with)."""
+    return lock_path + REFERENCES_SUFFIX if lock_path else None
 
 
 class CpuLock:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from contracts.cpu_lock import references_path
 from contracts.errors import UserError
 from testbed import topology
 from testbed.inventory import Inventory
@@ -66,13 +67,20 @@ def sweep_inventories(invs: list[Inventory], count: int) -> list[Inventory]:
 
 
 def remove_cpu_lock(state_root: Path) -> list[str]:
-    """The replicas' CPU lock file, once no testbed's state is left beside it (`down` of the last)."""
-    lock = state_root / Path(CPU_LOCK).name
+    """The replicas' CPU lock file and the host's reference runs beside it, once no testbed's state is
+    left beside them (`down` of the last)."""
     others = [p for p in state_root.iterdir() if p.is_dir()] if state_root.is_dir() else []
-    if lock.exists() and not others:
-        lock.unlink(missing_ok=True)
-        return [f"lock {lock}"]
-    return []
+    if others:
+        return []
+    removed = []
+    for name, what in (
+        (Path(CPU_LOCK).name, "lock"),
+        (Path(references_path(CPU_LOCK)).name, "reference runs"),
+    ):
+        if (state_root / name).exists():
+            (state_root / name).unlink(missing_ok=True)
+            removed.append(f"{what} {state_root / name}")
+    return removed
 
 
 def present_replicas(inv: Inventory, state_root: Path) -> list[Inventory]:

@@ -235,10 +235,12 @@ def test_the_cpu_lock_file_goes_with_the_last_testbed(tmp_path):
     (tmp_path / "tb1").mkdir()  # a testbed still up: its replicas may still time stages
     assert remove_cpu_lock(tmp_path) == [] and (tmp_path / "cpu.lock").exists()
     (tmp_path / "tb1").rmdir()
-    assert (
-        remove_cpu_lock(tmp_path) == [f"lock {tmp_path / 'cpu.lock'}"]
-        and not (tmp_path / "cpu.lock").exists()
-    )
+    (tmp_path / "cpu.lock.refs").write_text("")  # the host's reference runs (client.host_references)
+    assert remove_cpu_lock(tmp_path) == [
+        f"lock {tmp_path / 'cpu.lock'}",
+        f"reference runs {tmp_path / 'cpu.lock.refs'}",
+    ]
+    assert not any(tmp_path.iterdir())
 
 
 def test_testbeds_on_this_machine_share_one_calibration_recorded_with_its_users(two_testbeds, tmp_path):
