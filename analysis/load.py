@@ -91,7 +91,7 @@ def trials_frame(path: Path) -> pd.DataFrame:
     # (`grpc@cpp`), and with several clients how many offloaded at once (`raw-x4`)
     settings = [
         [None if pd.isna(v) else int(v) for v in frame[column]]
-        for column in ("clients", "parallelism", "io_kb")
+        for column in ("clients", "parallelism", "io_kb", "concurrency")
     ]
     frame["method"] = [
         offload_label(m, s, *setting)

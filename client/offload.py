@@ -17,12 +17,20 @@ import numpy as np
 import requests
 import urllib3
 
+from client.device_cores import Pacer
 from client.transfer import post_parts, written
 from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
-from contracts.trials import DTYPES, SERVER_QUEUE, SERVER_STAGES, SERVER_START, parse_server_timing
+from contracts.trials import (
+    DTYPES,
+    SERVER_LOCK_WAIT,
+    SERVER_QUEUE,
+    SERVER_STAGES,
+    SERVER_START,
+    parse_server_timing,
+)
 from contracts.wire import body_bytes
 
 # replicas on one host: every timed client stage holds the host's CPU lock (its waits count in no stage)
@@ -99,9 +107,11 @@ class OffloadClient:
         persistent: bool = True,
         parallelism: int = 1,
         io_bytes: int | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         """`parallelism`: each request's body and reply over that many connections at once;
-        `io_bytes`: the size of the client's writes (None: the whole body at once)."""
+        `io_bytes`: the size of the client's writes (None: the whole body at once); `pacer`: the
+        client's two stages last its device's time on its shared cores (concurrency)."""
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.persistent = persistent
@@ -110,6 +120,7 @@ class OffloadClient:
         # parallelism: a session (a connection) per part, the first one the client's own
         self.sessions = [self.session, *(requests.Session() for _ in range(parallelism - 1))]
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
+        self.pacer = pacer
 
     def __enter__(self) -> OffloadClient:
         return self
@@ -149,6 +160,8 @@ class OffloadClient:
             except CodecError as exc:
                 raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
             t1, c1 = time.perf_counter(), time.process_time()
+        if self.pacer is not None:  # the device's encode, after its other requests' stages
+            t1 = self.pacer.stage("encode", t0, c1 - c0)
         url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, "X-Codec": c.name}
         headers.update({} if self.persistent else CLOSE)
         sent = body if self.parallelism == 1 and self.io_bytes is None else memoryview(body_bytes(body))
@@ -176,6 +189,8 @@ class OffloadClient:
             c3, t3 = time.process_time(), time.perf_counter()
             result = c.decode_response(content, reply_headers)
             t4, c4 = time.perf_counter(), time.process_time()
+        if self.pacer is not None:
+            t4 = self.pacer.stage("decode", t3, c4 - c3)
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), reply_headers.get("Server-Timing"))
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
@@ -190,12 +205,14 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     A cgi server's process start-up (`server_start`) is reported but stays in communication, as in
     the paper, whose CGI server's start-up was in its POST time and not among its probed stages. The
     server's queueing (`queue`: the wait for a work slot, its body in) is server time, so
-    communication excludes it.
+    communication excludes it; its waits for the host-wide CPU lock (`cpulock`: replicas on one host)
+    are no time of this trial's, so communication and the completion time exclude them.
     """
     t0, t1, tr, t2, t3, t4 = wall
     c0, c1, c3, c4 = cpu
     server = parse_server_timing(server_timing)
     s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
+    waited = server.get(SERVER_LOCK_WAIT, 0.0)  # for another testbed's stage: no time of this trial's
     cpu_server = parse_server_timing(server_timing, "cpu")
     return {
         **{f"cpu_{column[2:]}": cpu_server.get(stage) for stage, column in SERVER_STAGES.items()},
@@ -205,8 +222,8 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
         "t_server_compute": s_compute,
         "t_server_encode": s_encode,
         "t_client_decode": t4 - t3,
-        "t_comm": (t2 - tr) - (s_decode + s_compute + s_encode) - server.get(SERVER_QUEUE, 0.0),
-        "t_total": (t1 - t0) + (t2 - tr) + (t4 - t3),
+        "t_comm": (t2 - tr) - (s_decode + s_compute + s_encode) - server.get(SERVER_QUEUE, 0.0) - waited,
+        "t_total": (t1 - t0) + (t2 - tr) - waited + (t4 - t3),
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
         "t_server_start": server.get(SERVER_START),

@@ -118,9 +118,11 @@ class Scaler:
         factor = self._factor(self.server_scale, kind, op, size, codec)
         return factor / self.drift() if self.server_follows else factor
 
-    def remote(self, out: dict, op: str, size: int, codec: str) -> None:
+    def remote(self, out: dict, op: str, size: int, codec: str, paced: bool = False) -> None:
+        """The trial's stages as the devices' times. `paced`: the client's stages already are (they
+        lasted the device's time: `client.device_cores`), so only the server's are scaled."""
         for scale, stages, factor in (
-            (self.scale, CLIENT_STAGES, self.factor),
+            (None if paced else self.scale, CLIENT_STAGES, self.factor),
             (self.server_scale, SERVER_STAGES, self.server_factor),
         ):
             if scale is None:

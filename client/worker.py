@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from client.device_cores import DeviceCores, Pacer
 from client.grpc_offload import GrpcOffloadClient
 from client.host_references import HostReferences
 from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
@@ -42,15 +43,21 @@ class TrialWorker:
         grpc_target: str | dict[str, str] | None = None,
         quotas: dict[str, float] | None = None,
         connection: str = PER_TRIAL,
+        pacer: Pacer | None = None,
     ) -> None:
-        """`grpc_target`: the Python gRPC server's HOST:PORT, or each gRPC server's by language."""
+        """`grpc_target`: the Python gRPC server's HOST:PORT, or each gRPC server's by language;
+        `pacer`: its HTTP requests' client stages last the device's time on the cores it shares with
+        the client's other workers (concurrency: `client.device_cores`)."""
         # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period,
         # with the quota of its kind of work when the calibration gave per-work `quotas`
         self.align = Aligner(quotas=quotas)
         persistent = connection == PERSISTENT
         self.connection = connection
         self.url, self.timeout, self.persistent = url, timeout, persistent
-        self.client = OffloadClient(url, timeout=timeout, align=self.align, persistent=persistent)
+        self.pacer = pacer
+        self.client = OffloadClient(
+            url, timeout=timeout, align=self.align, persistent=persistent, pacer=pacer
+        )
         self.clients = {(1, None): self.client}  # by transfer settings (parallelism, io_kb)
         targets = (
             grpc_target if isinstance(grpc_target, dict) else {PYTHON: grpc_target} if grpc_target else {}
@@ -96,6 +103,15 @@ class TrialWorker:
         for run in runs:
             self.scaler.refer(*run)
 
+    def pace(self, op: str, size: int, method: str) -> bool:
+        """Set the pacer's device times for this trial's stages (the scaler's slowdowns now); whether
+        the client's stages are paced (they then come back as the device's times)."""
+        if self.pacer is None or self.scaler is None or self.scaler.scale is None or method == GRPC:
+            return False
+        factor = self.scaler.factor
+        self.pacer.device_s = lambda kind, cpu_s: cpu_s * factor(kind, op, size, method)
+        return True
+
     def http(self, parallelism: int | None, io_kb: int | None) -> OffloadClient:
         """The HTTP client of these transfer settings (one each, so a persistent one keeps its connections)."""
         key = (parallelism or 1, io_kb)
@@ -107,6 +123,7 @@ class TrialWorker:
                 persistent=self.persistent,
                 parallelism=key[0],
                 io_bytes=io_kb * 1024 if io_kb else None,
+                pacer=self.pacer,
             )
         return self.clients[key]
 
@@ -142,6 +159,7 @@ class TrialWorker:
                     self.scaler.local(out, op, size)
             else:
                 out["connection"] = self.connection
+                paced = self.pace(op, size, spec["method"])
                 _, stages = self.remote(
                     op,
                     operands,
@@ -153,7 +171,7 @@ class TrialWorker:
                 out.update(ok=True, **stages.as_dict())
                 self.refer(op, size, spec["dtype"], spec["method"])
                 if self.scaler:
-                    self.scaler.remote(out, op, size, spec["method"])
+                    self.scaler.remote(out, op, size, spec["method"], paced=paced)
         except OffloadError as exc:
             out.update(ok=False, error=f"server answered {exc.status}: {exc.error}: {exc.detail}"[:500])
         except Exception as exc:  # a failed trial is data, not the end of the sweep
@@ -191,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         "this host's speed through reference runs beside the trials",
     )
     parser.add_argument(
+        "--device-cores",
+        nargs=2,
+        metavar=("PATH", "N"),
+        help="concurrency: the client device's N cores as a timeline in PATH, shared by the client's "
+        "workers; each client stage then lasts the device's time (scaled mode)",
+    )
+    parser.add_argument(
         "--server-scale",
         help="a server device (scaled): the server host's slowdowns per kind of work, as JSON",
     )
@@ -206,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     scaler = Scaler(scale, server_scale, targets, args.server_follows_host) if scale or server_scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
     targets = json.loads(args.grpc_targets) if args.grpc_targets else args.grpc_target
-    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, targets, quotas, args.connection)
+    pacer = Pacer(DeviceCores(args.device_cores[0], int(args.device_cores[1]))) if args.device_cores else None
+    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, targets, quotas, args.connection, pacer)
     if quotas:
         try:  # fails here, before any trial, if the cgroup is not writable
             worker.align.put(quotas["base"])

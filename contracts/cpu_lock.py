@@ -4,8 +4,9 @@ Several testbeds on one host (replicas) would otherwise run their timed CPU stag
 each other. Every process that times CPU work (the client's trial worker, the offload server) takes
 the host-wide lock named in its environment (`TESTBED_CPU_LOCK`) exactly around each timed stage:
 before the stage's clocks start and after they stop, so the time spent waiting counts in no stage.
-(On the server it falls inside the request, so communication, the request's wall time minus the
-server's measured stages, includes it.) Without the variable there is nothing to wait for.
+(On the server it falls inside the request, between its body's arrival and its reply: the server
+reports it, `contracts.trials.SERVER_LOCK_WAIT`, and communication, the request's wall time minus the
+server's measured stages, excludes it too.) Without the variable there is nothing to wait for.
 
 `flock` on a file: the kernel releases it when its holder dies, and network namespaces share the
 file system, so the lock is host-wide across the replicas' namespaces.

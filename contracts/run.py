@@ -37,6 +37,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   as columns and as the experiment's dimensions (empty: not varied). Older
   runs load with them empty and one client; resuming one rewrites its trials.csv in version 7's
   columns.
+- 8: the columns `concurrency` (the requests one client had outstanding at once in the cell) and
+  `stream` (which of them ran the trial, 1..concurrency), empty when the sweep does not vary it, and
+  the experiment's `concurrency` dimension (empty: one request at a time). Older runs load with them
+  empty; resuming one rewrites its trials.csv in version 8's columns.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -62,7 +66,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES, offload_label, offloads
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 PACKED_TRIALS_FILE = TRIALS_FILE + ".gz"  # a shipped run's trials (`analysis.reproduction`)
@@ -138,6 +142,8 @@ class TrialRecord:
     clients: int | None = None  # several clients: how many offloaded the cell at once (None: one)
     parallelism: int | None = None  # connections the request and reply were split over (None: one)
     io_kb: int | None = None  # the client's write size, KiB (None: the whole body at once)
+    concurrency: int | None = None  # requests its client had outstanding at once (None: not varied)
+    stream: int | None = None  # which of them ran it, 1..concurrency
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -157,6 +163,7 @@ class TrialRecord:
 COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
 _INTS = ("trial", "rep", "bytes_up", "bytes_down", "replica", "client", "clients", "parallelism", "io_kb")
+_INTS += ("concurrency", "stream")
 _BOOLS = ("ok", "emulation_flagged")
 _TIMES = ("t_total", *STAGES, "t_request", "t_server_start", "t_server_queue")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
@@ -444,6 +451,9 @@ class Experiment:
     # connections one request is split over, and the client's write size in KiB
     parallelism: tuple[int, ...] = ()
     io_kb: tuple[int, ...] = ()
+    # requests each client has outstanding at once, a dimension (empty: one at a time): its device's
+    # cores serve their stages in turn (`client.device_cores`), their transfers share the link
+    concurrency: tuple[int, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -472,12 +482,19 @@ class Experiment:
         """Its ways to offload as the analysis names them (`contracts.trials.offload_label`): each
         method and server, with each transfer setting and each number of clients at once it varies."""
         return [
-            offload_label(method, server, k, p, io)
+            offload_label(method, server, k, p, io, c)
             for method, server in offloads(self.methods, self.servers)
             if method != LOCAL
             for p, io in self.transfer_settings()
+            for c in self.concurrency or (None,)
             for k in self.contention or (None,)
         ]
+
+    @property
+    def together(self) -> bool:
+        """Several requests in flight at once (several clients, or a client's concurrency): the
+        server's work slots and pacing, and the cells run by one worker per request stream."""
+        return self.clients > 1 or max(self.concurrency, default=1) > 1
 
     def describe_reps(self) -> str:
         if not self.adaptive:

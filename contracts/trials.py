@@ -37,7 +37,7 @@ def offloads(methods, servers=(PYTHON,)) -> list[tuple[str, str]]:
 
 # what an offload label appends for the clients offloading at once (`raw-x4`) and the transfer
 # settings (`raw-p4`: over 4 connections; `raw-io64`: in writes of 64 KiB)
-SETTING_MARKS = {"clients": "-x", "parallelism": "-p", "io_kb": "-io"}
+SETTING_MARKS = {"clients": "-x", "parallelism": "-p", "io_kb": "-io", "concurrency": "-c"}
 _SETTINGS = re.compile(f"({'|'.join(SETTING_MARKS.values())})(\\d+)")
 _CLIENTS = re.compile(f"{SETTING_MARKS['clients']}(\\d+)")
 
@@ -48,16 +48,24 @@ def offload_label(
     clients: int | None = None,
     parallelism: int | None = None,
     io_kb: int | None = None,
+    concurrency: int | None = None,
 ) -> str:
     """How the analysis names a way to offload: the method, with its server when that is not Python
     (`grpc@cpp`), with several clients how many offloaded at once (`raw-x4`: raw, four clients at
     once), and the transfer settings a sweep varied (`raw-p4`: over 4 connections; `raw-io64`: in
-    writes of 64 KiB), so every table and figure compares them as it compares methods. A row without
+    writes of 64 KiB; `raw-c4`: four requests outstanding per client), so every table and figure
+    compares them as it compares methods. A row without
     a server (local, or a run before servers) is the method alone."""
     label = method if server in (None, "", PYTHON) else f"{method}@{server}"
     if method == LOCAL:
         return label
-    for key, value in (("clients", clients), ("parallelism", parallelism), ("io_kb", io_kb)):
+    settings = (
+        ("clients", clients),
+        ("parallelism", parallelism),
+        ("io_kb", io_kb),
+        ("concurrency", concurrency),
+    )
+    for key, value in settings:
         if value is not None:
             label += f"{SETTING_MARKS[key]}{value}"
     return label
@@ -120,6 +128,14 @@ SERVER_START = "server_start"
 # in trials.csv as `t_server_queue`: server time, not network, so communication excludes it. With one
 # client it is ~0; with several offloading at once it is the server's queueing.
 SERVER_QUEUE = "queue"
+# The server's waits for the host-wide CPU lock before its stages (replicas on one host:
+# `contracts.cpu_lock`), summed, in `Server-Timing` as `cpulock`: another testbed's timed stage held
+# the machine, and this request's body was in and its reply not yet begun, so the wait is neither
+# network nor the device's work, and communication and the completion time exclude it. Measured in
+# issue 25's check (four testbeds on the 2-core VM): mul 400 RAW's network time at 100 Mbit/s was 0.56
+# s (+-0.18) with the waits in it against 0.32 s (+-0.002) on one testbed, its server's decode
+# waiting behind another testbed's 0.6 s JSON decode of mul 800.
+SERVER_LOCK_WAIT = "cpulock"
 # A paced stage's own time on the server's host, in `Server-Timing` as its `host=` parameter (`python -m
 # server --pace PROFILE`: every stage lasts at least its work's time on the server's device, so `dur`
 # is the device's time and `host` what this host took of it).

@@ -16,7 +16,7 @@ from pathlib import Path
 from contracts.cpu_lock import CpuLock
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
-from contracts.trials import SERVER_QUEUE, format_server_timing
+from contracts.trials import SERVER_LOCK_WAIT, SERVER_QUEUE, format_server_timing
 
 CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none otherwise
 
@@ -64,9 +64,12 @@ class StageClock:
     def stage(self, name: str) -> Iterator[StageTarget]:
         target = StageTarget(self, self.KINDS.get(name, name))
         # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
-        # the clocks start (inside the request, so in communication)
+        # the clocks start, inside the request, and is reported (`cpulock`) for communication to exclude
+        asked = time.perf_counter()
         with CPU_LOCK.held():
             start, cpu = time.perf_counter(), time.process_time()
+            if CPU_LOCK.path is not None:  # the wait, reported so that communication excludes it
+                self.ms[SERVER_LOCK_WAIT] = self.ms.get(SERVER_LOCK_WAIT, 0.0) + (start - asked) * 1000.0
             try:
                 yield target
             finally:  # a stage that failed still took time, and still counts

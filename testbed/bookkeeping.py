@@ -133,6 +133,8 @@ def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
             "client": t.client,
             "parallelism": t.parallelism,
             "io_kb": t.io_kb,
+            "concurrency": t.concurrency,
+            "stream": t.stream,
             "ok": bool(record.get("ok")),
             "error": record.get("error"),
         }

@@ -135,6 +135,7 @@ def load_experiment(path: Path) -> Experiment:
     allowed = set(FLAGS) - {"cpu_quota", "device", "precision"}  # a file's precision is under reps
     allowed |= {"client_cpu", "client_device", "server_device", "validation", "local", "trial_timeout"}
     allowed |= {"description", "clients", "contention", "server_workers", "workload", "parallelism", "io_kb"}
+    allowed |= {"concurrency"}
     doc.reject_unknown(allowed)
 
     def wrap(key, fn, *a):
@@ -173,6 +174,7 @@ def load_experiment(path: Path) -> Experiment:
         arrivals_hz=_workload(doc),
         parallelism=_counts(doc, "parallelism"),
         io_kb=_counts(doc, "io_kb"),
+        concurrency=_counts(doc, "concurrency"),
     )
     try:
         return check(exp)
@@ -192,14 +194,18 @@ MIN_ADAPTIVE = 2  # Welch's test needs two samples on each side
 LIMITS = {"reps": (1, 10_000), "warmup": (0, 100), "seed": (0, 2**32 - 1), "trial_timeout": (1, 86_400)}
 LIMITS["replicas"] = (1, 9)  # testbed.replicas.MAX_REPLICAS
 MAX_TRIALS = 1_000_000
+MAX_CONCURRENCY = 32  # the energy-performance study's largest concurrency
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
 def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
-    With several clients, a cell offloaded by k clients at once is k trials per repetition."""
+    With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
+    c requests outstanding per client k x c."""
     cells = len(exp.ops) * len(exp.sizes)
-    remote = len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1)
+    remote = (
+        len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
+    )
     remote *= max(1, len(exp.parallelism)) * max(1, len(exp.io_kb))
     return cells * exp.reps * ((1 if exp.local else 0) + len(exp.rates_mbps) * remote)
 
@@ -258,7 +264,7 @@ def check(exp: Experiment) -> Experiment:
 def _check_settings(exp: Experiment) -> None:
     """The transfer settings: HTTP's (gRPC's channel has its own), each value once, within what the
     server takes."""
-    for key in ("parallelism", "io_kb"):
+    for key in ("parallelism", "io_kb", "concurrency"):
         values = getattr(exp, key)
         if len(set(values)) != len(values):
             raise InvalidValue(key, f"{list(values)} repeats a value", "give each once")
@@ -266,6 +272,8 @@ def _check_settings(exp: Experiment) -> None:
         raise InvalidValue("parallelism", "the transfer settings are for the HTTP methods", f"drop {GRPC}")
     if any(p > MAX_PARALLELISM for p in exp.parallelism):
         raise InvalidValue("parallelism", f"at most {MAX_PARALLELISM} connections", "give fewer")
+    if any(c > MAX_CONCURRENCY for c in exp.concurrency):
+        raise InvalidValue("concurrency", f"at most {MAX_CONCURRENCY} requests outstanding", "give fewer")
     if any(k > 1 << 20 for k in exp.io_kb):
         raise InvalidValue("io_kb", "a write of more than 1 GiB", "give a smaller write size")
 
@@ -282,23 +290,25 @@ def _check_clients(exp: Experiment) -> None:
             f"{list(exp.contention)} must be distinct counts of the {exp.clients} client(s)",
             f"give numbers between 1 and {exp.clients}",
         )
-    if not 1 <= exp.server_workers <= max(exp.clients, 1):
-        raise InvalidValue(
-            "server_workers", f"{exp.server_workers} is out of range", f"give 1 to {exp.clients}"
-        )
-    if exp.clients == 1:
-        if exp.arrivals_hz is not None:
-            raise InvalidValue("workload", "an open-loop workload is for several clients", "drop workload")
+    most = exp.clients * max(exp.concurrency, default=1)  # requests in flight at once
+    if not 1 <= exp.server_workers <= most:
+        raise InvalidValue("server_workers", f"{exp.server_workers} is out of range", f"give 1 to {most}")
+    if exp.clients == 1 and exp.arrivals_hz is not None:
+        raise InvalidValue("workload", "an open-loop workload is for several clients", "drop workload")
+    if not exp.together:
         return
+    many = "several clients" if exp.clients > 1 else "a client's concurrent requests"
     refusals = {
-        "reps": (exp.adaptive, "several clients run fixed repetitions (their closed-loop trials overlap, "
+        "workload": (exp.arrivals_hz is not None and max(exp.concurrency, default=1) > 1, "concurrent "
+                     "requests run closed loop (each stream's next when its last ends)", "drop workload"),
+        "reps": (exp.adaptive, f"{many} run fixed repetitions (their closed-loop trials overlap, "
                  "so they are not the independent samples adaptive stopping needs)", "give reps as one number"),
-        "replicas": (exp.replicas != 1, "several clients share one testbed", "drop replicas"),
-        "mode": (exp.mode != "scaled", "several clients are emulated scaled (their CPU quotas would be "
+        "replicas": (exp.replicas != 1, f"{many} share one testbed", "drop replicas"),
+        "mode": (exp.mode != "scaled", f"{many} are emulated scaled (their CPU quotas would be "
                  "one per host, the throttle's are per kind of work)", "use mode: scaled"),
-        "methods": (GRPC in exp.methods, "several clients offload over HTTP (the work slots are the HTTP "
+        "methods": (GRPC in exp.methods, f"{many} offload over HTTP (the work slots are the HTTP "
                     "server's)", f"drop {GRPC}"),
-        "server_stack": (exp.server_stack != "wsgi", "several clients need the wsgi stack (its work slots "
+        "server_stack": (exp.server_stack != "wsgi", f"{many} need the wsgi stack (its work slots "
                          "and pacing)", "use server_stack: wsgi"),
     }  # fmt: skip
     for key, (refused, problem, fix) in refusals.items():

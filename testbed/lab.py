@@ -98,7 +98,7 @@ class Lab(ABC):
     # --pace-server`, for several clients offloading at once
     work_slots: int = 1
     pace: DeviceProfile | None = None
-    parts: int = 1  # the most connections one request is split over (a sweep's `parallelism`)
+    parts: int = 1  # the most connections a client opens at once (parallelism x concurrency)
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod

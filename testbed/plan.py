@@ -1,7 +1,8 @@
 """Which trials a sweep runs, and in what order.
 
 Trial ids number the grid in one fixed order (op, size, rate, method, server, rep; the local baseline
-first; with several clients, (..., server, clients at once, rep, client)), so a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
+first; with several clients, (..., server, clients at once, rep, client); with concurrency, the
+requests outstanding per client before the clients, and each request stream after its client), so a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
 its own (`contracts.trials.offloads`): a run with the Python server alone numbers its trials as runs
 before servers did. The execution order within each phase
 (local baseline, then each rate) is shuffled from the experiment's seed, so slow drift on the machine
@@ -31,35 +32,25 @@ class Trial:
     client: int | None = None  # several clients: which of them runs this trial, 1..clients
     parallelism: int | None = None  # transfer settings a sweep varies (None: not varied)
     io_kb: int | None = None
+    concurrency: int | None = None  # requests its client has outstanding at once (None: not varied)
+    stream: int | None = None  # which of them runs this trial, 1..concurrency
 
     @property
     def cell(self) -> tuple:
         """What a trial is a repetition of; with several clients also how many offload it at once, and
         the transfer settings when the sweep varies them."""
         cell = (self.op, self.size, self.rate_mbps, self.method, self.server)
-        extra = tuple(v for v in (self.clients, self.parallelism, self.io_kb) if v is not None)
+        settings = (self.clients, self.parallelism, self.io_kb, self.concurrency)
+        extra = tuple(v for v in settings if v is not None)
         return cell if not extra else (*cell, *extra)
 
 
 def plan_trials(exp: Experiment) -> list[Trial]:
     trials: list[Trial] = []
 
-    def add(op, size, rate, method, rep, server="", clients=None, client=None, parallelism=None, io_kb=None):
+    def add(op, size, rate, method, rep, server="", clients=None, client=None, *settings):
         trials.append(
-            Trial(
-                len(trials),
-                op,
-                size,
-                exp.dtype,
-                rate,
-                method,
-                rep,
-                server,
-                clients,
-                client,
-                parallelism,
-                io_kb,
-            )
+            Trial(len(trials), op, size, exp.dtype, rate, method, rep, server, clients, client, *settings)
         )
 
     if exp.local:
@@ -72,10 +63,24 @@ def plan_trials(exp: Experiment) -> list[Trial]:
             for rate in exp.rates_mbps:
                 for method, server in offloads(exp.methods, exp.servers):
                     for setting in exp.transfer_settings():
-                        for k in exp.contention or (None,):  # several clients: k of them at once
-                            for rep in range(exp.reps):
-                                for client in range(1, k + 1) if k else (None,):
-                                    add(op, size, rate, method, rep, server, k, client, *setting)
+                        for c in exp.concurrency or (None,):  # c requests outstanding per client
+                            for k in exp.contention or (None,):  # several clients: k of them at once
+                                for rep in range(exp.reps):
+                                    for client in range(1, k + 1) if k else (None,):
+                                        for stream in range(1, c + 1) if c else (None,):
+                                            add(
+                                                op,
+                                                size,
+                                                rate,
+                                                method,
+                                                rep,
+                                                server,
+                                                k,
+                                                client,
+                                                *setting,
+                                                c,
+                                                stream,
+                                            )
     return trials
 
 

@@ -211,9 +211,9 @@ class Sweep:
         lab, exp = tb.lab, self.exp
         lab.server_stack = exp.server_stack
         lab.grpc_servers = exp.servers
-        if exp.clients > 1:  # the server the clients share: its work slots, and the device in real time
+        if exp.together:  # the server the requests share: its work slots, and the device in real time
             lab.work_slots, lab.pace = exp.server_workers, self.server_device
-        lab.parts = max(exp.parallelism or (1,))
+        lab.parts = max(exp.parallelism or (1,)) * max(exp.concurrency or (1,))  # connections per client
         tb.brought_up = lab.up()
         tb.was_up = not tb.brought_up
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
@@ -222,7 +222,7 @@ class Sweep:
             and (
                 lab.running_stack() != exp.server_stack  # up with the other stack
                 or lab.inv.server_blas_threads is not None  # started before the device's BLAS threads
-                or exp.clients > 1  # started without the experiment's work slots and pacing
+                or exp.together  # started without the experiment's work slots and pacing
                 or lab.parts > 1  # ... or threads for the parts of requests
             )
         ):
@@ -235,7 +235,7 @@ class Sweep:
         calibration of the paper's grid takes the better part of an hour (the client's slowdowns
         then follow this host in each testbed's own worker: `client.scaler`). Throttle mode sets each
         testbed's own CPU quotas, so each of those calibrates."""
-        if self.exp.clients > 1 and self.server_device is not None:  # paced: recorded, not calibrated
+        if self.exp.together and self.server_device is not None:  # paced: recorded, not calibrated
             manifest = self.manifest.manifest
             if manifest.server_device is None:
                 manifest.server_device = Device(profile=self.server_device.as_dict(), mode=PACED)
@@ -253,7 +253,7 @@ class Sweep:
                 self.manifest,
                 self.progress,
                 self.device,
-                None if self.exp.clients > 1 else self.server_device,  # paced: nothing to calibrate
+                None if self.exp.together else self.server_device,  # paced: nothing to calibrate
                 users,
                 None if self.recalibrate else self.session.started_at,
             )
@@ -310,12 +310,12 @@ class Sweep:
             self.close_cells()
             return
         if tb.worker is None:
-            tb.worker = WorkerLink(lab, exp, self.worker_log(tb), tb.calibration)
+            tb.worker = WorkerLink(lab, exp, self.worker_log(tb), self.worker_emulation(tb, "client"))
         if rate not in tb.warmed:
             with tb.quiet.shared():
                 tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, phase)
             tb.warmed.add(rate)
-        if exp.clients > 1 and rate is not None:  # the local baseline: the first client alone, below
+        if exp.together and rate is not None:  # the local baseline: the first client alone, below
             self.run_together(tb, rate, phase)
             return
         counters = counters_before(self.manifest, lab, rate) if rate is not None else None
@@ -385,9 +385,9 @@ class Sweep:
         can be told apart). Returns the trials that did not run, and what was wrong with the shaping
         and with the switch (empty: nothing)."""
         lab, exp = tb.lab, self.exp
-        by_client: dict[int, list[Trial]] = {}
-        for t in sorted(trials, key=lambda t: (t.client, t.rep)):
-            by_client.setdefault(t.client, []).append(t)
+        by_stream: dict[tuple[int, int], list[Trial]] = {}  # (client, request stream): its trials
+        for t in sorted(trials, key=lambda t: (t.client or 1, t.stream or 1, t.rep)):
+            by_stream.setdefault((t.client or 1, t.stream or 1), []).append(t)
         rate_bps = int(round(rate * 1e6))
         start = lab.shaping_classes()
         moved = {"bytes_up": 0, "bytes_down": 0}
@@ -396,15 +396,18 @@ class Sweep:
         errors: list[BaseException] = []
         reading = threading.Lock()
 
-        def client(k: int, mine: list[Trial]) -> None:
+        def client(stream: tuple[int, int], mine: list[Trial]) -> None:
+            k, s = stream
             role = lab.client_roles[k - 1]
+            name = role if s == 1 else f"{role}-{s}"  # a further request stream: a worker of its own
             arrivals = Arrivals(exp, trials[0].cell, k)
             try:
-                worker = tb.worker if role == "client" else tb.workers.get(role)
+                worker = tb.worker if name == "client" else tb.workers.get(name)
                 if worker is None:  # a further client's first cell: its worker, warmed up as the first's
-                    worker = WorkerLink(lab, exp, self.worker_log(tb, role), tb.calibration, role)
+                    emulation = self.worker_emulation(tb, role)
+                    worker = WorkerLink(lab, exp, self.worker_log(tb, name), emulation, role)
                     worker = warm_up(lab, exp, worker, self.run_dir, mine)
-                    tb.workers[role] = worker
+                    tb.workers[name] = worker
                 arrivals.start()
                 for t in mine:
                     arrivals.wait()  # open loop: until this trial's arrival (closed: at once)
@@ -425,10 +428,10 @@ class Sweep:
                             record = not_kept(record, wrong or f"the switch was down: {switch}")
                     ran.add(t.trial)
                     self.record(tb, t, self.flagged(tb, t, record))
-                    if role == "client":
+                    if name == "client":
                         tb.worker = worker
                     else:
-                        tb.workers[role] = worker
+                        tb.workers[name] = worker
             except BaseException as exc:  # noqa: BLE001 - re-raised in the testbed's own thread
                 errors.append(exc)
                 self.source.stop()
@@ -439,7 +442,7 @@ class Sweep:
                 if worker is not None:
                     worker.proc.kill()
 
-        run_threads([threading.Thread(target=client, args=kv, daemon=True) for kv in by_client.items()], stop)
+        run_threads([threading.Thread(target=client, args=kv, daemon=True) for kv in by_stream.items()], stop)
         if errors:
             raise errors[0]
         return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", ""))
@@ -503,8 +506,17 @@ class Sweep:
         with self.lock:
             self.progress.show(label)
 
+    def worker_emulation(self, tb: Testbed, role: str) -> dict | None:
+        """What a trial worker on client host `role` emulates the devices with: the calibration, and
+        with concurrency (scaled) the device's cores, a timeline every worker of that host shares
+        (`client.device_cores`)."""
+        if not (self.exp.concurrency and tb.calibration and tb.calibration.get("scale") and self.device):
+            return tb.calibration
+        path = str(tb.lab.host(role).state_dir / "device-cores.json")
+        return {**tb.calibration, "cores": [path, self.device.cores]}
+
     def worker_log(self, tb: Testbed, role: str = "client") -> Path:
-        """worker.log; a replica's worker-R.log; a further client's worker-ROLE.log."""
+        """worker.log; a replica's worker-R.log; a further client's (or request stream's) worker-NAME.log."""
         if role != "client":
             return self.run_dir / f"worker-{role}.log"
         return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")

@@ -147,7 +147,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, labs[0])
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
-    paced = exp.clients > 1  # several clients queue at the server: it lasts the device's times
+    paced = exp.together  # requests queue at the server: it lasts the device's times
     server = (
         f"device {server_device.name} ({'paced' if paced else 'scaled'})" if server_device else "this host"
     )
@@ -164,6 +164,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"{exp.clients} clients, {'/'.join(map(str, exp.contention))} offloading at once, "
             f"{exp.server_workers} server worker(s); "
             if exp.clients > 1
+            else ""
+        )
+        + (
+            f"{'/'.join(map(str, exp.concurrency))} request(s) outstanding per client; "
+            if exp.concurrency
             else ""
         )
         + f"results in {run_dir}"

@@ -131,6 +131,9 @@ def emulation_args(calibration: dict | None, same_machine: bool = False) -> list
         for arg in (f"--{flag.replace('_', '-')}", json.dumps(calibration[flag]))
     ]
     if calibration.get("scale"):
+        if calibration.get("cores"):  # concurrency: the device's cores its client's workers share
+            path, cores = calibration["cores"]
+            args += ["--device-cores", str(path), str(cores)]
         targets = {row["key"]: row["target_s"] for row in calibration.get("rows", ())}
         args += ["--targets", json.dumps(targets)]
         if same_machine and calibration.get("server_scale"):

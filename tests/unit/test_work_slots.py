@@ -96,3 +96,36 @@ def test_rows_carry_the_queue_and_older_rows_read_without_it(tmp_path):
     trials = read_trials(path)
     assert trials.version == FORMAT_VERSION >= 6
     assert [r.t_server_queue for r in trials.records] == [0.25, None]
+
+
+def test_the_servers_waits_for_the_hosts_cpu_lock_are_reported_and_no_time_of_the_trial(
+    tmp_path, monkeypatch
+):
+    """Replicas on one host: another testbed's stage holds the CPU lock for 50 ms while this request's
+    decode asks for it; the server reports the wait (`cpulock`), and the trial's communication and
+    completion time exclude it (issue 25's check: it was in communication)."""
+    import fcntl
+    import os
+
+    from contracts.cpu_lock import CpuLock
+
+    path = str(tmp_path / "cpu.lock")
+    monkeypatch.setattr("server.timing.CPU_LOCK", CpuLock(path))
+    other = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    threading.Timer(0.05, lambda: fcntl.flock(other, fcntl.LOCK_UN)).start()
+    clock = StageClock()
+    with clock.stage("decode"):
+        pass
+    with clock.stage("compute"):
+        pass
+    os.close(other)
+    assert clock.ms["cpulock"] == pytest.approx(50.0, abs=30.0)
+    header = format_server_timing({"decode": 100.0, "compute": 300.0, "encode": 100.0, "cpulock": 400.0})
+    times = stage_times((0.0, 0.2, 0.2, 2.2, 2.2, 2.3), (0.0, 0.2, 2.2, 2.3), header)
+    assert times["t_comm"] == pytest.approx(2.0 - 0.5 - 0.4) and times["t_total"] == pytest.approx(2.3 - 0.4)
+    monkeypatch.setattr("server.timing.CPU_LOCK", CpuLock(None))
+    unlocked = StageClock()  # one testbed: no lock, nothing to report
+    with unlocked.stage("decode"):
+        pass
+    assert "cpulock" not in unlocked.ms
