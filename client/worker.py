@@ -219,16 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         "--server-scale",
         help="a server device (scaled): the server host's slowdowns per kind of work, as JSON",
     )
-    parser.add_argument(
-        "--server-follows-host",
-        action="store_true",
-        help="the server shares this machine: its slowdowns follow the host's drift, as the client's",
-    )
     args = parser.parse_args(argv)
     scale = json.loads(args.scale) if args.scale else None
     server_scale = json.loads(args.server_scale) if args.server_scale else None
     targets = json.loads(args.targets) if args.targets else None
-    scaler = Scaler(scale, server_scale, targets, args.server_follows_host) if scale or server_scale else None
+    scaler = Scaler(scale, server_scale, targets) if scale or server_scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
     targets = json.loads(args.grpc_targets) if args.grpc_targets else args.grpc_target
     pacer = Pacer(DeviceCores(args.device_cores[0], int(args.device_cores[1]))) if args.device_cores else None

@@ -45,7 +45,7 @@ class WorkerLink:
             # a whole core for the worker's start (its imports would take minutes under the device's
             # quota, and a worker that died left its last stage's quota); it then puts its own in force
             lab.set_client_quota(1.0)
-        emulation = emulation_args(calibration, same_machine=lab.inv.backend == "netns")
+        emulation = emulation_args(calibration)
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self.timeout = exp.trial_timeout
@@ -118,11 +118,10 @@ class WorkerLink:
         self._stderr.close()
 
 
-def emulation_args(calibration: dict | None, same_machine: bool = False) -> list[str]:
+def emulation_args(calibration: dict | None) -> list[str]:
     """The worker's flags for the devices' emulation: the client's slowdowns (scaled) with the device's
     targets they follow this host by (`client.scaler`), or its quotas (throttle); the server's
-    slowdowns, which follow the host's drift too when the server is on the `same_machine` as the
-    client (the embedded testbed) and the client's slowdowns follow it."""
+    slowdowns (the calibration's); with concurrency the device's cores its client's workers share."""
     calibration = calibration or {}
     args = [
         arg
@@ -136,6 +135,4 @@ def emulation_args(calibration: dict | None, same_machine: bool = False) -> list
             args += ["--device-cores", str(path), str(cores)]
         targets = {row["key"]: row["target_s"] for row in calibration.get("rows", ())}
         args += ["--targets", json.dumps(targets)]
-        if same_machine and calibration.get("server_scale"):
-            args.append("--server-follows-host")
     return args

@@ -125,7 +125,7 @@ def test_paced_client_stages_are_not_scaled_again():
     enc, dec = key("encode", "mul", 400, "raw"), key("decode", "mul", 400, "raw")
     scaler = Scaler({enc: 10.0, dec: 10.0})
     out = {"t_client_encode": 0.5, "cpu_client_encode": 0.01, "t_client_decode": 0.4, "cpu_client_decode": 0.01,
-           "t_request": 1.0, "t_comm": 1.0}  # fmt: skip
+           "t_request": 1.0, "t_comm": 1.0, "t_total": 1.9}  # fmt: skip
     scaler.remote(dict(out), "mul", 400, "raw")
     paced = dict(out)
     scaler.remote(paced, "mul", 400, "raw", paced=True)

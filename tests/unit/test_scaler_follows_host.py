@@ -48,31 +48,26 @@ def test_without_targets_the_calibrations_slowdowns_hold_and_the_server_never_fo
     assert remote["t_server_compute"] == pytest.approx(0.1 * 30.0)  # the server's: fixed
 
 
-def test_a_server_on_this_machine_follows_the_hosts_drift_seen_in_the_clients_reference_runs():
-    """The host slowed the client's encode by 1.5x (mean of 0.2 and 0.4 over 0.2) and its decode by
-    1.2x: the drift is their geometric mean, and a server sharing the machine divides its slowdowns
-    (the start-up's too) by it; a kind not re-run since the calibration does not count."""
+def test_the_servers_slowdowns_stay_the_calibrations_whatever_the_clients_reference_runs_say():
+    """Issue 25's checks: the client's reference runs rose 14-34% over its calibration while the
+    server's CPU time for the same work rose 0-6%, so the server's stages follow no drift of the
+    client's (they came out 12-25% below their targets when they did)."""
     server = {key("decode", "mul", 400, "json"): 4.0, key("kernel", "mul", 400): 30.0,
               key("encode", "mul", 400, "json"): 2.0, stack_key("server_start"): 2.0}  # fmt: skip
     scale = {ENCODE: 3.0, DECODE: 5.0, KERNEL: 100.0}
     targets = {ENCODE: 0.6, DECODE: 0.5, KERNEL: 1.0}  # calibration means: 0.2, 0.1 and 0.01 s
-    follows = Scaler(scale, server, targets, server_follows=True)
-    assert follows.drift() == 1.0  # nothing re-run yet
-    follows.refer("encode", "mul", 400, "json", 0.4)
-    follows.refer("decode", "mul", 400, "json", 0.14)
-    drift = (1.5 * 1.2) ** 0.5
-    assert follows.drift() == pytest.approx(drift)
-    assert follows.server_factor("kernel", "mul", 400, "json") == pytest.approx(30.0 / drift)
+    scaler = Scaler(scale, server, targets)
+    scaler.refer("encode", "mul", 400, "json", 0.4)  # the client's encode 1.5x slower
+    scaler.refer("decode", "mul", 400, "json", 0.14)
+    assert scaler.server_factor("kernel", "mul", 400, "json") == 30.0
     remote = {"t_client_encode": 0.3, "cpu_client_encode": 0.2, "t_request": 1.5, "t_client_decode": 0.1,
               "cpu_client_decode": 0.1, "t_server_decode": 0.1, "cpu_server_decode": 0.1, "t_server_compute": 0.1,
               "cpu_server_compute": 0.1, "t_server_encode": 0.1, "cpu_server_encode": 0.1, "t_comm": 1.2,
               "t_server_start": 0.2, "cpu_server_start": 0.15}  # fmt: skip
-    follows.remote(remote, "mul", 400, "json")
-    assert remote["t_server_decode"] == pytest.approx(0.1 * 4.0 / drift)
-    assert remote["t_server_start"] == pytest.approx(0.15 * 2.0 / drift)
-    fixed = Scaler(scale, server, targets)  # a server on another machine: its calibration holds
-    fixed.refer("encode", "mul", 400, "json", 0.4)
-    assert fixed.server_factor("kernel", "mul", 400, "json") == 30.0
+    scaler.remote(remote, "mul", 400, "json")
+    assert remote["t_server_decode"] == pytest.approx(0.1 * 4.0)
+    assert remote["t_server_start"] == pytest.approx(0.15 * 2.0)
+    assert remote["t_client_encode"] == pytest.approx(0.2 * 0.6 / 0.3)  # the client's do follow
 
 
 def test_the_worker_runs_a_trials_work_again_beside_it_and_its_time_follows():
@@ -97,6 +92,3 @@ def test_the_worker_gets_the_client_devices_targets_with_its_slowdowns():
     assert json.loads(args[args.index("--scale") + 1]) == {KERNEL: 100.0} and "--server-scale" in args
     assert emulation_args({"quotas": {"base": 0.1}}) == ["--quotas", '{"base": 0.1}']  # throttle: none
     assert emulation_args(None) == []
-    assert "--server-follows-host" not in args  # the server's machine is not known to be this one
-    assert "--server-follows-host" in emulation_args(calibration, same_machine=True)
-    assert "--server-follows-host" not in emulation_args({"server_scale": {KERNEL: 7.0}}, same_machine=True)
