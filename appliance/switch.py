@@ -23,14 +23,8 @@ from contracts.processes import daemon_pids, stop_all, watch
 
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 SYSTEM_DB = "unix:/var/run/openvswitch/db.sock"
-PROGRAMS = ("nice", "ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")
+PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")  # what runs, each with RUNDIR/PROGRAM.pid when `own`
-# The userspace datapath forwards every packet in ovs-vswitchd, so a switch that waits for a CPU drops
-# what its ports received meanwhile, and TCP waits out a retransmission timeout (200 ms at least). On
-# one host the emulated hosts' work competes for the same cores, where a real appliance has its own:
-# measured in issue 25's check (four testbeds on the 2-core VM), mul 400 RAW's network time at 100
-# Mbit/s was 0.58 s (+-0.16) against 0.32 s (+-0.002) on one testbed. The forwarding goes first.
-FORWARDING_NICE = -10
 
 
 @dataclass(frozen=True)
@@ -67,9 +61,7 @@ class Switch:
 
     def _daemon(self, program: str, *args: str) -> list[str]:
         r = self.rundir
-        first = ["nice", "-n", str(FORWARDING_NICE)] if program == "ovs-vswitchd" else []
         return [
-            *first,
             program,
             *args,
             f"--pidfile={r / (program + '.pid')}",

@@ -134,7 +134,8 @@ SERVER_QUEUE = "queue"
 # network nor the device's work, and communication and the completion time exclude it. Measured in
 # issue 25's check (four testbeds on the 2-core VM): mul 400 RAW's network time at 100 Mbit/s was 0.56
 # s (+-0.18) with the waits in it against 0.32 s (+-0.002) on one testbed, its server's decode
-# waiting behind another testbed's 0.6 s JSON decode of mul 800.
+# waiting behind another testbed's 0.6 s JSON decode of mul 800. Every server reports it (Python's
+# HTTP, CGI and gRPC, and the C++ and Go gRPC servers), only when a lock is named.
 SERVER_LOCK_WAIT = "cpulock"
 # A paced stage's own time on the server's host, in `Server-Timing` as its `host=` parameter (`python -m
 # server --pace PROFILE`: every stage lasts at least its work's time on the server's device, so `dur`

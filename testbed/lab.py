@@ -37,7 +37,7 @@ OVS_PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-
 PROGRAMS = {  # what each role's host must have
     "client": ("ip", "ethtool"),
     "server": ("ip", "ethtool", "iperf3"),
-    "appliance": ("ip", "ethtool", "nice", *OVS_PROGRAMS),  # nice: the forwarding goes first
+    "appliance": ("ip", "ethtool", *OVS_PROGRAMS),
 }
 STACK_PROGRAMS = {"wsgi": (), "cgi": ("lighttpd",)}  # what the server's host needs for each stack
 CGI_DIR = "cgi-stack"  # the cgi stack's files (lighttpd's config, CGI script, logs) in the server's state dir

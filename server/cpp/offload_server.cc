@@ -263,6 +263,7 @@ class CpuLock {
   void unlock() const {
     if (fd_ >= 0) ::flock(fd_, LOCK_UN);
   }
+  bool active() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;
@@ -281,8 +282,10 @@ class StageClock {
 
   template <typename F>
   auto stage(const std::string& name, F&& body) -> decltype(body()) {
+    auto asked = std::chrono::steady_clock::now();
     std::lock_guard<const CpuLock> held(lock_);  // waiting for it counts in no stage
     auto start = std::chrono::steady_clock::now();
+    waited_ms_ += std::chrono::duration<double, std::milli>(start - asked).count();
     double cpu = cpu_seconds();
     struct Record {  // a stage that failed still took time, and still counts
       StageClock* clock;
@@ -309,6 +312,10 @@ class StageClock {
                     s.cpu_ms);
       out += buf;
     }
+    if (lock_.active()) {  // the waits for the CPU lock, which communication excludes (contracts/trials.py)
+      std::snprintf(buf, sizeof buf, ", cpulock;dur=%.3f", waited_ms_);
+      out += buf;
+    }
     return out;
   }
 
@@ -319,6 +326,7 @@ class StageClock {
   };
   const CpuLock& lock_;
   std::vector<Stage> stages_;
+  double waited_ms_ = 0.0;
 };
 
 void fill(Matrix* m, const Result& r) {
