@@ -121,13 +121,22 @@ class LighttpdPlan:
         return "\n".join(lines) + "\n"
 
     def script(self) -> str:
-        """The CGI script: a fresh interpreter per request, the project's code on its path."""
+        """The CGI script: a fresh interpreter per request, the project's code on its path. With the
+        replicas' CPU lock named, the start-up's imports (the heaviest CPU work of a request outside its
+        stages) run holding it, as a timed stage does: the lock is taken before them and `main` lets it
+        go once it has read the start-up's clocks, reporting the wait (`server.cgi.main`)."""
         return (
             "# offload-testbed: one request of the cgi stack (server/cgi.py); generated, do not edit\n"
-            "import sys\n\n"
+            "import fcntl, os, sys, time\n\n"
+            f"lock = os.environ.get({CPU_LOCK_ENV!r})\n"
+            "held, asked = None, time.perf_counter()\n"
+            "if lock:  # replicas: no other testbed's timed stage beside these imports\n"
+            "    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)\n"
+            "    fcntl.flock(held, fcntl.LOCK_EX)\n"
+            "waited = time.perf_counter() - asked\n"
             f"sys.path.insert(0, {self.project_root!r})\n"
             "from server.cgi import main  # noqa: E402\n\n"
-            f"sys.exit(main(max_body_mb={self.max_body_mb!r}))\n"
+            f"sys.exit(main(max_body_mb={self.max_body_mb!r}, start_lock=(held, waited)))\n"
         )
 
     def error_pages(self) -> dict[str, str]:

@@ -43,7 +43,9 @@ def cgi_environ(method: str, path: str, body: bytes = b"", **headers: str) -> di
     return env
 
 
-def run_cgi(method: str, path: str, body: bytes = b"", **headers: str) -> tuple[int, dict[str, str], bytes]:
+def run_cgi(
+    method: str, path: str, body: bytes = b"", start_lock=(None, 0.0), **headers: str
+) -> tuple[int, dict[str, str], bytes]:
     """`server.cgi.main` on one request: its status, headers and body as lighttpd reads them."""
     stdin, stdout = io.BytesIO(body), io.BytesIO()
 
@@ -54,7 +56,7 @@ def run_cgi(method: str, path: str, body: bytes = b"", **headers: str) -> tuple[
     real = cgi.sys.stdin, cgi.sys.stdout
     cgi.sys.stdin, cgi.sys.stdout = Std(stdin), Std(stdout)
     try:
-        assert cgi.main(MAX_BODY_MB, cgi_environ(method, path, body, **headers)) == 0
+        assert cgi.main(MAX_BODY_MB, cgi_environ(method, path, body, **headers), start_lock) == 0
     finally:
         cgi.sys.stdin, cgi.sys.stdout = real
     head, _, out = stdout.getvalue().partition(b"\r\n\r\n")
@@ -87,6 +89,28 @@ def test_a_request_gets_the_product_and_every_stage_with_start_up_first():
     assert 0 < cpu["server_start"] <= time.process_time()
     assert stages["server_start"] > 0
     assert headers[PID_HEADER] == str(os.getpid())
+
+
+def test_with_the_replicas_cpu_lock_the_start_up_holds_it_and_its_wait_is_reported(tmp_path):
+    """The script took the lock before its imports and waited 0.25 s for it: `main` lets it go before
+    any stage takes it again, reports the wait as `cpulock` and leaves it out of the start-up."""
+    import fcntl
+
+    path = str(tmp_path / "cpu.lock")
+    held = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    _, alone, _ = run_cgi("POST", "/v1/ops/mul", json_mul(), **{"X-Codec": "json"})
+    status, headers, _ = run_cgi("POST", "/v1/ops/mul", json_mul(), (held, 0.25), **{"X-Codec": "json"})
+    assert status == 200
+    other = os.open(path, os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go: anyone may take it now
+    os.close(other)
+    stages, before = (
+        parse_server_timing(headers["Server-Timing"]),
+        parse_server_timing(alone["Server-Timing"]),
+    )
+    assert stages["cpulock"] == pytest.approx(0.25) and "cpulock" not in before
+    assert stages["server_start"] < before["server_start"]  # this process's life so far, less the wait
 
 
 def test_the_start_up_is_the_wall_time_since_the_kernel_started_the_process():
