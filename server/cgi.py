@@ -28,8 +28,9 @@ from contextlib import contextmanager
 from http import HTTPStatus
 from typing import BinaryIO
 
+from contracts.cpu_lock import CpuLock
 from contracts.limits import Limits
-from contracts.trials import SERVER_LOCK_WAIT, SERVER_START
+from contracts.trials import SERVER_START
 from server import handler
 from server.handler import BodyTooLarge, Reply, error_reply
 from server.timing import StageClock
@@ -166,22 +167,20 @@ def since_start() -> float:
 def main(
     max_body_mb: float = 256.0,
     environ: Mapping[str, str] | None = None,
-    start_lock: tuple[int | None, float] = (None, 0.0),
+    start_lock: tuple[CpuLock, float] | None = None,
 ) -> int:
     """Answer the one request of this process. `start_lock`: the replicas' CPU lock as the script
-    took it before the imports (its descriptor, None without a lock) and the seconds it waited for it,
-    which the start-up's wall time excludes and the `cpulock` entry reports."""
+    took it before the imports, and the seconds it waited for it, which the start-up's wall time
+    excludes and the `cpulock` entry reports."""
     cpu, wall = time.process_time(), since_start()  # the interpreter and every import: server_start
-    held, waited = start_lock
-    if held is not None:
-        fcntl.flock(held, fcntl.LOCK_UN)  # before any stage takes the lock again (its own descriptor)
-        os.close(held)
+    lock, waited = start_lock or (CpuLock(None), 0.0)
+    lock.release()  # before any stage takes the lock again (through its own descriptor)
     environ = os.environ if environ is None else environ
     clock = StageClock()
     clock.ms[SERVER_START] = (wall - waited) * 1000.0
     clock.cpu_ms[SERVER_START] = cpu * 1000.0
-    if held is not None:
-        clock.ms[SERVER_LOCK_WAIT] = waited * 1000.0
+    if lock.path is not None:
+        clock.wait(waited)
     try:
         reply = respond(
             environ, sys.stdin.buffer, Limits.from_mb(max_body_mb), clock, environ.get("OFFLOAD_LOCK")

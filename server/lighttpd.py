@@ -127,16 +127,13 @@ class LighttpdPlan:
         go once it has read the start-up's clocks, reporting the wait (`server.cgi.main`)."""
         return (
             "# offload-testbed: one request of the cgi stack (server/cgi.py); generated, do not edit\n"
-            "import fcntl, os, sys, time\n\n"
-            f"lock = os.environ.get({CPU_LOCK_ENV!r})\n"
-            "held, asked = None, time.perf_counter()\n"
-            "if lock:  # replicas: no other testbed's timed stage beside these imports\n"
-            "    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)\n"
-            "    fcntl.flock(held, fcntl.LOCK_EX)\n"
-            "waited = time.perf_counter() - asked\n"
+            "import sys\n\n"
             f"sys.path.insert(0, {self.project_root!r})\n"
+            "from contracts.cpu_lock import CpuLock  # noqa: E402\n\n"
+            "lock = CpuLock.from_env()\n"
+            "waited = lock.take()  # replicas: no other testbed's timed stage beside these imports\n"
             "from server.cgi import main  # noqa: E402\n\n"
-            f"sys.exit(main(max_body_mb={self.max_body_mb!r}, start_lock=(held, waited)))\n"
+            f"sys.exit(main(max_body_mb={self.max_body_mb!r}, start_lock=(lock, waited)))\n"
         )
 
     def error_pages(self) -> dict[str, str]:

@@ -65,11 +65,10 @@ class StageClock:
         target = StageTarget(self, self.KINDS.get(name, name))
         # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
         # the clocks start, inside the request, and is reported (`cpulock`) for communication to exclude
-        asked = time.perf_counter()
-        with CPU_LOCK.held():
+        with CPU_LOCK.held() as waited:
             start, cpu = time.perf_counter(), time.process_time()
             if CPU_LOCK.path is not None:  # the wait, reported so that communication excludes it
-                self.ms[SERVER_LOCK_WAIT] = self.ms.get(SERVER_LOCK_WAIT, 0.0) + (start - asked) * 1000.0
+                self.wait(waited)
             try:
                 yield target
             finally:  # a stage that failed still took time, and still counts
@@ -81,6 +80,10 @@ class StageClock:
             if left > 0:
                 time.sleep(left)
             self.ms[name] = (time.perf_counter() - start) * 1000.0
+
+    def wait(self, seconds: float) -> None:
+        """Count a wait for the replicas' CPU lock (`cpulock`)."""
+        self.ms[SERVER_LOCK_WAIT] = self.ms.get(SERVER_LOCK_WAIT, 0.0) + seconds * 1000.0
 
     @contextmanager
     def queued(self, slots: AbstractContextManager | None) -> Iterator[None]:

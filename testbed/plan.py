@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from itertools import product
 
 from contracts.trials import LOCAL, offloads
 from testbed.experiment import Experiment
@@ -62,25 +63,15 @@ def plan_trials(exp: Experiment) -> list[Trial]:
         for size in exp.sizes:
             for rate in exp.rates_mbps:
                 for method, server in offloads(exp.methods, exp.servers):
-                    for setting in exp.transfer_settings():
-                        for c in exp.concurrency or (None,):  # c requests outstanding per client
-                            for k in exp.contention or (None,):  # several clients: k of them at once
-                                for rep in range(exp.reps):
-                                    for client in range(1, k + 1) if k else (None,):
-                                        for stream in range(1, c + 1) if c else (None,):
-                                            add(
-                                                op,
-                                                size,
-                                                rate,
-                                                method,
-                                                rep,
-                                                server,
-                                                k,
-                                                client,
-                                                *setting,
-                                                c,
-                                                stream,
-                                            )
+                    # the settings a sweep varies, then each repetition with its clients (k at once)
+                    # and each client's request streams (c outstanding)
+                    for setting, c, k in product(
+                        exp.transfer_settings(), exp.concurrency or (None,), exp.contention or (None,)
+                    ):
+                        clients = range(1, k + 1) if k else (None,)
+                        streams = range(1, c + 1) if c else (None,)
+                        for rep, client, stream in product(range(exp.reps), clients, streams):
+                            add(op, size, rate, method, rep, server, k, client, *setting, c, stream)
     return trials
 
 

@@ -44,7 +44,7 @@ def cgi_environ(method: str, path: str, body: bytes = b"", **headers: str) -> di
 
 
 def run_cgi(
-    method: str, path: str, body: bytes = b"", start_lock=(None, 0.0), **headers: str
+    method: str, path: str, body: bytes = b"", start_lock=None, **headers: str
 ) -> tuple[int, dict[str, str], bytes]:
     """`server.cgi.main` on one request: its status, headers and body as lighttpd reads them."""
     stdin, stdout = io.BytesIO(body), io.BytesIO()
@@ -96,9 +96,11 @@ def test_with_the_replicas_cpu_lock_the_start_up_holds_it_and_its_wait_is_report
     any stage takes it again, reports the wait as `cpulock` and leaves it out of the start-up."""
     import fcntl
 
+    from contracts.cpu_lock import CpuLock
+
     path = str(tmp_path / "cpu.lock")
-    held = os.open(path, os.O_RDWR | os.O_CREAT)
-    fcntl.flock(held, fcntl.LOCK_EX)
+    held = CpuLock(path)
+    held.take()
     _, alone, _ = run_cgi("POST", "/v1/ops/mul", json_mul(), **{"X-Codec": "json"})
     status, headers, _ = run_cgi("POST", "/v1/ops/mul", json_mul(), (held, 0.25), **{"X-Codec": "json"})
     assert status == 200

@@ -90,9 +90,9 @@ def test_the_cgi_environment_carries_the_blas_caps_and_the_lock(plan):
 def test_the_script_runs_server_cgi_with_the_limit_from_the_project(plan, tmp_path):
     script = plan.script()
     assert "sys.path.insert(0, '/code')" in script
-    assert "sys.exit(main(max_body_mb=1.5, start_lock=(held, waited)))" in script
+    assert "sys.exit(main(max_body_mb=1.5, start_lock=(lock, waited)))" in script
     # the replicas' CPU lock is taken before the imports that start the request's process
-    assert script.index("fcntl.flock(held, fcntl.LOCK_EX)") < script.index("from server.cgi import main")
+    assert script.index("waited = lock.take()") < script.index("from server.cgi import main")
     compile(script, SCRIPT, "exec")
 
 
