@@ -1,6 +1,6 @@
 """The reference runs of every trial worker on this host, shared: one view of the host's speed.
 
-In scaled mode a worker's slowdowns follow this host's recent speed through reference runs beside its
+In scaled mode a worker's slowdowns follow this host's recent speed through the CPU times of its
 trials (`client.scaler`). Replicas on one host each have a worker, and each worker used to follow its
 own runs only: a window of a few runs per kind of work, the calibration's mean first, so one slow run
 set a replica's slowdowns for the next minutes. Measured in issue 25's check (four testbeds on the

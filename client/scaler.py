@@ -13,11 +13,14 @@ The client's slowdowns follow this host through the sweep (`targets`): this host
 same work drifts by tens of percent over minutes on a shared machine (measured on the 2-core VM: the
 local 500x500 product 3% above the device's time in one smoke run and 36% in the next, JSON encode
 15-39% above, while each calibration held), so a slowdown fixed at the calibration carries whatever
-the host's speed was then into every later trial. The trial worker runs each trial's client work once
-more beside it (`refer`: the same work in the same process, outside the trial's stages), and a kind
-of work's slowdown is its target over the mean of its recent runs there, the calibration's mean among
-them until `REFERENCE_WINDOW` newer ones have pushed it out. Replicas on one host follow one another's
-runs too (`client.host_references`): the host's speed is one for all of them.
+the host's speed was then into every later trial. So each scaled trial's client work is a reference
+run afterwards (`refer`: its CPU time, `client.worker.TrialWorker.follow`), and a kind of work's
+slowdown is its target over the mean of its recent runs, the calibration's mean among them until
+`REFERENCE_WINDOW` newer ones have pushed it out. The trials' own runs, because only they run as a
+trial runs: the same work run again right after a trial found warm caches and took up to 30% less
+CPU time (measured in issue 25's check), which put the scaled trials that much above their targets.
+Replicas on one host follow one another's runs too (`client.host_references`): the host's speed is
+one for all of them.
 
 The server's slowdowns stay the calibration's, also on an embedded testbed where the server shares
 this machine. They used to be divided by the host's drift seen in the client's reference runs, on the
@@ -65,7 +68,7 @@ class Scaler:
         }
 
     def refer(self, kind: str, op: str, size: int, codec: str | None, cpu_s: float) -> None:
-        """A reference run of a kind of work beside a trial: its CPU seconds on this host now."""
+        """A reference run of a kind of work (a trial's, after it was scaled): its CPU seconds on this host now."""
         if (recent := self.recent.get(key(kind, op, size, codec))) is not None:
             recent.append(cpu_s)
 

@@ -1,6 +1,8 @@
 """Every trial worker on a host follows every worker's reference runs (client/host_references.py):
 replicas on one host see one host speed, so their slowdowns do not drift apart replica by replica."""
 
+import pytest
+
 from client.host_references import HostReferences
 from client.scaler import Scaler
 from client.worker import TrialWorker
@@ -62,10 +64,11 @@ def test_two_workers_on_one_host_scale_alike_after_one_slow_run(tmp_path, monkey
         w.references.exchange([])  # both are up before the first trial
     first = workers[0].run({"trial": 0, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
     assert first["ok"], first
-    workers[1].run({"trial": 1, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
-    workers[0].refer("mul", size, "float64", LOCAL)  # the first reads the second's run too
+    second = workers[1].run({"trial": 1, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
+    workers[0].follow({"cpu_total": 0.0007}, "mul", size, LOCAL)  # the first reads the second's run too
     a, b = (list(w.scaler.recent[k]) for w in workers)
-    assert len(b) == 3 and a[:3] == b  # the calibration's, then both workers' runs in the order written
+    assert b == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])  # in the order written
+    assert a == pytest.approx(b + [0.0007])
     unshared = Scaler({k: 1000.0}, targets={k: 0.5})
     unshared.refer("kernel", "mul", size, None, b[2])
     assert len(unshared.recent[k]) == 2  # what the second worker would have followed alone

@@ -1,6 +1,6 @@
-"""The client's slowdowns follow this host's speed through reference runs beside the trials: a
-kind of work's slowdown is its target over the mean of its recent runs, the calibration's mean
-among them until newer runs push it out (client/scaler.py)."""
+"""The client's slowdowns follow this host's speed through the trials' own CPU times: a kind of
+work's slowdown is its target over the mean of its recent runs, the calibration's mean among them
+until newer runs push it out (client/scaler.py)."""
 
 import json
 
@@ -70,18 +70,31 @@ def test_the_servers_slowdowns_stay_the_calibrations_whatever_the_clients_refere
     assert remote["t_client_encode"] == pytest.approx(0.2 * 0.6 / 0.3)  # the client's do follow
 
 
-def test_the_worker_runs_a_trials_work_again_beside_it_and_its_time_follows():
-    """A local trial on this host: the kernel runs once more after it, and the trial's device time is
-    its CPU time over the mean of the calibration's and that run's, times the target."""
+def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
+    """Local trials on this host: each one's device time is its CPU time times the target over the
+    mean of the runs before it (the calibration's, then the earlier trials'), and its own CPU time
+    joins them afterwards; no work runs beside the trials (a second run found warm caches)."""
     size = 64
     k = key("kernel", "mul", size)
     scaler = Scaler({k: 1000.0}, targets={k: 0.5})  # calibrated at 0.5 ms of host CPU
     worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
-    out = worker.run({"trial": 0, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
-    assert out["ok"], out
-    recent = list(scaler.recent[k])
-    assert len(recent) == 2 and recent[0] == pytest.approx(0.0005) and recent[1] > 0
-    assert out["t_total"] == pytest.approx(out["cpu_total"] * 0.5 / ((0.0005 + recent[1]) / 2))
+    spec = {"trial": 0, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL}
+    first = worker.run(spec)
+    assert first["ok"], first
+    assert first["t_total"] == pytest.approx(first["cpu_total"] * 1000.0)  # the calibration's alone
+    assert list(scaler.recent[k]) == pytest.approx([0.0005, first["cpu_total"]])  # only the trial's run
+    second = worker.run(spec | {"trial": 1})
+    assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((0.0005 + first["cpu_total"]) / 2))
+    assert list(scaler.recent[k]) == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])
+
+
+def test_a_remote_trials_client_stages_are_its_reference_runs():
+    scaler = Scaler({ENCODE: 3.0, DECODE: 5.0}, targets={ENCODE: 0.6, DECODE: 0.5})
+    worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
+    worker.follow({"cpu_client_encode": 0.3, "cpu_client_decode": 0.2}, "mul", 400, "json")
+    assert list(scaler.recent[ENCODE]) == pytest.approx([0.2, 0.3])
+    assert list(scaler.recent[DECODE]) == pytest.approx([0.1, 0.2])
+    assert scaler.factor("encode", "mul", 400, "json") == pytest.approx(0.6 / 0.25)
 
 
 def test_the_worker_gets_the_client_devices_targets_with_its_slowdowns():
