@@ -86,6 +86,8 @@ def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
     second = worker.run(spec | {"trial": 1})
     assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((0.0005 + first["cpu_total"]) / 2))
     assert list(scaler.recent[k]) == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])
+    warm_up = worker.run(spec | {"trial": -1})  # untimed: a fresh process's first runs are no reference
+    assert warm_up["ok"] and len(scaler.recent[k]) == 3
 
 
 def test_a_remote_trials_client_stages_are_its_reference_runs():
