@@ -26,7 +26,8 @@ def analyze(
     (default: standard output).
 
     Energy (`analysis.energy`) uses the power figures in `power` (a file with a `power:` section), or
-    else those of the run's device profile; a run with neither has no energy view. `embed`: the
+    else those of the run's device profile (of each device's, with clients of several devices: then a
+    `power` file, one device's figures, is refused); a run with neither has no energy view. `embed`: the
     report carries its figures (else it links the PNGs beside it: `analysis.report.write_report`).
 
     Raises UserError for anything the user can fix in the run's files. Figures of an earlier analysis
@@ -42,7 +43,7 @@ def analyze(
     from analysis.cells import cell_table
     from analysis.contention import borders, contention_lines, contention_table, has_contention
     from analysis.decisions import cumulative_penalties, decision_vectors
-    from analysis.energy import as_decision_cells, energy_cells, run_power
+    from analysis.energy import as_decision_cells, energy_cells, given_powers, run_powers
     from analysis.link_counters import link_counters
     from analysis.load import load_run, output_dir
     from analysis.paper_checks import held_out_summary, judged, paper_checks
@@ -56,7 +57,11 @@ def analyze(
     from contracts.run import MANIFEST_FILE
 
     run = load_run(Path(run_dir))
-    figures_of = load_power(power) if power else run_power(run.manifest, run.run_dir / MANIFEST_FILE)
+    figures_of = (
+        given_powers(load_power(power), run.trials)
+        if power
+        else run_powers(run.manifest, run.trials, run.run_dir / MANIFEST_FILE)
+    )
     cells = cell_table(run.trials, run.manifest)
     tables = {
         "cells": cells,
@@ -72,7 +77,7 @@ def analyze(
         tables["paper_checks"] = checks
     if has_replicas(run.trials):  # a sweep over several testbeds: did they measure alike?
         tables["replica_effect"] = replica_effect(run.trials)
-    if figures_of is not None:
+    if figures_of:
         cells = tables["cells"] = energy_cells(cells, run.trials, figures_of)
         tables["decision_vectors_energy"] = decision_vectors(as_decision_cells(cells))
         tables["cumulative_penalty_energy"] = cumulative_penalties(as_decision_cells(cells))

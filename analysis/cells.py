@@ -4,36 +4,55 @@ These are the measures of section II-E of the paper. A cell is every combination
 touched: the (op, size) pairs seen (and those in the manifest's experiment) crossed with every rate
 and method. A cell without a successful trial stays in the table as `missing` (n = 0, numbers empty)
 so a failure can never pass for a result; its failed trials are still counted.
+
+With clients of several devices each way to offload is named with its device (`raw on paper-p4`,
+`contracts.trials.offload_label`) and each device has its own local baseline: a cell is compared with
+the local trials of its own device (column `device`; empty when the run's clients were of one device),
+never with another device's, nor with all of them pooled.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from analysis.load import row_devices
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
 from contracts.run import Manifest
-from contracts.trials import LOCAL, STAGES
+from contracts.trials import LOCAL, STAGES, label_clients, label_device, label_without_device, on_device
 
 KEYS = ["op", "size", "rate_mbps", "method"]
 PREFERRED_METHODS = ("json", "ujson", "raw")
 REFERENCE_METHOD = "json"
+BASELINE = ["op", "size", "device"]  # what a local baseline is of (device "": the run's clients had one)
 
 
 def method_order(methods) -> list[str]:
-    """json, ujson, raw first (the paper's order), then any others alphabetically."""
+    """json, ujson, raw first (the paper's order), then any others alphabetically; with clients of
+    several devices each way to offload on every device in turn (`json on a`, `json on b`, `raw on a`)."""
     methods = set(methods)
-    first = [m for p in PREFERRED_METHODS for m in sorted(methods) if m.lower() == p]
-    return first + sorted(methods - set(first), key=lambda m: (m.lower(), m))
+    heads = {label_without_device(m) for m in methods}
+    first = [m for p in PREFERRED_METHODS for m in sorted(heads) if m.lower() == p]
+    rank = {m: i for i, m in enumerate(first + sorted(heads - set(first), key=lambda m: (m.lower(), m)))}
+    return sorted(methods, key=lambda m: (rank[label_without_device(m)], label_device(m) or ""))
+
+
+def cell_devices(methods) -> list[str]:
+    """Each cell's client device, from its way to offload ("" where the run's clients were of one)."""
+    return [label_device(m) or "" for m in methods]
 
 
 def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.DataFrame:
     """All cells of the grid with n, failed, means, CIs, decision, significance, penalty and ratios."""
+    trials = trials.assign(device=row_devices(trials))
     local = trials[trials["method"] == LOCAL]
     remote = trials[trials["method"] != LOCAL]
     index = _grid(trials, manifest)
     cells = pd.DataFrame(index=index)
+    cells["device"] = cell_devices(index.get_level_values("method"))
 
     good = remote[remote["ok"]].groupby(KEYS)
     total = good["t_total"].agg(["count", "mean", "std"]).reindex(index)
@@ -46,8 +65,11 @@ def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.Dat
     cells["std"] = total["std"]
     cells["ci95"] = ci95(total["std"], cells["n"])
 
-    base = local[local["ok"]].groupby(["op", "size"])["t_total"].agg(["count", "mean", "std"])
-    pairs = pd.MultiIndex.from_arrays([index.get_level_values("op"), index.get_level_values("size")])
+    # each cell's own device's baseline
+    base = local[local["ok"]].groupby(BASELINE)["t_total"].agg(["count", "mean", "std"])
+    pairs = pd.MultiIndex.from_arrays(
+        [index.get_level_values("op"), index.get_level_values("size"), cells["device"]], names=BASELINE
+    )
     base = base.reindex(pairs)
     cells["local_n"] = base["count"].fillna(0).astype(int).to_numpy()
     cells["local_mean"] = base["mean"].to_numpy()
@@ -80,7 +102,7 @@ def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.Dat
     # a cell whose remote trials or local baseline came from a device emulation that missed its target
     flags = trials[trials["emulation_flagged"]] if "emulation_flagged" in trials.columns else trials.iloc[:0]
     remote_flag = flags[flags["method"] != LOCAL].groupby(KEYS).size().reindex(index).fillna(0) > 0
-    local_flag = flags[flags["method"] == LOCAL].groupby(["op", "size"]).size().reindex(pairs).fillna(0) > 0
+    local_flag = flags[flags["method"] == LOCAL].groupby(BASELINE).size().reindex(pairs).fillna(0) > 0
     cells["emulation_flagged"] = remote_flag.to_numpy() | local_flag.to_numpy()
     return cells.reset_index()
 
@@ -94,30 +116,39 @@ def _stop_reasons(trials: pd.DataFrame, index: pd.MultiIndex, manifest: Manifest
     times = trials["t_total"].where(trials["ok"].astype(bool))
     order = trials["rep"].fillna(trials["line"]) if "rep" in trials else trials["line"]  # older runs: rows
     series: dict[tuple, list[tuple[float, float | None]]] = {}
-    for op, size, rate, method, rep, value in zip(
-        trials["op"], trials["size"], trials["rate_mbps"], trials["method"], order, times, strict=True
-    ):
-        key = (op, size) if method == LOCAL else (op, size, rate, method)
+    for op, size, rate, method, device, rep, value in zip(
+        trials["op"], trials["size"], trials["rate_mbps"], trials["method"], row_devices(trials), order, times,
+        strict=True,
+    ):  # fmt: skip
+        key = (op, size, device) if method == LOCAL else (op, size, rate, method)
         series.setdefault(key, []).append((rep, None if pd.isna(value) else float(value)))
     out = []
     for op, size, rate, method in index:
         remote = [v for _, v in sorted(series.get((op, size, rate, method), []), key=lambda x: x[0])]
-        local = [v for _, v in sorted(series.get((op, size), []), key=lambda x: x[0])]
+        base = (op, size, label_device(method) or "")  # its own device's baseline
+        local = [v for _, v in sorted(series.get(base, []), key=lambda x: x[0])]
         out.append(stop_reason(remote, local, rule) or "")
     return out
 
 
 def _reference_means(cells: pd.DataFrame) -> np.ndarray:
-    """The json cell's mean at each cell's (op, size, rate); NaN where there is none."""
+    """The json cell's mean at each cell's (op, size, rate), on the cell's own device; NaN where there
+    is none."""
     methods = cells.index.get_level_values("method")
-    ref = [m for m in dict.fromkeys(methods) if m.lower() == REFERENCE_METHOD][:1]
+    heads = [label_without_device(m) for m in dict.fromkeys(methods)]
+    ref = [m for m in dict.fromkeys(heads) if m.lower() == REFERENCE_METHOD][:1]
     if not ref:
         return np.full(len(cells), np.nan)
-    means = cells["mean"].xs(ref[0], level="method")
-    triples = pd.MultiIndex.from_arrays(
+    means = cells["mean"].copy()
+    means.index = pd.MultiIndex.from_arrays(
         [cells.index.get_level_values(k) for k in ("op", "size", "rate_mbps")]
+        + [[label_without_device(m) for m in methods], cells["device"].to_numpy()]
     )
-    return means.reindex(triples).to_numpy()
+    means = means.xs(ref[0], level=3)
+    keys = pd.MultiIndex.from_arrays(
+        [cells.index.get_level_values(k) for k in ("op", "size", "rate_mbps")] + [cells["device"].to_numpy()]
+    )
+    return means.reindex(keys).to_numpy()
 
 
 def _grid(trials: pd.DataFrame, manifest: Manifest | None) -> pd.MultiIndex:
@@ -149,4 +180,27 @@ def planned_grid(manifest: Manifest | None) -> tuple[list, list, list, list] | N
     if manifest is None:
         return None
     exp = manifest.experiment
-    return list(exp.ops), list(exp.sizes), [float(r) for r in exp.rates_mbps], exp.offload_labels()
+    return list(exp.ops), list(exp.sizes), [float(r) for r in exp.rates_mbps], _planned_labels(manifest)
+
+
+def _planned_labels(manifest: Manifest) -> list[str]:
+    """The experiment's ways to offload; with clients of several devices each on the devices of the
+    clients that ran it (k at once: clients 1..k, `testbed.plan`), so no cell that was never planned
+    shows up as missing."""
+    exp = manifest.experiment
+    if not exp.client_devices:
+        return exp.offload_labels()
+    hosts = client_device_names(manifest)
+    return [
+        on_device(label, device)
+        for label in exp.offload_labels()
+        for device in dict.fromkeys(hosts[: label_clients(label) or 1])
+    ]
+
+
+def client_device_names(manifest: Manifest) -> list[str]:
+    """Each client host's device by its profile's name, client 1 first, from the experiment's
+    references (a profile's name, or a profile's file, whose stem is its name unless the file gives
+    another); empty when the clients were of one device."""
+    known = [d.profile.get("name") for d in (manifest.device, *manifest.client_devices) if d is not None]
+    return [ref if ref in known else Path(ref).stem for ref in manifest.experiment.client_devices]

@@ -28,7 +28,7 @@ from analysis.cells import KEYS, cell_table
 from analysis.decisions import OFFLOAD, STAY, decision_marks
 from analysis.load import load_run, writable_dir
 from contracts.errors import UserError
-from contracts.trials import LOCAL
+from contracts.trials import LOCAL, label_device, label_without_device, on_device
 
 STAGE_MEAN = re.compile(r"^(t_\w+)_mean$")
 SHOWN = 8  # differing cells and means named in the summary; the CSVs have them all
@@ -105,9 +105,11 @@ def compare_means(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame
     if not rows:
         return pd.DataFrame(columns=[*KEYS, "quantity", "run", "mean", "ci95", "ref_mean", "ref_ci95"])
     table = pd.concat(rows).reset_index()
-    # the local baseline is one per (op, size), repeated on each of its cells: compared once
+    # the local baseline is one per (op, size) and client device, repeated on each of its cells: compared
+    # once (`local on paper-p4` with clients of several devices)
     local = table["quantity"] == "local"
-    table.loc[local, ["rate_mbps", "method"]] = [np.nan, LOCAL]
+    table.loc[local, "rate_mbps"] = np.nan
+    table.loc[local, "method"] = [on_device(LOCAL, label_device(m)) for m in table.loc[local, "method"]]
     table = table[~(local & table.duplicated([*KEYS, "quantity", "run"]))].reset_index(drop=True)
     gap = (table["mean"] - table["ref_mean"]).abs()
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -120,8 +122,8 @@ def compare_means(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame
 
 
 def _cell(row: pd.Series) -> str:
-    if row["method"] == LOCAL:
-        return f"{row['op']} {row['size']} local"
+    if label_without_device(row["method"]) == LOCAL:
+        return f"{row['op']} {row['size']} {row['method']}"
     return f"{row['op']} {row['size']} {row['method']} @ {row['rate_mbps']:g} Mbit/s"
 
 

@@ -14,6 +14,10 @@ rate, method) and k:
 - fairness: Jain's index of the clients' mean completion times, (sum x)^2 / (k sum x^2), 1 when every
   client fared alike and 1/k when one took everything;
 - energy per client and task, from the device's power figures (`analysis.energy`), when the run has them.
+
+With clients of several devices the way to offload carries the device (`raw-x4 on paper-p4`): each
+row is the trials of that device's clients among the k at once, against that device's own baseline
+and with its own power figures (both from `cells`), and the fairness is among those clients.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from matplotlib.figure import Figure
 
 from analysis.decisions import OFFLOAD, decision_marks
 from analysis.style import method_styles
-from contracts.trials import LOCAL, label_clients, label_without_clients
+from contracts.trials import LOCAL, label_clients, label_device, label_without_clients, on_device
 
 KEYS = ["op", "size", "rate_mbps", "method"]  # method: the base label, without its number of clients
 SERVER = ["t_server_decode", "t_server_compute", "t_server_encode"]
@@ -133,8 +137,7 @@ def contention_figure(table: pd.DataFrame, op: str) -> Figure:
             )
             bottom.plot(m["clients"], m["t_server_queue_mean"], marker="s", linestyle=":", color=color,
                         label=f"{method} server queue")  # fmt: skip
-        if here["local_mean"].notna().any():
-            top.axhline(here["local_mean"].iloc[0], color="black", linestyle="--", label="local")
+        _local_lines(top, here)
         top.set_title(f"{op} {size} @ {rate:g} Mbit/s")
         top.set_ylabel("completion time (s)")
         bottom.set_ylabel("time (s)")
@@ -143,3 +146,14 @@ def contention_figure(table: pd.DataFrame, op: str) -> Figure:
     axes[0][0].legend(fontsize="small")
     axes[1][0].legend(fontsize="small")
     return fig
+
+
+def _local_lines(ax, rows: pd.DataFrame) -> None:
+    """The local time of each client device in `rows` (one, unless the clients were of several)."""
+    devices = [label_device(m) for m in rows["method"]]
+    for i, device in enumerate(dict.fromkeys(devices)):
+        style = ("--", ":", "-.")[i % 3]
+        mine = rows[[d == device for d in devices]]
+        if mine["local_mean"].notna().any():
+            label = on_device(LOCAL, device)
+            ax.axhline(mine["local_mean"].dropna().iloc[0], color="black", linestyle=style, label=label)

@@ -4,6 +4,9 @@ A run emulates up to two devices (issue 24): the client's (`Manifest.device`) an
 (`Manifest.server_device`), each a profile, a mode and the calibrations that checked it. Both are
 shown the same way, by role, so that a reader sees which device each time belongs to; a role
 without a device ran as its host, and the page and the summary say so rather than leave it out.
+With clients of several devices, each client device (`Manifest.client_devices`, after client 1's) is
+shown as client 1's is, with its own calibrations, and named by its profile's name where a role
+alone would not tell them apart (`device_key`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,20 @@ CALIBRATION_EXTRA = ["quota", "period_s", "samples", "reason"]
 
 
 def role_devices(manifest: Manifest | None) -> list[tuple[str, Device | None]]:
-    """(role, device or None) for the client, then the server; none at all without a manifest."""
+    """(role, device or None) for the client (each client device, client 1's first), then the server;
+    none at all without a manifest."""
     if manifest is None:
         return []
-    return [("client", manifest.device), ("server", manifest.server_device)]
+    clients = [("client", d) for d in manifest.client_devices if d is not None]
+    return [("client", manifest.device), *clients, ("server", manifest.server_device)]
+
+
+def device_key(role: str, device: Device | None, manifest: Manifest | None) -> str:
+    """What tells a role's device apart in names (figure files, page anchors): the role, and with
+    clients of several devices a client device's name too (`client-paper-p4`)."""
+    if role != "client" or device is None or manifest is None or not manifest.client_devices:
+        return role
+    return f"{role}-{device.profile['name']}"
 
 
 def calibration_table(cal: Calibration) -> pd.DataFrame:

@@ -12,6 +12,10 @@ There is no power meter on an emulated device, so energy is computed from the de
 The communication time is split between sending and receiving by the bytes each way; while the
 server works, the device waits idle. Energy decisions and penalties then follow the time-based ones
 of the paper (section II-E) with joules in place of seconds.
+
+With clients of several devices, each row's energy is its own device's figures times its times, and
+each cell is decided against its own device's local baseline; a device whose profile has no power
+figures has no energy view (its cells' energy columns are empty).
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.cells import BASELINE, cell_devices
+from analysis.load import row_devices, trial_devices
 from analysis.stats import ci95, welch
+from contracts.errors import UserError
 from contracts.power import Power, power_of_profile
 from contracts.run import MANIFEST_FILE, Manifest
 from contracts.trials import LOCAL
@@ -34,6 +41,35 @@ def run_power(manifest: Manifest | None, manifest_path: Path | str = MANIFEST_FI
     if manifest is None or manifest.device is None:
         return None
     return power_of_profile(manifest.device.profile, manifest_path)
+
+
+def run_powers(
+    manifest: Manifest | None, trials: pd.DataFrame, manifest_path: Path | str = MANIFEST_FILE
+) -> dict[str, Power]:
+    """The power figures of each client device the rows ran as, by its name (`Manifest.client_device`),
+    those without figures left out; for a run of one device, {"": its figures} (or nothing)."""
+    devices = trial_devices(trials)
+    if not devices:
+        power = run_power(manifest, manifest_path)
+        return {"": power} if power is not None else {}
+    out = {}
+    for name in devices:
+        device = manifest.client_device(name) if manifest is not None else None
+        if device is not None and (power := power_of_profile(device.profile, manifest_path)) is not None:
+            out[name] = power
+    return out
+
+
+def given_powers(power: Power, trials: pd.DataFrame) -> dict[str, Power]:
+    """A power file's figures (`--power`) for a run: one device's, so refused for a run whose clients
+    were of several (each of them would be given another's watts)."""
+    if len(devices := trial_devices(trials)) > 1:
+        raise UserError(
+            f"--power gives one device's power figures; the run's clients were of {len(devices)} devices "
+            f"({', '.join(devices)})",
+            "leave out --power: each device's own figures are read from its profile in the manifest",
+        )
+    return {"": power}
 
 
 def trial_energy(trials: pd.DataFrame, power: Power) -> pd.Series:
@@ -56,16 +92,28 @@ def trial_energy(trials: pd.DataFrame, power: Power) -> pd.Series:
     return energy.where(trials["ok"])
 
 
-def energy_cells(cells: pd.DataFrame, trials: pd.DataFrame, power: Power) -> pd.DataFrame:
-    """`cells` with the energy columns: means, the remote mean's CI, the decision and the penalty."""
-    trials = trials.assign(energy_j=trial_energy(trials, power))
+def device_energy(trials: pd.DataFrame, powers: dict[str, Power]) -> pd.Series:
+    """Joules per trial, each row by its own device's figures (`run_powers`; "": the run's one device);
+    NaN for failed trials and for rows of a device without figures."""
+    devices = row_devices(trials)
+    energy = pd.Series(np.nan, index=trials.index)
+    for name, power in powers.items():
+        mine = (devices == name).to_numpy()
+        energy[mine] = trial_energy(trials[mine], power).to_numpy()
+    return energy
+
+
+def energy_cells(cells: pd.DataFrame, trials: pd.DataFrame, power: Power | dict[str, Power]) -> pd.DataFrame:
+    """`cells` with the energy columns: means, the remote mean's CI, the decision and the penalty.
+    `power`: the run's one device's figures, or each device's by name (`run_powers`)."""
+    energy = trial_energy(trials, power) if isinstance(power, Power) else device_energy(trials, power)
+    trials = trials.assign(energy_j=energy, device=row_devices(trials))
     remote = trials[trials["method"] != LOCAL].groupby(KEYS)["energy_j"].agg(["count", "mean", "std"])
-    local = (
-        trials[trials["method"] == LOCAL].groupby(["op", "size"])["energy_j"].agg(["count", "mean", "std"])
-    )
+    local = trials[trials["method"] == LOCAL].groupby(BASELINE)["energy_j"].agg(["count", "mean", "std"])
     index = pd.MultiIndex.from_frame(cells[KEYS])
     r = remote.reindex(index)
-    lo = local.reindex(pd.MultiIndex.from_frame(cells[["op", "size"]]))
+    devices = cells["device"] if "device" in cells else cell_devices(cells["method"])
+    lo = local.reindex(pd.MultiIndex.from_arrays([cells["op"], cells["size"], devices], names=BASELINE))
     out = cells.copy()
     out["energy_remote_j"] = r["mean"].to_numpy()
     out["energy_ci95"] = ci95(r["std"].to_numpy(), r["count"].fillna(0).to_numpy())

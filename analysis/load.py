@@ -60,6 +60,30 @@ def load_run(run_dir: Path) -> Run:
     return Run(run_dir, trials_frame(path), manifest)
 
 
+def trial_devices(trials: pd.DataFrame) -> list[str]:
+    """The client devices the rows ran as, in name order; empty when the run's clients were of one
+    device (no column `device`, as in frames made by hand, or every value empty)."""
+    if "device" not in trials:
+        return []
+    return sorted({d for d in trials["device"] if isinstance(d, str) and d})
+
+
+def row_devices(trials: pd.DataFrame) -> pd.Series:
+    """Each row's client device, "" when the run's clients were of one device: what the local
+    baseline is grouped by beside (op, size), so no cell is decided against another device's."""
+    if "device" not in trials:
+        return pd.Series("", index=trials.index, dtype=object)
+    return trials["device"].fillna("").astype(object)
+
+
+def refuse_several_devices(trials: pd.DataFrame, what: str, fix: str) -> None:
+    """A UserError for an analysis that models one client device, given a run whose clients were of
+    several: pooling their rows would mix the devices' times."""
+    if len(devices := trial_devices(trials)) > 1:
+        told = f"{len(devices)} ({', '.join(devices)})"
+        raise UserError(f"{what} models one client device; the run's clients were of {told}", fix)
+
+
 def output_dir(run: Run) -> Path:
     """RUN_DIR/analysis, created if need be."""
     return writable_dir(run.run_dir / "analysis", "make the run directory writable")
@@ -84,18 +108,22 @@ def trials_frame(path: Path) -> pd.DataFrame:
     frame = pd.DataFrame([vars(r) for r in trials.records], columns=list(COLUMNS))  # flat: no deep copy
     frame.insert(0, "line", trials.lines)
     frame["rate_mbps"] = frame["rate_mbps"].astype(float)  # NaN for the baseline: it has no rate
-    for column in ("error", "dtype", "run_id", "server"):
+    for column in ("error", "dtype", "run_id", "server", "device"):
         frame[column] = frame[column].fillna("")
     # the analysis's method is the way a trial offloaded: the row's method, with its server when that
     # is not Python, so every table and figure treats the server as it treats the method
-    # (`grpc@cpp`), and with several clients how many offloaded at once (`raw-x4`)
+    # (`grpc@cpp`), with several clients how many offloaded at once (`raw-x4`), and with clients of
+    # several devices the device it ran as (`raw-x4 on paper-p4`; a local row stays `local`, its
+    # device in the column `device`, empty when the run's clients are of one device)
     settings = [
         [None if pd.isna(v) else int(v) for v in frame[column]]
         for column in ("clients", "parallelism", "io_kb", "concurrency")
     ]
     frame["method"] = [
-        offload_label(m, s, *setting)
-        for m, s, *setting in zip(frame["method"], frame["server"], *settings, strict=True)
+        offload_label(m, s, *setting, device=d)
+        for m, s, d, *setting in zip(
+            frame["method"], frame["server"], frame["device"], *settings, strict=True
+        )
     ]
     for column in NUMBERS:
         frame[column] = frame[column].astype(float)  # NaN: not measured, or failed

@@ -17,10 +17,10 @@ from pathlib import Path
 import matplotlib
 import pandas as pd
 
-from analysis.cells import method_order
+from analysis.cells import cell_devices, method_order
 from analysis.contention import contention_figure
 from analysis.decision_plots import decision_map, decisions_figure
-from analysis.devices import role_devices
+from analysis.devices import device_key, role_devices
 from analysis.fidelity_plots import fidelity_figure
 from analysis.ratio_plots import ratios_figure
 from analysis.server_plots import server_labels, servers_figure
@@ -122,15 +122,18 @@ def remove_plots(out_dir: Path) -> None:
 
 
 def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataFrame) -> list[Job]:
+    """Every figure of the cells. With clients of several devices, the figures drawn against a local
+    baseline or a device's JSON cell (stages, ratios) are one per device, each against its own."""
     methods = method_order(cells["method"].unique())
+    cells = cells.assign(device=cell_devices(cells["method"]))
     jobs = []
-    for (op, size), g in cells.groupby(["op", "size"], sort=True):
+    for (op, size, device), g in cells.groupby(["op", "size", "device"], sort=True):
         jobs.append(
             Job(
                 "stages",
                 (g, op, size, methods),
-                f"stages-{op}-{size}",
-                f"{op}, size {size}: completion time by stage",
+                f"stages-{op}-{size}" + (f"-{device}" if device else ""),
+                f"{op}, size {size}{_on(device)}: completion time by stage",
                 "stages",
             )
         )
@@ -160,19 +163,24 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
                     "map",
                 )
             )
-        jobs.append(
-            Job(
-                "ratios",
-                (g, op, methods),
-                f"ratios-{op}",
-                f"{op}: marshalling-to-completion and method-to-JSON ratios",
-                "ratios",
+        for device, mine in g.groupby("device", sort=True):
+            jobs.append(
+                Job(
+                    "ratios",
+                    (mine, op, methods),
+                    f"ratios-{op}" + (f"-{device}" if device else ""),
+                    f"{op}{_on(device)}: marshalling-to-completion and method-to-JSON ratios",
+                    "ratios",
+                )
             )
-        )
         if len(servers := server_labels(methods)) > 1:
             title = f"{op}: the gRPC servers' decode, compute and encode"
             jobs.append(Job("servers", (g, op, servers), f"servers-{op}", title, "servers"))
     return jobs
+
+
+def _on(device: str) -> str:
+    return f" on {device}" if device else ""
 
 
 def fidelity_jobs(manifest: Manifest | None) -> list[Job]:
@@ -186,7 +194,9 @@ def fidelity_jobs(manifest: Manifest | None) -> list[Job]:
         name = device.profile["name"]
         args = (pd.DataFrame(cal.rows), name, device.mode, cal.tolerance_pct, role)
         title = f"{role} device {name}: target vs achieved ({device.mode})"
-        jobs.append(Job("fidelity", args, f"fidelity-{role}", title, "fidelity"))
+        jobs.append(
+            Job("fidelity", args, f"fidelity-{device_key(role, device, manifest)}", title, "fidelity")
+        )
     return jobs
 
 

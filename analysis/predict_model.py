@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.load import refuse_several_devices
 from analysis.stats import t_quantile
 from contracts.device import operand_bytes, result_bytes, work
 from contracts.errors import UserError
@@ -197,7 +198,11 @@ class Model:
 
 
 def fit(trials: pd.DataFrame, manifest: Manifest | None) -> Model:
-    """Fit every stage on the successful trials."""
+    """Fit every stage on the successful trials. A run whose clients were of several devices is refused:
+    the model has one client (one local line per op, one marshalling line per method)."""
+    refuse_several_devices(
+        trials, "the prediction", "predict from a run whose clients are of one device (a sweep per device)"
+    )
     ok = trials[trials["ok"]]
     remote, local = ok[ok["method"] != LOCAL], ok[ok["method"] == LOCAL]
     item = itemsize(trials)

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from analysis.cells import REFERENCE_METHOD
 from analysis.style import rate_label
+from contracts.trials import DEVICE_MARK, label_device, label_without_device
 
 MISSING_COLOR = "#DDDDDD"
 # colour bar ticks for ratios, coarse to fine: the first set with three ticks in range is used
@@ -27,7 +28,7 @@ def ratios_figure(cells: pd.DataFrame, op: str, methods: list[str]) -> Figure:
     sizes = sorted(cells["size"].unique())
     rates = sorted(cells["rate_mbps"].unique())
     methods = [m for m in methods if m in set(cells["method"])]
-    reference = [m for m in methods if m.lower() == REFERENCE_METHOD]
+    reference = [m for m in methods if label_without_device(m).lower() == REFERENCE_METHOD]
     rows = [("marshalling_ratio", "marshalling / total time")]
     if reference and len(reference) < len(methods):
         rows.append(("json_ratio", f"total / {reference[0]} total time"))
@@ -89,11 +90,17 @@ def ratios_figure(cells: pd.DataFrame, op: str, methods: list[str]) -> Figure:
                 bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
                 bar.ax.minorticks_off()
     fig.suptitle(
-        f"{op}: marshalling-to-completion ratio (top) and method-to-JSON ratio (bottom); - = missing"
+        f"{op}{_on(methods)}: marshalling-to-completion ratio (top) and method-to-JSON ratio (bottom); - = missing"
         if len(rows) > 1
-        else f"{op}: marshalling-to-completion ratio; - = missing"
+        else f"{op}{_on(methods)}: marshalling-to-completion ratio; - = missing"
     )
     return fig
+
+
+def _on(methods: list[str]) -> str:
+    """` on paper-p4` for the ratios of one device's cells, with clients of several devices; else ""."""
+    devices = {label_device(m) for m in methods} - {None}
+    return f"{DEVICE_MARK}{devices.pop()}" if len(devices) == 1 else ""
 
 
 def _grid(cells: pd.DataFrame, method: str, column: str, sizes: list, rates: list) -> np.ndarray:

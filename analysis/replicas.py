@@ -5,7 +5,8 @@ replicas' samples are compared with the Alexander-Govern test (k groups, unequal
 idea for more than two). The tests are many (cells x quantities), so their p-values are adjusted with
 Holm's method and a replica effect is reported where the adjusted p is below 5%: a finding of the
 run, not one test's chance at 5%. Groups with fewer than two successful trials, or a quantity
-constant in every replica, are not tested.
+constant in every replica, are not tested. With clients of several devices the local baseline is
+one cell per device (`local on paper-p4`), as each remote cell is of one device.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from contracts.trials import STAGES
+from analysis.load import row_devices
+from contracts.trials import LOCAL, STAGES, on_device
 
 QUANTITIES = ("t_total", *STAGES)
 CELL = ["op", "size", "rate_mbps", "method"]
@@ -33,6 +35,10 @@ def replica_effect(trials: pd.DataFrame) -> pd.DataFrame:
     if not has_replicas(trials):
         return pd.DataFrame(columns=COLUMNS)
     ok = trials[trials["ok"] & trials["replica"].notna()]
+    baselines = [
+        on_device(LOCAL, d) if m == LOCAL else m for m, d in zip(ok["method"], row_devices(ok), strict=True)
+    ]
+    ok = ok.assign(method=baselines)
     rows = []
     for cell, group in ok.groupby(CELL, dropna=False, sort=True):
         by_replica = dict(tuple(group.groupby("replica")))

@@ -15,11 +15,11 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.decisions import format_mbps, undecided_cells
-from analysis.devices import AS_HOST, calibration_table, role_devices, server_stage_note
+from analysis.devices import AS_HOST, calibration_table, device_key, role_devices, server_stage_note
 from analysis.energy import disagreements
 from analysis.fidelity_plots import WORK_OF_ROLE
 from analysis.plots import Plot
-from analysis.tables import CELL_COLUMNS, FILES, csv_frame
+from analysis.tables import FILES, cell_columns, csv_frame
 from contracts.device import DeviceProfile
 from contracts.power import Power
 from contracts.run import Device, Manifest
@@ -54,11 +54,13 @@ def write_report(
     manifest: Manifest | None,
     tables: dict[str, pd.DataFrame],
     plots: list[Plot],
-    power: Power | None = None,
+    power: dict[str, Power] | None = None,
     embed: bool = True,
 ) -> Path:
-    """The run's report. `embed`: figures inside the page as data (one file to mail or archive), else
-    linked to the PNGs beside it (a shipped reproduction: its figures would be in the repository twice)."""
+    """The run's report. `power`: the power figures of each client device by name ("": the run's one
+    device; `analysis.energy.run_powers`). `embed`: figures inside the page as data (one file to mail or
+    archive), else linked to the PNGs beside it (a shipped reproduction: its figures would be in the
+    repository twice)."""
     cells = tables["cells"]
     parts = [
         f"<h1>Offloading analysis: {_e(run_id)}</h1>",
@@ -140,7 +142,7 @@ def _table(frame: pd.DataFrame, classes: list[str] | None = None) -> str:
 
 
 def _cells_html(cells: pd.DataFrame) -> str:
-    frame = cells.reindex(columns=CELL_COLUMNS)
+    frame = cells.reindex(columns=cell_columns(cells))
     return '<div class="wide">' + _table(frame, ["missing" if m else "" for m in frame["missing"]]) + "</div>"
 
 
@@ -202,7 +204,7 @@ def _manifest_html(manifest: Manifest | None) -> str:
     """Everything the manifest holds but its sections shown elsewhere, as it is (keys and values)."""
     if manifest is None:
         return "<p>No manifest.json in the run directory.</p>"
-    shown_elsewhere = ("validation", "counters", "device", "server_device")
+    shown_elsewhere = ("validation", "counters", "device", "server_device", "client_devices")
     data = manifest.as_dict()
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict | list) and k not in shown_elsewhere}
     out = [_kv(scalars)] if scalars else []
@@ -228,14 +230,23 @@ def _counters_html(counters: pd.DataFrame | None) -> str:
     )
 
 
-def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
-    if power is None or "decision_vectors_energy" not in tables:
+def _energy_html(tables: dict[str, pd.DataFrame], power: dict[str, Power] | None) -> str:
+    if not power or "decision_vectors_energy" not in tables:
         return (
             "<p>No power figures: the run's client device profile has none and no --power file was given, so there is "
             "no energy view.</p>"
         )
     figures = pd.DataFrame(
-        [{"figure": k, "watts": v["value"], "source": v["source"]} for k, v in power.as_dict().items()]
+        [
+            {
+                **({"device": device} if device else {}),
+                "figure": k,
+                "watts": v["value"],
+                "source": v["source"],
+            }
+            for device, figures_of in power.items()
+            for k, v in figures_of.as_dict().items()
+        ]
     )
     keys = ["op", "size", "method", "rates"]
     both = tables["decision_vectors"][[*keys, "vector"]].merge(
@@ -246,7 +257,8 @@ def _energy_html(tables: dict[str, pd.DataFrame], power: Power | None) -> str:
     return "\n".join(
         [
             '<p class="note">Energy is computed, not measured: the client device\'s power figures below times the '
-            "stage times of every trial. Local: cpu_active_w x t_total. Remote: cpu_active_w x (client encode + "
+            "stage times of every trial" + (", each device's own figures" if any(power) else "") + ". "
+            "Local: cpu_active_w x t_total. Remote: cpu_active_w x (client encode + "
             "client decode) + radio_tx_w and radio_rx_w x communication, split by the bytes each way, + "
             "cpu_idle_w x the server's stages. Offloading saves energy (1) where the mean remote energy is "
             "below the local one, significantly (Welch, 95%); ? where the difference is not significant.</p>",
@@ -274,9 +286,16 @@ def _devices_html(manifest: Manifest | None) -> str:
     if manifest is None:
         return "<p>No manifest.json in the run directory, so no devices are known.</p>"
     return "\n".join(
-        f'<h3 id="device-{role}">{role.capitalize()} device</h3>\n' + _device_html(role, device)
+        f'<h3 id="device-{_e(device_key(role, device, manifest))}">{_e(_device_title(role, device, manifest))}'
+        "</h3>\n" + _device_html(role, device)
         for role, device in role_devices(manifest)
     )
+
+
+def _device_title(role: str, device: Device | None, manifest: Manifest) -> str:
+    """`Client device`, and with clients of several devices `Client device paper-p4`."""
+    name = device_key(role, device, manifest).removeprefix(role).removeprefix("-")
+    return f"{role.capitalize()} device" + (f" {name}" if name else "")
 
 
 def _device_html(role: str, device: Device | None) -> str:

@@ -14,14 +14,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.style import STAGE_COLORS, STAGE_LABELS, method_styles
-from contracts.trials import GRPC, SERVER_STAGES, label_server
+from contracts.trials import GRPC, SERVER_STAGES, label_server, label_without_device
 
 GROUP_WIDTH = 0.8
 
 
 def server_labels(methods: list[str]) -> list[str]:
     """The analysis's methods that are gRPC servers (`grpc`, `grpc@cpp`, ...), in the run's order."""
-    return [m for m in methods if m.partition("@")[0] == GRPC]
+    return [m for m in methods if label_without_device(m).partition("@")[0] == GRPC]
 
 
 def servers_figure(cells: pd.DataFrame, op: str, labels: list[str]) -> Figure:

@@ -18,13 +18,19 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis.style import OTHER_COLOR, STAGE_COLORS, STAGE_LABELS, method_styles, rate_label
-from contracts.trials import STAGES
+from contracts.trials import DEVICE_MARK, STAGES, label_device
 
 GROUP_WIDTH = 0.8
 OTHER_MIN = 0.005  # fraction of the total below which a remainder is rounding, not a missing stage
 
 
 def stage_figure(cells: pd.DataFrame, op: str, size, methods: list[str]) -> Figure:
+    """The stages of one (op, size)'s cells, against their local baseline: of one client device (with
+    clients of several, `analysis.plots` draws one figure per device)."""
+    devices = {label_device(m) for m in cells["method"]}
+    if len(devices) > 1:
+        raise ValueError(f"stage_figure got the cells of {len(devices)} client devices, one baseline each")
+    device = devices.pop() if devices else None
     rates = sorted(cells["rate_mbps"].unique())
     methods = [m for m in methods if m in set(cells["method"])]
     styles = method_styles(methods)
@@ -120,7 +126,8 @@ def stage_figure(cells: pd.DataFrame, op: str, size, methods: list[str]) -> Figu
     ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     ax.set_xlabel("link rate (Mbit/s)")
     ax.set_ylabel("completion time (s)")
-    ax.set_title(f"{op}, size {size}: remote completion time by stage vs. local execution")
+    on = f"{DEVICE_MARK}{device}" if device else ""
+    ax.set_title(f"{op}, size {size}{on}: remote completion time by stage vs. local execution")
     ax.grid(axis="y", linewidth=0.4, alpha=0.5)
     ax.set_axisbelow(True)
     return fig

@@ -33,9 +33,10 @@ def summary_text(
     ]
     lines += _adaptive(cells, manifest)
     lines += device_lines(manifest)
-    no_base = cells[(cells["local_n"] == 0)][["op", "size"]].drop_duplicates()
-    for op, size in no_base.itertuples(index=False):
-        lines.append(f"warning: {op} {size} has no successful local trial, so no decisions")
+    no_base = cells[(cells["local_n"] == 0)].reindex(columns=["op", "size", "device"]).fillna("")
+    for op, size, device in no_base.drop_duplicates().itertuples(index=False):
+        on = f" on {device}" if device else ""
+        lines.append(f"warning: {op} {size}{on} has no successful local trial, so no decisions")
     bad = _failed_validation(manifest)
     if bad:
         lines.append(f"warning: link validation failed {bad} time(s); see the report")

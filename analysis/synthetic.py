@@ -3,19 +3,27 @@
 Plots, the report and `scripts/check-report.sh` need a run of realistic shape without a testbed; the
 numbers only have to look plausible (marshalling grows with size^2 and falls with rate, compute grows
 with size^3), not to be right. `python -m analysis.synthetic RUN_DIR` writes one.
+
+With `devices`, the run's clients are of several devices (one client each, all offloading every cell
+at once, as a sweep's `clients: [{device, count}, ...]` does by default): each device's client work
+(its local baseline, its encode and decode) is the model's times its slowdown, and its profile in the
+manifest says exactly those times (and its power figures, if given), so tests know every answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from contracts.device import DeviceProfile, SpeedCurve, work
 from contracts.run import (
     MANIFEST_FILE,
     TRIALS_FILE,
+    Device,
     Experiment,
     LinkCheck,
     Manifest,
@@ -31,6 +39,43 @@ CODEC = {"json": (40e-9, 24.0), "ujson": (15e-9, 24.0), "raw": (0.5e-9, 8.0), "m
 OPS = {"mul": (2e-8, 3), "inv": (1e-8, 3), "log": (2e-7, 2)}
 
 
+@dataclass(frozen=True)
+class SyntheticDevice:
+    """A client device of a synthetic run: its profile's name, how many times the model's its client
+    work takes (local compute, client encode and decode), and its watts (`contracts.power.FIGURES`:
+    cpu_active_w, cpu_idle_w, radio_tx_w, radio_rx_w; None: its profile has no power figures)."""
+
+    name: str
+    slowdown: float = 1.0
+    watts: dict[str, float] | None = None
+
+    def profile(self, ops, sizes, methods) -> dict:
+        """Its profile (`DeviceProfile.as_dict`), whose targets are the model's times for it: kernels
+        at each size, and each codec's speed of float64 `mul` operands (the model's bytes on the wire
+        are `CODEC`'s width per element, the profile's MB/s are of the matrix data, 8 per element)."""
+        kernels = {
+            op: SpeedCurve(
+                tuple((s, work(op, s) / (_local(op, s) * self.slowdown * 1e9)) for s in sorted(sizes))
+            )
+            for op in ops
+        }
+        speed = {m: 8 / (CODEC[m][0] * CODEC[m][1] * self.slowdown * 1e6) for m in methods if m in CODEC}
+        power = {k: {"value": v, "source": "synthetic"} for k, v in (self.watts or {}).items()}
+        return DeviceProfile(
+            name=self.name,
+            kernels=kernels,
+            marshalling={m: {"encode": v, "decode": v} for m, v in speed.items()},
+            description=f"synthetic, {self.slowdown:g}x the model's client times",
+            extra={"power": power} if power else {},
+        ).as_dict()
+
+
+def _local(op: str, size: int) -> float:
+    """The model's local seconds of `op` at `size` on the slow client."""
+    per, power = OPS.get(op, OPS["mul"])
+    return per * size**power
+
+
 def write_synthetic_run(
     run_dir: Path,
     *,
@@ -43,10 +88,18 @@ def write_synthetic_run(
     seed: int = 1,
     replicas: int = 1,
     drift: float = 0.0,
+    devices: tuple[SyntheticDevice, ...] = (),
 ) -> Path:
     """Write trials.csv and manifest.json; every `fail_every`-th remote trial fails (0: none). With
     `replicas`, repetition r ran on replica r % replicas, whose times are `1 + drift * replica` times
-    the model's (a replica effect to find)."""
+    the model's (a replica effect to find). With two or more `devices`, client i is devices[i - 1]:
+    each runs its own local baseline and every remote cell, all of them at once (sharing the link:
+    communication takes their number times the model's)."""
+    if len(devices) == 1:
+        raise ValueError("one synthetic device is the run's own: give none, or two or more")
+    # each client: (its device's name, slowdown, client number); one without devices, as before
+    hosts = [(d.name, d.slowdown, i) for i, d in enumerate(devices, 1)] or [(None, 1.0, None)]
+    together = len(devices) or None  # clients offloading each cell at once
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
@@ -62,47 +115,52 @@ def write_synthetic_run(
         rows.append(TrialRecord(run_id=run_id, trial=len(rows), dtype="float64", started_at=started, **row))
 
     for op in ops:
-        per, power = OPS.get(op, OPS["mul"])
         for size in sizes:
-            local = per * size**power
+            local = _local(op, size)
             for rep in range(reps):
-                add(op=op, size=size, method=LOCAL, rep=rep, t_total=local * _noise(rng))
+                for device, slowdown, client in hosts:
+                    on = {"device": device, "client": client} if device else {}
+                    add(op=op, size=size, method=LOCAL, rep=rep, t_total=local * slowdown * _noise(rng), **on)
             for rate in rates:
                 for method in methods:
                     cost, width = CODEC.get(method, CODEC["json"])
                     up, down = 2 * size * size * width, size * size * width
                     for rep in range(reps):
-                        if fail_every and len(rows) % fail_every == 0:
+                        for device, slowdown, client in hosts:
+                            on = {"device": device, "client": client, "clients": together} if device else {}
+                            if fail_every and len(rows) % fail_every == 0:
+                                add(
+                                    op=op,
+                                    size=size,
+                                    rate_mbps=rate,
+                                    method=method,
+                                    rep=rep,
+                                    ok=False,
+                                    error="synthetic failure",
+                                    **on,
+                                )
+                                continue
+                            t = {
+                                "t_client_encode": cost * up * slowdown,
+                                "t_comm": (up + down) * 8 / (rate * 1e6) * (together or 1) + 0.002,
+                                "t_server_decode": cost * up / 8,
+                                "t_server_compute": local / 8,
+                                "t_server_encode": cost * down / 8,
+                                "t_client_decode": cost * down * slowdown,
+                            }
+                            t = {k: v * _noise(rng) for k, v in t.items()}
                             add(
                                 op=op,
                                 size=size,
                                 rate_mbps=rate,
                                 method=method,
                                 rep=rep,
-                                ok=False,
-                                error="synthetic failure",
+                                t_total=sum(t.values()),
+                                bytes_up=int(up),
+                                bytes_down=int(down),
+                                **t,
+                                **on,
                             )
-                            continue
-                        t = {
-                            "t_client_encode": cost * up,
-                            "t_comm": (up + down) * 8 / (rate * 1e6) + 0.002,
-                            "t_server_decode": cost * up / 8,
-                            "t_server_compute": local / 8,
-                            "t_server_encode": cost * down / 8,
-                            "t_client_decode": cost * down,
-                        }
-                        t = {k: v * _noise(rng) for k, v in t.items()}
-                        add(
-                            op=op,
-                            size=size,
-                            rate_mbps=rate,
-                            method=method,
-                            rep=rep,
-                            t_total=sum(t.values()),
-                            bytes_up=int(up),
-                            bytes_down=int(down),
-                            **t,
-                        )
     path = run_dir / TRIALS_FILE
     path.unlink(missing_ok=True)
     writer = TrialWriter(path)
@@ -128,7 +186,9 @@ def write_synthetic_run(
         rates_mbps=tuple(float(r) for r in rates),
         methods=tuple(methods),
         reps=reps,
+        **_clients(devices),
     )
+    profiles = [Device(d.profile(ops, sizes, methods), "scaled") for d in devices]
     manifest = Manifest(
         run_id=run_id,
         status="synthetic",
@@ -137,9 +197,24 @@ def write_synthetic_run(
         validation=validation,
         started_at="2026-01-01T00:00:00",
         ended_at="2026-01-01T01:00:00",
+        device=profiles[0] if profiles else None,
+        client_devices=profiles[1:],
     )
     write_manifest(run_dir / MANIFEST_FILE, manifest)
     return run_dir
+
+
+def _clients(devices: tuple[SyntheticDevice, ...]) -> dict:
+    """The experiment's clients: one per device, all offloading each cell at once (none: one client)."""
+    if not devices:
+        return {}
+    names = tuple(d.name for d in devices)
+    return {
+        "clients": len(names),
+        "contention": (len(names),),
+        "client_device": names[0],
+        "client_devices": names,
+    }
 
 
 def _noise(rng: np.random.Generator) -> float:

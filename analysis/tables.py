@@ -59,6 +59,15 @@ FILES = {
 }
 
 
+def cell_columns(cells: pd.DataFrame) -> list[str]:
+    """CELL_COLUMNS, with the client device after the method when the run's clients were of several
+    devices (a run of one device has no such column, so its tables stay as they were)."""
+    if "device" not in cells or not (cells["device"].fillna("") != "").any():
+        return list(CELL_COLUMNS)
+    at = CELL_COLUMNS.index("method") + 1
+    return [*CELL_COLUMNS[:at], "device", *CELL_COLUMNS[at:]]
+
+
 def csv_frame(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
     """Flags as true/false and unknowns as empty, in the given column order."""
     out = (frame[columns] if columns else frame).copy()
@@ -82,7 +91,7 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, Pa
         frame = tables[name]
         columns = None
         if name == "cells":  # every column, empty where the run has no such view
-            columns = CELL_COLUMNS + [c for c in CGI_COLUMNS if c in frame]
+            columns = cell_columns(frame) + [c for c in CGI_COLUMNS if c in frame]
             frame = frame.reindex(columns=columns)
         csv_frame(frame, columns).to_csv(path, index=False, na_rep="", float_format=None)
         paths[name] = path

@@ -14,6 +14,11 @@ the profile's target, the error, and a flag where it is outside the calibration'
 A server device's targets are those of the Python server's code, which its calibration runs; the
 gRPC servers in other languages (`grpc@cpp`, `grpc@go`) are scaled by the same slowdowns and are
 meant to differ from them (README "gRPC servers in other languages"), so they have no row here.
+
+With clients of several devices, each row's client stages are checked against its own device's
+profile (`Manifest.client_device`), the table gains a column `device` (the client device whose rows
+were checked; the server's rows are split by it too, as its cells are), and a device the manifest
+does not hold (not yet calibrated when the run stopped) has no client rows.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.load import row_devices, trial_devices
 from analysis.stats import ci95
 from contracts.device import DeviceProfile, operand_bytes, result_bytes
 from contracts.run import Device, Manifest
@@ -57,21 +63,25 @@ def tolerance(device: Device) -> float:
 
 def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFrame:
     """One row per role's kind of work in the run (with a device), its target and the trials' mean."""
+    several = bool(trial_devices(trials))
+    columns = [*COLUMNS[:1], "device", *COLUMNS[1:]] if several else COLUMNS
     if manifest is None:
-        return pd.DataFrame(columns=COLUMNS)
-    devices = {"client": manifest.device, "server": manifest.server_device}
-    profiles = {role: DeviceProfile.from_dict(d.profile) for role, d in devices.items() if d is not None}
+        return pd.DataFrame(columns=columns)
     itemsize = np.dtype(manifest.experiment.dtype).itemsize
     good = trials[trials["ok"].astype(bool)]
-    rows = []
-    for (op, size, method), group in good.groupby(["op", "size", "method"], sort=True):
+    good = good.assign(device=row_devices(good))
+    rows, profiles = [], {}
+    for (op, size, method, name), group in good.groupby(["op", "size", "method", "device"], sort=True):
+        devices = {"client": manifest.client_device(name or None), "server": manifest.server_device}
         stages = {"t_total": ("client", "kernel", None)} if method == LOCAL else STAGE_WORK
         for column, (role, kind, data) in stages.items():
             device = devices[role]
             if device is None or column not in group or (role == "server" and label_server(method) != PYTHON):
                 continue
             values = group[column].dropna().astype(float)
-            target = target_s(profiles[role], kind, method, op, int(size), data, itemsize)
+            if id(device) not in profiles:
+                profiles[id(device)] = DeviceProfile.from_dict(device.profile)
+            target = target_s(profiles[id(device)], kind, method, op, int(size), data, itemsize)
             if values.empty or target is None:
                 continue
             mean, n = float(values.mean()), len(values)
@@ -81,6 +91,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
             rows.append(
                 [
                     role,
+                    *([name] if several else []),
                     work,
                     op,
                     int(size),
@@ -93,15 +104,18 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
                     abs(error) > tolerance(device),
                 ]
             )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def fidelity_lines(table: pd.DataFrame) -> list[str]:
-    """The summary's line per role: how many kinds of work the trials kept within tolerance, the worst."""
+    """The summary's line per role (per client device, with clients of several): how many kinds of work
+    the trials kept within tolerance, the worst."""
     lines = []
-    for role, group in table.groupby("role", sort=False):
+    names = table["device"].where(table["role"] == "client", "") if "device" in table else ""
+    for (role, name), group in table.assign(_name=names).groupby(["role", "_name"], sort=False):
         bad = group[group["flagged"]]
-        line = f"{role} device in the trials: {len(bad)} of {len(group)} kinds of work outside tolerance"
+        who = f"{role} device {name}" if name else f"{role} device"
+        line = f"{who} in the trials: {len(bad)} of {len(group)} kinds of work outside tolerance"
         if len(bad):
             worst = bad.loc[bad["error_pct"].abs().idxmax()]
             line += (

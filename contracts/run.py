@@ -41,6 +41,12 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   `stream` (which of them ran the trial, 1..concurrency), empty when the sweep does not vary it, and
   the experiment's `concurrency` dimension (empty: one request at a time). Older runs load with them
   empty; resuming one rewrites its trials.csv in version 8's columns.
+- 9: the column `device` (the client device a row ran as, when the sweep's clients are of several
+  devices: `clients: [{device, count}, ...]`), empty when the clients are of one device or none; the
+  experiment's `client_devices` (each client host's device, client 1 first; empty: one device) and
+  the manifest's `client_devices` (every client device after the first, which stays in `device`,
+  each with its calibrations). Older runs load with them empty; resuming one rewrites its
+  trials.csv in version 9's columns.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -66,7 +72,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, STAGES, offload_label, offloads
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
 PACKED_TRIALS_FILE = TRIALS_FILE + ".gz"  # a shipped run's trials (`analysis.reproduction`)
@@ -144,6 +150,7 @@ class TrialRecord:
     io_kb: int | None = None  # the client's write size, KiB (None: the whole body at once)
     concurrency: int | None = None  # requests its client had outstanding at once (None: not varied)
     stream: int | None = None  # which of them ran it, 1..concurrency
+    device: str | None = None  # clients of several devices: the one it ran as (None: one device or none)
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -454,6 +461,9 @@ class Experiment:
     # requests each client has outstanding at once, a dimension (empty: one at a time): its device's
     # cores serve their stages in turn (`client.device_cores`), their transfers share the link
     concurrency: tuple[int, ...] = ()
+    # clients of several devices (`clients: [{device, count}, ...]`): each client host's device, client
+    # 1 first (`client_device` is client 1's); empty: every client is `client_device`
+    client_devices: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -610,6 +620,9 @@ class Manifest:
     estimate_one_testbed_s: float | None = None
     device: Device | None = None  # the client's device (None: the client ran as its host)
     server_device: Device | None = None  # the server's (None: the server ran as its host)
+    # clients of several devices: each device after client 1's (which is `device`), in the order of
+    # the experiment's `client_devices`
+    client_devices: list[Device] = field(default_factory=list)
     repairs: list[Repair] = field(default_factory=list)
     format_version: int = FORMAT_VERSION  # as read (1: written before versioning); saved as this one
 
@@ -650,12 +663,23 @@ class Manifest:
                     "repairs": [Repair(**r) for r in data.get("repairs") or []],
                     "device": device_of(data.get("device")),
                     "server_device": device_of(data.get("server_device")),
+                    "client_devices": [device_of(d) for d in data.get("client_devices") or []],
                 }
             )
         except (KeyError, TypeError) as exc:
             raise UserError(
                 f"{path} does not hold a run's manifest ({exc})", "repair it or move it away"
             ) from None
+
+    def client_device(self, name: str | None) -> Device | None:
+        """The client device of that name (a profile's `name`), among every client device of the run;
+        None: no such device (None asks for client 1's)."""
+        if name is None:
+            return self.device
+        for device in (self.device, *self.client_devices):
+            if device is not None and device.profile.get("name") == name:
+                return device
+        return None
 
     def killed(self) -> bool:
         """A run whose sweep was killed (-9) still says "running"; its process, on this host, is gone."""

@@ -40,6 +40,10 @@ def offloads(methods, servers=(PYTHON,)) -> list[tuple[str, str]]:
 SETTING_MARKS = {"clients": "-x", "parallelism": "-p", "io_kb": "-io", "concurrency": "-c"}
 _SETTINGS = re.compile(f"({'|'.join(SETTING_MARKS.values())})(\\d+)")
 _CLIENTS = re.compile(f"{SETTING_MARKS['clients']}(\\d+)")
+# what an offload label ends with when the sweep's clients are of several devices (`raw-x2 on
+# paper-p4`): last, after the settings marks, and apart from them, so a device name with a mark's look
+# (`paper-p4` holds `-p4`) is never read as a setting. Methods, servers and device names have no spaces.
+DEVICE_MARK = " on "
 
 
 def offload_label(
@@ -49,13 +53,16 @@ def offload_label(
     parallelism: int | None = None,
     io_kb: int | None = None,
     concurrency: int | None = None,
+    *,
+    device: str | None = None,
 ) -> str:
     """How the analysis names a way to offload: the method, with its server when that is not Python
     (`grpc@cpp`), with several clients how many offloaded at once (`raw-x4`: raw, four clients at
-    once), and the transfer settings a sweep varied (`raw-p4`: over 4 connections; `raw-io64`: in
-    writes of 64 KiB; `raw-c4`: four requests outstanding per client), so every table and figure
-    compares them as it compares methods. A row without
-    a server (local, or a run before servers) is the method alone."""
+    once), the transfer settings a sweep varied (`raw-p4`: over 4 connections; `raw-io64`: in
+    writes of 64 KiB; `raw-c4`: four requests outstanding per client), and with clients of several
+    devices the device it ran as (`raw-x2 on paper-p4`), so every table and figure compares them as it
+    compares methods. A row without a server (local, or a run before servers) is the method alone;
+    a local row stays `local` (its device is in its own column, `on_device` names its baseline)."""
     label = method if server in (None, "", PYTHON) else f"{method}@{server}"
     if method == LOCAL:
         return label
@@ -68,23 +75,41 @@ def offload_label(
     for key, value in settings:
         if value is not None:
             label += f"{SETTING_MARKS[key]}{value}"
-    return label
+    return on_device(label, device)
+
+
+def on_device(label: str, device: str | None) -> str:
+    """`label` as run on `device` (`raw on paper-p4`, `local on paper-p4`); the label itself without a
+    device (None or empty: the sweep's clients were of one device)."""
+    return f"{label}{DEVICE_MARK}{device}" if device else label
+
+
+def label_device(label: str) -> str | None:
+    """The client device of an offload label (`raw-x2 on paper-p4` -> `paper-p4`; None: one device)."""
+    return label.partition(DEVICE_MARK)[2] or None
+
+
+def label_without_device(label: str) -> str:
+    """An offload label without its device: `raw-x2 on paper-p4` -> `raw-x2`."""
+    return label.partition(DEVICE_MARK)[0]
 
 
 def label_clients(label: str) -> int | None:
     """How many clients offloaded at once in an offload label (`raw-x4` -> 4; None: one client)."""
-    m = _CLIENTS.search(label)
+    m = _CLIENTS.search(label_without_device(label))
     return int(m.group(1)) if m else None
 
 
 def label_without_clients(label: str) -> str:
-    """An offload label without its number of clients: `raw-x4-p2` -> `raw-p2`."""
-    return _CLIENTS.sub("", label)
+    """An offload label without its number of clients: `raw-x4-p2` -> `raw-p2`, `raw-x2 on paper-p4` ->
+    `raw on paper-p4` (its device kept: the same way to offload on another device is another one)."""
+    return on_device(_CLIENTS.sub("", label_without_device(label)), label_device(label))
 
 
 def label_base(label: str) -> str:
-    """An offload label without its clients and transfer settings: `raw-x4-p2` -> `raw`."""
-    return _SETTINGS.sub("", label)
+    """An offload label without its clients, transfer settings and device: `raw-x4-p2 on paper-p4` ->
+    `raw`."""
+    return _SETTINGS.sub("", label_without_device(label))
 
 
 def label_server(label: str) -> str:

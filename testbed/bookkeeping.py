@@ -135,6 +135,7 @@ def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
             "io_kb": t.io_kb,
             "concurrency": t.concurrency,
             "stream": t.stream,
+            "device": t.device,
             "ok": bool(record.get("ok")),
             "error": record.get("error"),
         }

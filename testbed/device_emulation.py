@@ -45,6 +45,22 @@ def resolve_device(
     return device
 
 
+def resolve_client_devices(exp: Experiment, manifest: ManifestFile | None = None) -> dict[str, DeviceProfile]:
+    """Clients of several devices: each device after client 1's, by its profile's name, in the order
+    of the clients; the run's own profile when the manifest has it (resuming)."""
+    out: dict[str, DeviceProfile] = {}
+    for ref in exp.client_devices:
+        device = load_device(ref)
+        if device.name in out or device.name == load_device(exp.client_device).name:
+            continue
+        recorded = manifest.manifest.client_device(device.name) if manifest is not None else None
+        if recorded is not None and recorded is not manifest.manifest.device:
+            device = DeviceProfile.from_dict(recorded.profile)
+        check_device_covers(device, list(exp.ops), list(exp.methods), "the experiment")
+        out[device.name] = device
+    return out
+
+
 def resolve_server_device(
     exp: Experiment, inv: Inventory, manifest: ManifestFile | None = None
 ) -> DeviceProfile | None:
@@ -103,9 +119,16 @@ def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
     return CpuProfile(cpu_quota=None if mode == "scaled" else 1.0, blas_threads=device.blas_threads)
 
 
-def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> dict:
-    """Set the client host up as the device for everything the experiment's trials time."""
-    return emulate(lab, device, exp.mode, Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed))
+def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "client") -> dict:
+    """Set the client host up as the device for everything the experiment's trials time; `host`: a
+    further client host, of another device (clients of several devices are emulated scaled)."""
+    grid = Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed)
+    if host != "client":
+        if exp.mode != "scaled":
+            raise ValueError(f"client host {host} of another device in {exp.mode} mode")  # refused in check
+        check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
+        return _calibration(lab, host, device, grid, limited=False)
+    return emulate(lab, device, exp.mode, grid)
 
 
 def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: float | None = None) -> dict:
@@ -238,13 +261,24 @@ def record(
     role: str = "client",
     replica: int | None = None,
     replicas: list[int] | None = None,
+    further: bool = False,
 ) -> None:
-    section = "device" if role == "client" else "server_device"
-    if getattr(manifest.manifest, section) is None:
-        setattr(manifest.manifest, section, Device(profile=device.as_dict(), mode=mode))
+    """The calibration in the manifest, under its device's section (made at its first calibration):
+    `device` or `server_device` by `role`; a `further` client device's among `client_devices`."""
+    run = manifest.manifest
+    if further:
+        section = run.client_device(device.name)
+        if section is None or section is run.device:
+            section = Device(profile=device.as_dict(), mode=mode)
+            run.client_devices.append(section)
+    else:
+        name = "device" if role == "client" else "server_device"
+        if getattr(run, name) is None:
+            setattr(run, name, Device(profile=device.as_dict(), mode=mode))
+        section = getattr(run, name)
     keys = ("quota", "period_s", "quotas", "host", "scale")
     extra = {k: calibration[k] for k in keys if k in calibration}
-    getattr(manifest.manifest, section).calibrations.append(
+    section.calibrations.append(
         Calibration(
             at=at,
             tolerance_pct=TOLERANCE_PCT,
@@ -259,12 +293,23 @@ def record(
 
 
 def reusable(
-    manifest: ManifestFile, role: str, mode: str, replica: int | None, embedded: bool
+    manifest: ManifestFile,
+    role: str,
+    mode: str,
+    replica: int | None,
+    embedded: bool,
+    further: str | None = None,
 ) -> Calibration | None:
-    """The run's last calibration of `role`'s host on `replica`'s testbed when this session can use it
-    again: scaled mode (throttle sets quotas, checked each session), an embedded testbed (its hosts are
-    this machine, whose facts the calibration recorded) and the same facts now. None: calibrate."""
-    section = getattr(manifest.manifest, "device" if role == "client" else "server_device")
+    """The run's last calibration of `role`'s host on `replica`'s testbed (of the `further` client
+    device of that name) when this session can use it again: scaled mode (throttle sets quotas,
+    checked each session), an embedded testbed (its hosts are this machine, whose facts the
+    calibration recorded) and the same facts now. None: calibrate."""
+    if further is not None:
+        section = next(
+            (d for d in manifest.manifest.client_devices if d.profile.get("name") == further), None
+        )
+    else:
+        section = getattr(manifest.manifest, "device" if role == "client" else "server_device")
     if mode != "scaled" or not embedded or section is None or section.mode != "scaled":
         return None
     mine = [c for c in section.calibrations if c.replica == replica]

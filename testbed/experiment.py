@@ -144,7 +144,7 @@ def load_experiment(path: Path) -> Experiment:
         except UserError as exc:
             raise doc.error(key, exc.message.split(": ", 1)[-1], exc.fix) from None
 
-    clients, device = _clients(doc)
+    clients, device, client_devices = _clients(doc)
     exp = Experiment(
         name=doc.get("name", str, Path(path).stem),
         ops=wrap("ops", parse_names, "ops", known_ops(), "op"),
@@ -175,6 +175,7 @@ def load_experiment(path: Path) -> Experiment:
         parallelism=_counts(doc, "parallelism"),
         io_kb=_counts(doc, "io_kb"),
         concurrency=_counts(doc, "concurrency"),
+        client_devices=client_devices,
     )
     try:
         return check(exp)
@@ -201,13 +202,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
     With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
-    c requests outstanding per client k x c."""
+    c requests outstanding per client k x c; with clients of several devices, a local baseline each."""
     cells = len(exp.ops) * len(exp.sizes)
     remote = (
         len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
     )
     remote *= max(1, len(exp.parallelism)) * max(1, len(exp.io_kb))
-    return cells * exp.reps * ((1 if exp.local else 0) + len(exp.rates_mbps) * remote)
+    baselines = len(set(exp.client_devices)) or 1  # clients of several devices: one baseline each
+    return cells * exp.reps * ((baselines if exp.local else 0) + len(exp.rates_mbps) * remote)
 
 
 def trial_range(exp: Experiment) -> tuple[int, int]:
@@ -316,26 +318,31 @@ def _check_clients(exp: Experiment) -> None:
             raise InvalidValue(key, problem, fix)
 
 
-def _clients(doc: Section) -> tuple[int, str | None]:
-    """`clients: [{device: NAME, count: N}]`: how many client hosts and their device (one device for
-    all of them: several devices in one sweep are not built yet)."""
+def _clients(doc: Section) -> tuple[int, str | None, tuple[str, ...]]:
+    """`clients: [{device: NAME, count: N}, ...]`: how many client hosts, client 1's device, and with
+    groups of several devices each client host's device, in the order given (client 1 first)."""
     if not doc.has("clients"):
-        return 1, None
+        return 1, None, ()
     groups = doc.sections("clients")
-    devices, count = set(), 0
+    each: list[str] = []
     for group in groups:
         group.reject_unknown({"device", "count"})
-        devices.add(_device(group, "device"))
-        count += group.get("count", int, 1)
-    if len(devices) != 1:
-        raise doc.error(
-            "clients", "clients of several devices in one sweep are not built yet", "give one device"
-        )
+        device = _device(group, "device")
+        count = group.get("count", int, 1)
+        if count < 1:
+            raise group.error("count", f"{count} clients", "give at least 1")
+        each += [device] * count
+    if not each:
+        raise doc.error("clients", "no client group", "give e.g. [{device: paper-p4, count: 2}]")
     if doc.has("client_device") or doc.has("client_cpu"):
         raise doc.error(
             "clients", "clients and client_device (or client_cpu) both describe the client", "keep clients"
         )
-    return count, devices.pop()
+    names = [load_device(ref).name for ref in each]
+    several = len(set(names)) > 1
+    if several and len({(n, r) for n, r in zip(names, each, strict=True)}) != len(set(names)):
+        raise doc.error("clients", "two different profiles share a device name", "rename one of the profiles")
+    return len(each), each[0], tuple(each) if several else ()
 
 
 def _workload(doc: Section) -> float | None:
@@ -473,6 +480,12 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
             )
         exp = Experiment(name="adhoc", ops=(), sizes=(), rates_mbps=(), methods=(), reps=1)
     changes: dict = {}
+    if exp.client_devices and (flags.get("device") is not None or flags.get("cpu_quota") is not None):
+        flag = "--device" if flags.get("device") is not None else "--cpu-quota"
+        raise UserError(
+            f"{flag} gives the client one device, and the experiment's clients are of several",
+            f"drop {flag}, or edit the experiment's clients",
+        )
     if flags.get("ops") is not None:
         changes["ops"] = parse_names(flags["ops"], "--ops", known_ops(), "op")
     if flags.get("sizes") is not None:

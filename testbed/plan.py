@@ -2,7 +2,9 @@
 
 Trial ids number the grid in one fixed order (op, size, rate, method, server, rep; the local baseline
 first; with several clients, (..., server, clients at once, rep, client); with concurrency, the
-requests outstanding per client before the clients, and each request stream after its client), so a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
+requests outstanding per client before the clients, and each request stream after its client; with
+clients of several devices, each local repetition once per device, on that device's first client), so
+a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
 its own (`contracts.trials.offloads`): a run with the Python server alone numbers its trials as runs
 before servers did. The execution order within each phase
 (local baseline, then each rate) is shuffled from the experiment's seed, so slow drift on the machine
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from contracts.trials import LOCAL, offloads
+from testbed.devices import load_device
 from testbed.experiment import Experiment
 
 
@@ -35,13 +38,16 @@ class Trial:
     io_kb: int | None = None
     concurrency: int | None = None  # requests its client has outstanding at once (None: not varied)
     stream: int | None = None  # which of them runs this trial, 1..concurrency
+    device: str | None = None  # clients of several devices: the one it runs as (its client's)
 
     @property
     def cell(self) -> tuple:
         """What a trial is a repetition of; with several clients also how many offload it at once, and
-        the transfer settings when the sweep varies them."""
+        the transfer settings when the sweep varies them; a local trial's device when there are several."""
         cell = (self.op, self.size, self.rate_mbps, self.method, self.server)
         settings = (self.clients, self.parallelism, self.io_kb, self.concurrency)
+        if self.method == LOCAL:  # clients of several devices: a baseline each (a remote cell runs
+            settings += (self.device,)  # on clients of every device at once)
         extra = tuple(v for v in settings if v is not None)
         return cell if not extra else (*cell, *extra)
 
@@ -49,16 +55,34 @@ class Trial:
 def plan_trials(exp: Experiment) -> list[Trial]:
     trials: list[Trial] = []
 
+    devices = device_names(exp)
+
     def add(op, size, rate, method, rep, server="", clients=None, client=None, *settings):
+        device = devices[client - 1] if devices and client else None
         trials.append(
-            Trial(len(trials), op, size, exp.dtype, rate, method, rep, server, clients, client, *settings)
+            Trial(
+                len(trials),
+                op,
+                size,
+                exp.dtype,
+                rate,
+                method,
+                rep,
+                server,
+                clients,
+                client,
+                *settings,
+                device=device,
+            )
         )
 
+    # the local baseline: on client 1, and with clients of several devices on the first client of each
+    baselines = [None] if not devices else [devices.index(d) + 1 for d in dict.fromkeys(devices)]
     if exp.local:
         for op in exp.ops:
             for size in exp.sizes:
-                for rep in range(exp.reps):
-                    add(op, size, None, LOCAL, rep)
+                for rep, client in product(range(exp.reps), baselines):
+                    add(op, size, None, LOCAL, rep, "", None, client)
     for op in exp.ops:
         for size in exp.sizes:
             for rate in exp.rates_mbps:
@@ -73,6 +97,12 @@ def plan_trials(exp: Experiment) -> list[Trial]:
                         for rep, client, stream in product(range(exp.reps), clients, streams):
                             add(op, size, rate, method, rep, server, k, client, *setting, c, stream)
     return trials
+
+
+def device_names(exp: Experiment) -> list[str]:
+    """Each client host's device by its profile's name (what rows record), client 1 first; empty when
+    the clients are of one device."""
+    return [load_device(ref).name for ref in exp.client_devices]
 
 
 def phases(

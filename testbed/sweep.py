@@ -40,7 +40,7 @@ from testbed.bookkeeping import (
 from testbed.estimate import Model
 from testbed.experiment import Experiment
 from testbed.lab import Lab
-from testbed.plan import Trial, phases, plan_trials
+from testbed.plan import Trial, device_names, phases, plan_trials
 from testbed.progress import Progress
 from testbed.quiet import NoQuiet, Quiet
 from testbed.repairs import Unrepairable, heal, not_kept, repair_shaping, shape_and_validate, shaping_guard
@@ -94,6 +94,8 @@ class Testbed:
     problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
     warmed: set = field(default_factory=set)  # rates its worker was warmed up at
     workers: dict = field(default_factory=dict)  # several clients: the further clients' workers, by role
+    # clients of several devices: each further device's calibration and the trials it marks, by name
+    emulations: dict = field(default_factory=dict)
     brought_up: bool = False
     was_up: bool = False
     cpu_lock: CpuLock = field(init=False)  # the replicas' host-wide lock, this testbed's own open file
@@ -126,6 +128,9 @@ class Sweep:
                 lab.replica = i
         self.exp, self.run_dir, self.manifest, self.keep_up = exp, run_dir, manifest, keep_up
         self.device, self.server_device, self.model = device, server_device, model
+        # clients of several devices: the further ones by name, and each client host's device's name
+        self.further = device_emulation.resolve_client_devices(exp, manifest)
+        self.role_devices = dict(zip(labs[0].client_roles, device_names(exp), strict=False))
         self.lock = threading.RLock()  # the writer, the progress line and the counts, across testbeds
         # the embedded testbeds share this machine: a validation waits for it to be quiet (testbed.quiet)
         here = [tb for tb in self.testbeds if tb.lab.inv.backend == "netns"]
@@ -257,6 +262,14 @@ class Sweep:
                 users,
                 None if self.recalibrate else self.session.started_at,
             )
+            for name, profile in self.further.items():  # each on the first client of that device
+                host = next(role for role, device in self.role_devices.items() if device == name)
+                result, missed = calibrate_host(
+                    tb.lab, self.exp, self.manifest, self.progress, "client", profile, None,
+                    None if self.recalibrate else self.session.started_at, host,
+                )  # fmt: skip
+                scale = (tb.calibration or {}).get("server_scale")  # the server's, as client 1's
+                tb.emulations[name] = ({**result, **({"server_scale": scale} if scale else {})}, missed)
 
     def run_trials(self) -> None:
         """Every unit of work, on the one testbed, or on each testbed in a thread of its own."""
@@ -328,9 +341,12 @@ class Sweep:
                     return  # another testbed failed, or the user interrupted: no row for what did not run
                 if tb.problems.get(rate):  # the link broke and could not be repaired
                     record = {"ok": False, "error": tb.problems[rate]}
-                elif guard is None:
+                elif guard is None:  # the local baseline: on client 1, or on its device's client
                     self.show(cell_label(t))
-                    record, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
+                    role = lab.client_roles[(t.client or 1) - 1]
+                    worker = self.stream_worker(tb, role, role, [t])
+                    record, worker = run_trial(lab, exp, worker, self.run_dir, t)
+                    self.keep_worker(tb, role, worker)
                 else:
                     self.show(cell_label(t))
                     with tb.quiet.shared():
@@ -402,12 +418,7 @@ class Sweep:
             name = role if s == 1 else f"{role}-{s}"  # a further request stream: a worker of its own
             arrivals = Arrivals(exp, trials[0].cell, k)
             try:
-                worker = tb.worker if name == "client" else tb.workers.get(name)
-                if worker is None:  # a further client's first cell: its worker, warmed up as the first's
-                    emulation = self.worker_emulation(tb, role)
-                    worker = WorkerLink(lab, exp, self.worker_log(tb, name), emulation, role)
-                    worker = warm_up(lab, exp, worker, self.run_dir, mine)
-                    tb.workers[name] = worker
+                worker = self.stream_worker(tb, role, name, mine)
                 arrivals.start()
                 for t in mine:
                     arrivals.wait()  # open loop: until this trial's arrival (closed: at once)
@@ -428,10 +439,7 @@ class Sweep:
                             record = not_kept(record, wrong or f"the switch was down: {switch}")
                     ran.add(t.trial)
                     self.record(tb, t, self.flagged(tb, t, record))
-                    if name == "client":
-                        tb.worker = worker
-                    else:
-                        tb.workers[name] = worker
+                    self.keep_worker(tb, name, worker)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the testbed's own thread
                 errors.append(exc)
                 self.source.stop()
@@ -447,10 +455,30 @@ class Sweep:
             raise errors[0]
         return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", ""))
 
+    def stream_worker(self, tb: Testbed, role: str, name: str, trials: list[Trial]) -> WorkerLink:
+        """The worker of request stream `name` on client host `role` (client 1's first stream: the
+        testbed's worker); a further client's or stream's first cell starts it, warmed up as the first's."""
+        worker = tb.worker if name == "client" else tb.workers.get(name)
+        if worker is None:
+            emulation = self.worker_emulation(tb, role)
+            worker = WorkerLink(tb.lab, self.exp, self.worker_log(tb, name), emulation, role)
+            worker = warm_up(tb.lab, self.exp, worker, self.run_dir, trials)
+            tb.workers[name] = worker
+        return worker
+
+    @staticmethod
+    def keep_worker(tb: Testbed, name: str, worker: WorkerLink) -> None:
+        """A stream's worker after a trial (a new one when the trial had to restart it)."""
+        if name == "client":
+            tb.worker = worker
+        else:
+            tb.workers[name] = worker
+
     def flagged(self, tb: Testbed, t: Trial, record: dict) -> dict:
-        """The record marked when a missed calibration target concerns its trial."""
+        """The record marked when a missed calibration target concerns its trial (its device's)."""
         if self.device is not None or self.server_device is not None:
-            return {**record, "emulation_flagged": (t.op, t.size, t.method) in tb.marks}
+            marks = tb.emulations[t.device][1] if t.device in tb.emulations else tb.marks
+            return {**record, "emulation_flagged": (t.op, t.size, t.method) in marks}
         return record
 
     def finish(self) -> None:
@@ -510,10 +538,15 @@ class Sweep:
         """What a trial worker on client host `role` emulates the devices with: the calibration, and
         with concurrency (scaled) the device's cores, a timeline every worker of that host shares
         (`client.device_cores`)."""
-        if not (self.exp.concurrency and tb.calibration and tb.calibration.get("scale") and self.device):
-            return tb.calibration
+        name = self.role_devices.get(role)
+        if name in tb.emulations:  # a client of a further device
+            calibration, device = tb.emulations[name][0], self.further[name]
+        else:
+            calibration, device = tb.calibration, self.device
+        if not (self.exp.concurrency and calibration and calibration.get("scale") and device):
+            return calibration
         path = str(tb.lab.host(role).state_dir / "device-cores.json")
-        return {**tb.calibration, "cores": [path, self.device.cores]}
+        return {**calibration, "cores": [path, device.cores]}
 
     def worker_log(self, tb: Testbed, role: str = "client") -> Path:
         """worker.log; a replica's worker-R.log; a further client's (or request stream's) worker-NAME.log."""
@@ -590,41 +623,61 @@ def calibrate_devices(
     `server_scale`; None: neither is a device) and the (op, size, method) of every trial a missed
     target marks."""
     calibration, marks = None, set()
-    embedded = lab.inv.backend == "netns"
     for role, profile in (("client", device), ("server", server_device)):
         if profile is None:
             continue
-        mode = exp.mode if role == "client" else "scaled"
-        earlier = reuse_at and device_emulation.reusable(manifest, role, mode, lab.replica, embedded)
-        if earlier:
-            progress.show(f"the {role} host's calibration of {earlier.at} holds on this machine")
-            log.info("using the %s host's calibration of %s again (same machine)", role, earlier.at)
-            result = device_emulation.reuse(manifest, earlier, reuse_at)
-        else:
-            progress.show(f"calibrating the {role} host for device {profile.name}")
-            log.info("calibrating the %s host for device %s", role, profile.name)
-            emulate = (
-                device_emulation.emulate_for if role == "client" else device_emulation.emulate_server_for
-            )
-            result = emulate(lab, profile, exp)
-            device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas)
+        result, missed = calibrate_host(lab, exp, manifest, progress, role, profile, replicas, reuse_at)
         if role == "client":
             calibration = {**(calibration or {}), **result}
         else:
             calibration = {**(calibration or {}), "server_scale": result["scale"]}
-        missed = device_emulation.flagged(result)
-        if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
-            missed = server_marks(exp, missed)
         marks |= missed
-        progress.reset_clock()
-        if missed:
-            what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
-            log.warning("%s device emulation misses its tolerance for: %s", role, what)
-            progress.note(
-                f"{role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% for "
-                f"{what}; those trials are marked emulation_flagged"
-            )
     return calibration, marks
+
+
+def calibrate_host(
+    lab: Lab,
+    exp: Experiment,
+    manifest: ManifestFile,
+    progress: Progress,
+    role: str,
+    profile: DeviceProfile,
+    replicas: list[int] | None = None,
+    reuse_at: str | None = None,
+    host: str | None = None,
+) -> tuple[dict, set]:
+    """One host calibrated for its device (or its calibration used again): `role` "client" or
+    "server", on the host of that role or on `host` (a further client of another device, recorded
+    among the manifest's `client_devices`). Returns the calibration and the trials it marks."""
+    embedded = lab.inv.backend == "netns"
+    mode = exp.mode if role == "client" else "scaled"
+    further = host not in (None, role)
+    name = profile.name if further else None
+    earlier = reuse_at and device_emulation.reusable(manifest, role, mode, lab.replica, embedded, name)
+    if earlier:
+        progress.show(f"the {host or role} host's calibration of {earlier.at} holds on this machine")
+        log.info("using the %s host's calibration of %s again (same machine)", host or role, earlier.at)
+        result = device_emulation.reuse(manifest, earlier, reuse_at)
+    else:
+        progress.show(f"calibrating the {host or role} host for device {profile.name}")
+        log.info("calibrating the %s host for device %s", host or role, profile.name)
+        if role == "client":
+            result = device_emulation.emulate_for(lab, profile, exp, host or role)
+        else:
+            result = device_emulation.emulate_server_for(lab, profile, exp)
+        device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, further)
+    missed = device_emulation.flagged(result)
+    if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
+        missed = server_marks(exp, missed)
+    progress.reset_clock()
+    if missed:
+        what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
+        log.warning("%s device emulation misses its tolerance for: %s", host or role, what)
+        progress.note(
+            f"{host or role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% "
+            f"for {what}; those trials are marked emulation_flagged"
+        )
+    return result, missed
 
 
 def _quietly(step) -> UserError | None:

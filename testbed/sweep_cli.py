@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -105,11 +106,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from contracts.run import MANIFEST_FILE
     from testbed.bookkeeping import start_run
     from testbed.device_emulation import client_cpu as emulation_cpu
-    from testbed.device_emulation import resolve_device, resolve_server_device
+    from testbed.device_emulation import resolve_client_devices, resolve_device, resolve_server_device
     from testbed.estimate import format_duration, model_for, replica_hint
     from testbed.experiment import FLAGS, load_experiment, override, trial_range
     from testbed.inventory import load_inventory
     from testbed.lock import held
+    from testbed.plan import device_names
     from testbed.replicas import sweep_inventories
     from testbed.results import ManifestFile, new_run_id
     from testbed.sweep import run_sweep
@@ -139,6 +141,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         invs = [i.with_client_cpu(exp.client_cpu) for i in invs]
     if server_device:  # its processes compute with the device's BLAS threads
         invs = [i.with_server_blas(server_device.blas_threads) for i in invs]
+    further = resolve_client_devices(exp, manifest if args.resume else None)
+    for other in further.values():  # the client hosts' BLAS threads are one setting (the inventory's)
+        if device and other.blas_threads != device.blas_threads:
+            raise UserError(
+                f"devices {device.name} and {other.name} compute with {device.blas_threads} and "
+                f"{other.blas_threads} BLAS threads, and the client hosts share one setting",
+                "give the clients' profiles the same blas_threads",
+            )
     if exp.clients > 1:  # several clients on the (one) embedded testbed
         invs = [i.with_clients(exp.clients) for i in invs]
     inv = invs[0]
@@ -147,6 +157,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not args.resume:
         manifest = start_run(run_dir, run_id, exp, labs[0])
     client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
+    if exp.client_devices:
+        counts = Counter(device_names(exp))
+        client = f"devices {', '.join(f'{n} x{k}' for n, k in counts.items())} ({exp.mode})"
     paced = exp.together  # requests queue at the server: it lasts the device's times
     server = (
         f"device {server_device.name} ({'paced' if paced else 'scaled'})" if server_device else "this host"

@@ -416,6 +416,14 @@ def server_calibration(host: FakeHost, device: str) -> list[dict]:
     """`host` answers `python -m client.calibration` for the server's role: every work's slowdown 7, the
     kernel at size 200 flagged (30% over: the server cannot reach mul 200). Returns the requests, as
     they come."""
+    return calibration_answers(host, device, "server", 7.0, flagged_size=200)
+
+
+def calibration_answers(
+    host: FakeHost, device: str, role: str, slowdown: float, flagged_size: int | None = None
+) -> list[dict]:
+    """`host` answers `python -m client.calibration` for `role`: every work's slowdown `slowdown`, the
+    kernel at `flagged_size` flagged (30% over). Returns the requests, as they come."""
     from contracts.device import Grid, key
 
     requests: list[dict] = []
@@ -431,14 +439,12 @@ def server_calibration(host: FakeHost, device: str) -> list[dict]:
                     (k, c) for c in grid.codecs for k in ("decode", "encode")
                 ]:
                     k = key(kind, op, size, codec)
-                    scale[k] = 7.0
-                    flagged = (kind, size) == ("kernel", 200)
+                    scale[k] = slowdown
+                    flagged = (kind, size) == ("kernel", flagged_size)
                     rows.append({"key": k, "work": kind if codec is None else f"{codec} {kind}", "op": op,
                                  "size": size, "target_s": 1.0, "achieved_s": 1.3 if flagged else 1.0,
                                  "error_pct": 30.0 if flagged else 0.0, "flagged": flagged})  # fmt: skip
-        return 0, json.dumps(
-            {"device": device, "mode": "scaled", "role": "server", "rows": rows, "scale": scale}
-        )
+        return 0, json.dumps({"device": device, "mode": "scaled", "role": role, "rows": rows, "scale": scale})
 
-    host.on("python", answer=answer)
+    host.on("python", "-m", "client.calibration", answer=answer)
     return requests

@@ -82,14 +82,11 @@ def test_what_several_clients_cannot_do_is_refused_in_one_line(tmp_path, extra, 
         load_experiment(write(tmp_path, BASE + extra))
 
 
-def test_adaptive_grpc_and_mixed_devices_are_refused_with_several_clients(tmp_path):
+def test_adaptive_and_grpc_are_refused_with_several_clients(tmp_path):
     with pytest.raises(UserError, match="fixed repetitions"):
         load_experiment(write(tmp_path, BASE.replace("reps: 5", "reps: 3..20")))
     with pytest.raises(UserError, match="over HTTP"):
         load_experiment(write(tmp_path, BASE.replace("[raw]", "[raw, grpc]")))
-    mixed = BASE + "      - {device: paper-i3, count: 1}\n"
-    with pytest.raises(UserError, match="several devices"):
-        load_experiment(write(tmp_path, mixed))
 
 
 def test_the_plan_has_k_trials_per_repetition_one_per_client():
