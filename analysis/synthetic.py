@@ -128,17 +128,16 @@ def write_synthetic_run(
                     for rep in range(reps):
                         for device, slowdown, client in hosts:
                             on = {"device": device, "client": client, "clients": together} if device else {}
+                            cell = {
+                                "op": op,
+                                "size": size,
+                                "rate_mbps": rate,
+                                "method": method,
+                                "rep": rep,
+                                **on,
+                            }
                             if fail_every and len(rows) % fail_every == 0:
-                                add(
-                                    op=op,
-                                    size=size,
-                                    rate_mbps=rate,
-                                    method=method,
-                                    rep=rep,
-                                    ok=False,
-                                    error="synthetic failure",
-                                    **on,
-                                )
+                                add(**cell, ok=False, error="synthetic failure")
                                 continue
                             t = {
                                 "t_client_encode": cost * up * slowdown,
@@ -149,18 +148,7 @@ def write_synthetic_run(
                                 "t_client_decode": cost * down * slowdown,
                             }
                             t = {k: v * _noise(rng) for k, v in t.items()}
-                            add(
-                                op=op,
-                                size=size,
-                                rate_mbps=rate,
-                                method=method,
-                                rep=rep,
-                                t_total=sum(t.values()),
-                                bytes_up=int(up),
-                                bytes_down=int(down),
-                                **t,
-                                **on,
-                            )
+                            add(**cell, t_total=sum(t.values()), bytes_up=int(up), bytes_down=int(down), **t)
     path = run_dir / TRIALS_FILE
     path.unlink(missing_ok=True)
     writer = TrialWriter(path)

@@ -49,9 +49,10 @@ def resolve_client_devices(exp: Experiment, manifest: ManifestFile | None = None
     """Clients of several devices: each device after client 1's, by its profile's name, in the order
     of the clients; the run's own profile when the manifest has it (resuming)."""
     out: dict[str, DeviceProfile] = {}
-    for ref in exp.client_devices:
+    first = load_device(exp.client_device).name if exp.client_devices else None
+    for ref in dict.fromkeys(exp.client_devices):  # each profile read once
         device = load_device(ref)
-        if device.name in out or device.name == load_device(exp.client_device).name:
+        if device.name in out or device.name == first:
             continue
         recorded = manifest.manifest.client_device(device.name) if manifest is not None else None
         if recorded is not None and recorded is not manifest.manifest.device:
