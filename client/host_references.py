@@ -11,8 +11,10 @@ speed is one quantity for every worker on it, so every worker follows every work
 appends its runs to one file beside the host-wide CPU lock and reads the others' since its last look.
 
 The file is only touched with the CPU lock held (the runs are taken under it anyway), so a reader
-never meets half a line. Lines are JSON (`[kind, op, size, codec, cpu_s]`); one that does not parse
-(a writer killed mid-line) is skipped. A worker starts reading at the file's end: runs of an earlier
+never meets half a line. Lines are JSON (`[whose, key, cpu_s]`: the client's or the server's run
+of a kind of work); one that does not parse (a writer killed mid-line, an older sweep's line) is
+skipped. The server's runs are the server host's: on one machine (embedded testbeds) every replica's
+server is on it, so they are one host's speed too. A worker starts reading at the file's end: runs of an earlier
 sweep are not this one's host speed. `testbed down` of the last testbed removes the file with the lock.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 
-Run = tuple[str, str, int, str | None, float]  # kind, op, size, codec, this host's CPU seconds
+from client.scaler import CLIENT, SERVER, Run
 
 
 class HostReferences:
@@ -56,7 +58,11 @@ class HostReferences:
 
 def _parse(line: bytes) -> Run | None:
     try:
-        kind, op, size, codec, cpu_s = json.loads(line)
-        return str(kind), str(op), int(size), None if codec is None else str(codec), float(cpu_s)
+        whose, k, cpu_s = json.loads(line)
     except (ValueError, TypeError):
         return None
+    return (
+        (whose, str(k), float(cpu_s))
+        if whose in (CLIENT, SERVER) and isinstance(cpu_s, (int, float))
+        else None
+    )

@@ -5,9 +5,10 @@ per line of JSON on stdin and answering one line of JSON per trial on stdout. In
 matrices from the sweep's seed, the same for every method and repetition of an (op, size), made once
 and outside the timed region.
 
-In scaled mode with the device's targets, each successful trial's client work (the local kernel, or
-the method's encode of the request and decode of the response) is a reference run once it is scaled:
-its CPU time is this host's speed now, which the client's slowdowns follow (`client.scaler`). The
+In scaled mode with the devices' targets, each successful trial's work (the local kernel, or the
+method's encode of the request and decode of the response, and with a server device the server's
+stages it reported) is a reference run once it is scaled: its CPU time is the host's speed now,
+which the device's slowdowns follow (`client.scaler`). The
 trial's own runs, not the same work run again beside it: a second run right after the first found
 the caches warm and came out faster than a trial's run (measured, the 400x400 product on the 2-core
 VM: 3.25 ms right after itself against 4.2 ms after other work), so a trial's CPU time over such
@@ -28,7 +29,7 @@ from client.device_cores import DeviceCores, Pacer
 from client.grpc_offload import GrpcOffloadClient
 from client.host_references import HostReferences
 from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
-from client.scaler import CLIENT_STAGES, Scaler
+from client.scaler import Scaler
 from client.throttle import Aligner
 from client.trial_work import trial_operands
 from contracts.cpu_lock import references_path
@@ -81,23 +82,16 @@ class TrialWorker:
         return self._operands[key]
 
     def follow(self, out: dict, op: str, size: int, method: str) -> None:
-        """The scaled trial's client work as this host's reference runs (the slowdowns the trial was
-        scaled with did not include them), with every other worker's on this host since the last trial
-        (`client.host_references`). Not a warm-up's (trial -1): it is untimed because a fresh
-        process's first runs are not a trial's (measured in issue 25's check: with four testbeds'
-        warm-ups at the smallest size among 9 trials, mul 400 JSON's encode came out 27% low)."""
-        if not (self.scaler and self.scaler.targets) or (out.get("trial") or 0) < 0:
+        """The scaled trial's work as this host's reference runs (the slowdowns the trial was scaled
+        with did not include them): the client's stages and, with a server device, the server's, with
+        every other worker's on this host since the last trial (`client.host_references`). Not a
+        warm-up's (trial -1): it is untimed because a fresh process's first runs are not a trial's
+        (measured in issue 25's check: with four testbeds' warm-ups at the smallest size among 9
+        trials, mul 400 JSON's encode came out 27% low)."""
+        if not (self.scaler and self.scaler.follows) or (out.get("trial") or 0) < 0:
             return
-        if method == LOCAL:
-            mine = [("kernel", op, size, None, out["cpu_total"])]
-        else:
-            mine = [
-                (kind, op, size, method, out[f"cpu_{stage}"])
-                for stage, kind in CLIENT_STAGES
-                if out.get(f"cpu_{stage}") is not None
-            ]
         with CPU_LOCK.held():  # every worker on this host follows every worker's runs
-            runs = self.references.exchange(mine)
+            runs = self.references.exchange(self.scaler.runs(out, op, size, method))
         for run in runs:
             self.scaler.refer(*run)
 
@@ -217,11 +211,17 @@ def main(argv: list[str] | None = None) -> int:
         "--server-scale",
         help="a server device (scaled): the server host's slowdowns per kind of work, as JSON",
     )
+    parser.add_argument(
+        "--server-targets",
+        help="a server device: its seconds per kind of work, as JSON; its slowdowns then follow the "
+        "server host's speed through the CPU times the server reports for each trial",
+    )
     args = parser.parse_args(argv)
     scale = json.loads(args.scale) if args.scale else None
     server_scale = json.loads(args.server_scale) if args.server_scale else None
     targets = json.loads(args.targets) if args.targets else None
-    scaler = Scaler(scale, server_scale, targets) if scale or server_scale else None
+    server_targets = json.loads(args.server_targets) if args.server_targets else None
+    scaler = Scaler(scale, server_scale, targets, server_targets) if scale or server_scale else None
     quotas = json.loads(args.quotas) if args.quotas else None
     targets = json.loads(args.grpc_targets) if args.grpc_targets else args.grpc_target
     pacer = Pacer(DeviceCores(args.device_cores[0], int(args.device_cores[1]))) if args.device_cores else None

@@ -237,7 +237,7 @@ class Sweep:
         """Each testbed's hosts calibrated for their devices, one testbed after the other (a calibration
         needs a quiet host). The embedded testbeds share this machine, so in scaled mode the first one's
         calibration is every one's: the same CPU and the same code time the same work, and a
-        calibration of the paper's grid takes the better part of an hour (the client's slowdowns
+        calibration of the paper's grid takes the better part of an hour (both devices' slowdowns
         then follow this host in each testbed's own worker: `client.scaler`). Throttle mode sets each
         testbed's own CPU quotas, so each of those calibrates."""
         if self.exp.together and self.server_device is not None:  # paced: recorded, not calibrated
@@ -268,8 +268,8 @@ class Sweep:
                     tb.lab, self.exp, self.manifest, self.progress, "client", profile, None,
                     None if self.recalibrate else self.session.started_at, host,
                 )  # fmt: skip
-                scale = (tb.calibration or {}).get("server_scale")  # the server's, as client 1's
-                tb.emulations[name] = ({**result, **({"server_scale": scale} if scale else {})}, missed)
+                server = {k: v for k, v in (tb.calibration or {}).items() if k.startswith("server_")}
+                tb.emulations[name] = ({**result, **server}, missed)  # the server's, as client 1's
 
     def run_trials(self) -> None:
         """Every unit of work, on the one testbed, or on each testbed in a thread of its own."""
@@ -620,7 +620,7 @@ def calibrate_devices(
     With `reuse_at` (the session's start), the run's calibration of a host is used again instead
     when it still holds (`device_emulation.reusable`), and the session recorded with it.
     Returns what the trial worker needs (the client's calibration, and the server's slowdowns as
-    `server_scale`; None: neither is a device) and the (op, size, method) of every trial a missed
+    `server_scale` with its rows, the targets they follow, as `server_rows`; None: neither is a device) and the (op, size, method) of every trial a missed
     target marks."""
     calibration, marks = None, set()
     for role, profile in (("client", device), ("server", server_device)):
@@ -630,7 +630,8 @@ def calibrate_devices(
         if role == "client":
             calibration = {**(calibration or {}), **result}
         else:
-            calibration = {**(calibration or {}), "server_scale": result["scale"]}
+            server = {"server_scale": result["scale"], "server_rows": result.get("rows", [])}
+            calibration = {**(calibration or {}), **server}
         marks |= missed
     return calibration, marks
 

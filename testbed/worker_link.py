@@ -121,7 +121,7 @@ class WorkerLink:
 def emulation_args(calibration: dict | None) -> list[str]:
     """The worker's flags for the devices' emulation: the client's slowdowns (scaled) with the device's
     targets they follow this host by (`client.scaler`), or its quotas (throttle); the server's
-    slowdowns (the calibration's); with concurrency the device's cores its client's workers share."""
+    slowdowns with its device's targets; with concurrency the device's cores its client's workers share."""
     calibration = calibration or {}
     args = [
         arg
@@ -129,10 +129,13 @@ def emulation_args(calibration: dict | None) -> list[str]:
         if calibration.get(flag)
         for arg in (f"--{flag.replace('_', '-')}", json.dumps(calibration[flag]))
     ]
-    if calibration.get("scale"):
-        if calibration.get("cores"):  # concurrency: the device's cores its client's workers share
-            path, cores = calibration["cores"]
-            args += ["--device-cores", str(path), str(cores)]
-        targets = {row["key"]: row["target_s"] for row in calibration.get("rows", ())}
-        args += ["--targets", json.dumps(targets)]
+    if calibration.get("scale") and calibration.get("cores"):  # concurrency: the device's cores
+        path, cores = calibration["cores"]  # its client's workers share
+        args += ["--device-cores", str(path), str(cores)]
+    for scale, rows, flag in (
+        ("scale", "rows", "--targets"),
+        ("server_scale", "server_rows", "--server-targets"),
+    ):
+        if calibration.get(scale) and calibration.get(rows):
+            args += [flag, json.dumps({row["key"]: row["target_s"] for row in calibration[rows]})]
     return args

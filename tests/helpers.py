@@ -5,15 +5,18 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
 
 from benchmarks.common import INFO, MISS, PASS, SKIPPED
 from benchmarks.runner import expected, key
+from client.scaler import REFERENCE_WINDOW
 from contracts.run import FORMAT_VERSION, TRIALS_MARK, read_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,6 +73,18 @@ def wait_for_rows(proc: subprocess.Popen, results: Path, n: int, timeout: float 
         time.sleep(0.2)
     proc.kill()
     pytest.fail(f"no {n} trials within {timeout} s")
+
+
+def followed_slowdowns(row: dict, cpus: list[float]) -> list[float]:
+    """The slowdown each trial of a kind of work was scaled by, in the trials' order, from its
+    calibration `row` and the trials' CPU times: the device's target over the mean of the runs before
+    it, the calibration's mean first (client/scaler.py)."""
+    window = deque([row["target_s"] / row["slowdown"]], maxlen=REFERENCE_WINDOW)
+    slowdowns = []
+    for cpu in cpus:
+        slowdowns.append(row["target_s"] / statistics.fmean(window))
+        window.append(cpu)
+    return slowdowns
 
 
 def trials_by_id(run_dir: Path) -> dict[int, dict]:

@@ -9,7 +9,7 @@ import pytest
 
 from contracts.profiles import quota_period
 from testbed.devices import load_device
-from tests.helpers import rows, run_cli
+from tests.helpers import followed_slowdowns, rows, run_cli
 
 pytestmark = pytest.mark.privileged
 
@@ -104,13 +104,20 @@ def test_the_server_host_calibrates_for_a_server_device_and_a_sweep_scales_its_s
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["server_device"]["profile"]["name"] == SERVER and manifest["device"] is None
     (calibration,) = manifest["server_device"]["calibrations"]
-    slowdown = {r["key"]: r["slowdown"] for r in calibration["rows"]}
-    remote = [r for r in rows(run_dir) if r["method"] == "raw"]
+    row = {r["key"]: r for r in calibration["rows"]}
+    remote = sorted(
+        (r for r in rows(run_dir) if r["method"] == "raw"), key=lambda r: r["started_at"]
+    )  # as they ran
     assert len(remote) == 3 and all(r["ok"] == "true" for r in remote)
-    for r in remote:
+    # each stage's slowdown follows the server host: the device's time over its recent runs' mean
+    kernel, decode = (
+        followed_slowdowns(row[k], [float(r[f"cpu_server_{stage}"]) for r in remote])
+        for k, stage in (("kernel|mul|200", "compute"), ("decode|raw|mul|200", "decode"))
+    )
+    for r, kernel_slowdown, decode_slowdown in zip(remote, kernel, decode, strict=True):
         f = {k: float(r[k]) for k in r if k.startswith(("t_", "wall_server", "cpu_server")) and r[k]}
-        assert f["t_server_compute"] == pytest.approx(f["cpu_server_compute"] * slowdown["kernel|mul|200"])
-        assert f["t_server_decode"] == pytest.approx(f["cpu_server_decode"] * slowdown["decode|raw|mul|200"])
+        assert f["t_server_compute"] == pytest.approx(f["cpu_server_compute"] * kernel_slowdown)
+        assert f["t_server_decode"] == pytest.approx(f["cpu_server_decode"] * decode_slowdown)
         measured = f["wall_server_decode"] + f["wall_server_compute"] + f["wall_server_encode"]
         assert f["t_comm"] == pytest.approx(f["t_request"] - measured - f["t_server_queue"], abs=1e-6)
         scaled = f["t_server_decode"] + f["t_server_compute"] + f["t_server_encode"]

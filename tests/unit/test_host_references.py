@@ -10,7 +10,8 @@ from contracts.cpu_lock import CpuLock, references_path
 from contracts.device import key
 from contracts.trials import LOCAL
 
-ENCODE = ("encode", "mul", 400, "json")
+ENCODE = ("client", key("encode", "mul", 400, "json"))
+KERNEL = ("server", key("kernel", "mul", 400))
 
 
 def test_each_worker_reads_every_workers_runs_since_its_last_look_from_where_it_started(tmp_path):
@@ -18,11 +19,8 @@ def test_each_worker_reads_every_workers_runs_since_its_last_look_from_where_it_
     a, b = HostReferences(path), HostReferences(path)
     assert a.exchange([(*ENCODE, 0.2)]) == [(*ENCODE, 0.2)]
     assert b.exchange([(*ENCODE, 0.3)]) == [(*ENCODE, 0.3)]  # started at the end: a's earlier run is not its
-    assert a.exchange([("kernel", "mul", 400, None, 0.01)]) == [
-        (*ENCODE, 0.3),
-        ("kernel", "mul", 400, None, 0.01),
-    ]
-    assert b.exchange([]) == [("kernel", "mul", 400, None, 0.01)]
+    assert a.exchange([(*KERNEL, 0.01)]) == [(*ENCODE, 0.3), (*KERNEL, 0.01)]
+    assert b.exchange([]) == [(*KERNEL, 0.01)]
     assert b.exchange([]) == []
 
 
@@ -31,8 +29,12 @@ def test_a_torn_or_foreign_line_is_skipped_and_a_file_made_again_is_read_whole(t
     refs = HostReferences(str(path))
     refs.exchange([(*ENCODE, 0.2)])
     with open(path, "ab") as f:
-        f.write(b'["encode", "mul"\n{"x": 1}\nnot json\n["decode", "mul", 400, "json", 0.1]\n["dec')
-    assert refs.exchange([]) == [("decode", "mul", 400, "json", 0.1)]  # the last line's end not written yet
+        f.write(
+            b'["client", "encode|json|mul|400"\n{"x": 1}\nnot json\n["decode", "mul", 400, "json", 0.1]\n'
+        )
+        f.write(b'["phone", "decode|json|mul|400", 0.1]\n["server", "decode|json|mul|400", 0.1]\n["cli')
+    # an older sweep's line and an unknown role are skipped; the last line's end is not written yet
+    assert refs.exchange([]) == [("server", "decode|json|mul|400", 0.1)]
     path.unlink()  # `down` removed it, a later sweep made it again
     other = HostReferences(str(path))
     other.exchange([(*ENCODE, 0.5)])
@@ -66,9 +68,9 @@ def test_two_workers_on_one_host_scale_alike_after_one_slow_run(tmp_path, monkey
     assert first["ok"], first
     second = workers[1].run({"trial": 1, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
     workers[0].follow({"cpu_total": 0.0007}, "mul", size, LOCAL)  # the first reads the second's run too
-    a, b = (list(w.scaler.recent[k]) for w in workers)
+    a, b = (list(w.scaler.recent["client"][k]) for w in workers)
     assert b == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])  # in the order written
     assert a == pytest.approx(b + [0.0007])
     unshared = Scaler({k: 1000.0}, targets={k: 0.5})
-    unshared.refer("kernel", "mul", size, None, b[2])
-    assert len(unshared.recent[k]) == 2  # what the second worker would have followed alone
+    unshared.refer("client", k, b[2])
+    assert len(unshared.recent["client"][k]) == 2  # what the second worker would have followed alone
