@@ -46,7 +46,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   experiment's `client_devices` (each client host's device, client 1 first; empty: one device) and
   the manifest's `client_devices` (every client device after the first, which stays in `device`,
   each with its calibrations). Older runs load with them empty; resuming one rewrites its
-  trials.csv in version 9's columns.
+  trials.csv in version 9's columns. Later within version 9, a calibration's `client`: the role
+  of the further client host it calibrated (`client2` ...: an SSH lab's client machines each
+  calibrate, under their device's section); absent for client 1's, the server's and older files'.
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -584,6 +586,7 @@ class Calibration:
     host: list[dict] | None = None  # throttle: the host's own time for each work (its rows)
     replica: int | None = None  # whose host
     replicas: list[int] | None = None  # the testbeds on that host that use it (they share one machine)
+    client: str | None = None  # a further client host's role (client2 ...); None: client 1's or the server's
     scale: dict | None = None  # scaled: each kind of work's slowdown, as the trial worker applied it
     machine: dict | None = None  # the host's facts that set its speed (testbed.results.machine)
     reused: list[str] | None = None  # the start of each later session that used it instead of calibrating

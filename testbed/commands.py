@@ -50,8 +50,9 @@ def register(sub) -> None:
         "--clients",
         type=int,
         default=1,
-        help=f"client hosts on the bridge, 1 to {MAX_CLIENTS} (default 1): each a namespace with its "
-        "own port and CPU limit, all sharing one shaped link to the server (embedded testbed)",
+        help=f"client hosts, 1 to {MAX_CLIENTS} (default 1), all sharing one shaped link to the server, each "
+        "with its own CPU limit: namespaces with a port each (embedded), or the first N client machines "
+        "the SSH inventory lists",
     )
     p.add_argument(
         "--server-workers",

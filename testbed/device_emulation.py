@@ -262,14 +262,15 @@ def record(
     role: str = "client",
     replica: int | None = None,
     replicas: list[int] | None = None,
-    further: bool = False,
+    client: str | None = None,
 ) -> None:
     """The calibration in the manifest, under its device's section (made at its first calibration):
-    `device` or `server_device` by `role`; a `further` client device's among `client_devices`."""
+    `device` or `server_device` by `role`; that of a further `client` host (its role) under its
+    device's, client 1's or one among `client_devices`, with the host's role."""
     run = manifest.manifest
-    if further:
+    if client is not None:
         section = run.client_device(device.name)
-        if section is None or section is run.device:
+        if section is None:
             section = Device(profile=device.as_dict(), mode=mode)
             run.client_devices.append(section)
     else:
@@ -286,6 +287,7 @@ def record(
             rows=calibration["rows"],
             replica=replica,
             replicas=replicas,
+            client=client,
             machine=machine(),
             **extra,
         )

@@ -25,6 +25,7 @@ _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 HOST_KEY_POLICIES = ("strict", "accept-new")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")
+_EXTRA_CLIENT = re.compile(r"^client([2-9]|1[0-6])$")  # client hosts after the first: client2 ...
 MAX_CLIENTS = 16  # client hosts one embedded testbed brings up (each a namespace, port and cgroup)
 DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventory.yaml"
 
@@ -68,8 +69,9 @@ class Inventory:
     cpu_lock: str | None = None  # replicas on one host: the lock file around every timed CPU stage
     # a server device's BLAS threads, for every process of the server's that computes (None: the host's)
     server_blas_threads: int | None = None
-    # client hosts on the appliance's bridge (`testbed up --clients N`): the inventory's client and
-    # N-1 more like it (`client_roles`), sharing one shaped link to the server
+    # client hosts on the appliance's bridge (`testbed up --clients N`), sharing one shaped link to the
+    # server (`client_roles`): embedded, the inventory's client and N-1 more like it; an SSH lab's
+    # first N of the client hosts its inventory lists (`listed_clients`)
     clients: int = 1
 
     def host(self, role: str) -> HostSpec:
@@ -81,6 +83,12 @@ class Inventory:
     def client_roles(self) -> tuple[str, ...]:
         """`client`, then `client2` ... `clientN`: each client host's role (the first is the inventory's)."""
         return ("client", *(f"client{k + 1}" for k in range(1, self.clients)))
+
+    @property
+    def listed_clients(self) -> tuple[str, ...]:
+        """The roles of the client hosts the inventory itself lists: an SSH lab's machines (`client`,
+        `client2` ...); the embedded testbed's one (its further clients are made: `_extra_client`)."""
+        return _client_roles(self.hosts)
 
     def _extra_client(self, k: int) -> HostSpec:
         """Client k (1..N-1): the inventory's client named NAME<k+1>, at the k-th address of the subnet
@@ -96,11 +104,14 @@ class Inventory:
         """The inventory with `n` client hosts; refused in one line where it cannot have them."""
         if not 1 <= n <= MAX_CLIENTS:
             raise UserError(f"{n} clients: a testbed has 1 to {MAX_CLIENTS}", "ask for fewer clients")
-        if n > 1 and self.backend != "netns":
-            raise UserError(
-                "several clients are for the embedded testbed (backend netns)",
-                "bring the SSH lab up with one client",
-            )
+        if self.backend == "ssh":
+            listed = len(self.listed_clients)
+            if n > listed:
+                raise UserError(
+                    f"{n} clients: the SSH lab's inventory lists {listed} client host(s)",
+                    "add a host with role client for each further client machine, or ask for fewer",
+                )
+            return replace(self, clients=n)
         network = self.hosts["client"].address.network
         if n - 1 > network.num_addresses - 4:  # network, broadcast, client, server
             raise UserError(
@@ -205,8 +216,18 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
         role = item.get("role", str)
         if role not in ROLES:
             raise item.error("role", f"unknown role {role!r}", f"use one of: {', '.join(ROLES)}")
-        if role in hosts:
-            raise item.error("role", f"role {role!r} appears twice", "describe each role once")
+        if role == "client" and role in hosts and backend == "ssh":  # an SSH lab's further client machine
+            listed = len(_client_roles(hosts))
+            if listed == MAX_CLIENTS:
+                raise item.error("role", f"more than {MAX_CLIENTS} client hosts", "list at most that many")
+            role = f"client{listed + 1}"
+        elif role in hosts:
+            fix = (
+                "describe each role once (several clients: `clients:` in the experiment, or testbed up --clients N)"
+                if role == "client"
+                else "describe each role once"
+            )
+            raise item.error("role", f"role {role!r} appears twice", fix)
         name = item.get("name", str)
         if not _NAME.match(name):
             raise item.error("name", f"{name!r} must be 1-10 lowercase letters/digits starting with a letter")
@@ -235,14 +256,21 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
     names = [h.name for h in hosts.values()]
     if len(set(names)) != len(names):
         raise doc.error("hosts", "two hosts share a name", "give each host its own name")
-    client, server = hosts["client"].address, hosts["server"].address
-    if client.network != server.network or client.ip == server.ip:
-        raise doc.error(
-            "hosts",
-            f"client {client} and server {server} must be distinct addresses in one subnet",
-            "the appliance is a switch, not a router",
-        )
+    server = hosts["server"].address
+    for role in _client_roles(hosts):
+        client = hosts[role].address
+        others = [h.address.ip for r, h in hosts.items() if r != role and h.address is not None]
+        if client.network != server.network or client.ip in others:
+            raise doc.error(
+                "hosts",
+                f"{hosts[role].name} {client}: the clients and server {server} need distinct addresses in one subnet",
+                "the appliance is a switch, not a router",
+            )
     return hosts
+
+
+def _client_roles(hosts: dict[str, HostSpec]) -> tuple[str, ...]:
+    return tuple(role for role in hosts if role == "client" or _EXTRA_CLIENT.match(role))
 
 
 def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:

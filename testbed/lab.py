@@ -99,6 +99,9 @@ class Lab(ABC):
     work_slots: int = 1
     pace: DeviceProfile | None = None
     parts: int = 1  # the most connections a client opens at once (parallelism x concurrency)
+    # whether the client hosts are one machine (the embedded testbed's namespaces): a device is then
+    # calibrated once for all its clients; an SSH lab's client machines each calibrate their own
+    clients_share_a_machine: bool = True
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -188,9 +191,10 @@ class Lab(ABC):
 
     def probe(self, role: str, interfaces: list[str] = ()) -> list[str]:
         """The problems the host of `role` reports about itself (see `probe_problems`)."""
-        needs_cgroup = role in self.client_roles and bool(self.inv.client_cpu.cpu_quota)
+        client = role in self.client_roles
+        needs_cgroup = client and bool(self.inv.client_cpu.cpu_quota)
         programs = [
-            *PROGRAMS[role],
+            *PROGRAMS["client" if client else role],
             *(STACK_PROGRAMS[self.server_stack] if role == "server" else ()),
         ]
         probe = self.host(role).agent(

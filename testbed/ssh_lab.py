@@ -35,6 +35,8 @@ def code_archive() -> bytes:
 
 
 class SshLab(Lab):
+    clients_share_a_machine = False  # each client host is a machine of its own
+
     def __init__(self, inv: Inventory) -> None:
         self.inv = inv
         # per host, so that hosts sharing a filesystem (as in the tests) keep apart
@@ -45,24 +47,42 @@ class SshLab(Lab):
         self.probes = {}
         ports = inv.host("appliance").ports
         self.down_if, self.up_if = ports
-        quota = inv.client_cpu.cpu_quota
-        env = {
-            "client": blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core),
-            "appliance": None,
-            "server": inv.server_env() or None,
-        }
-        self.hosts = {
-            role: SshHost(
-                inv.host(role),
-                self.state_root / inv.host(role).name,
-                self.code_root / inv.host(role).name / "src",
-                cgroup=self.cgroup if role == "client" and quota else None,
-                env=env[role],
-            )
-            for role in ("client", "appliance", "server")
-        }
+        self.hosts = {role: self._ssh_host(role) for role in (*inv.client_roles, "appliance", "server")}
         self.rundir = str(self.hosts["appliance"].state_dir / "ovs")
         self._switch_record: dict | None = None  # the appliance's record once `up` wrote the bridge
+
+    def _ssh_host(self, role: str) -> SshHost:
+        """The lab's machine of `role`; a client's processes run in its CPU limit's cgroup."""
+        spec, inv = self.inv.host(role), self.inv
+        client = role in inv.listed_clients
+        env = None
+        if client:
+            env = blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core)
+        elif role == "server":
+            env = inv.server_env() or None
+        return SshHost(
+            spec,
+            self.state_root / spec.name,
+            self.code_root / spec.name / "src",
+            cgroup=self._cgroup(role) if client and inv.client_cpu.cpu_quota else None,
+            env=env,
+        )
+
+    def find_host(self, name: str) -> SshHost:
+        """Also a client machine the inventory lists beyond those this command was told of (`exec
+        client2 -- ...` after `up --clients 2`)."""
+        for role in self.inv.listed_clients:
+            if role not in self.hosts and name in (role, self.inv.host(role).name):
+                self.hosts[role] = self._ssh_host(role)
+        return super().find_host(name)
+
+    def _cgroup(self, role: str) -> str:
+        """A client machine's cgroup: PREFIX-client, PREFIX-client2 ... (machines of a lab may share
+        a cgroup hierarchy, as the test lab's namespaces do, so each client's has its own name)."""
+        return self.inv.resource(role)
+
+    def client_cgroups(self) -> dict[str, str]:
+        return {role: self._cgroup(role) for role in self.client_roles}
 
     def switch_args(self) -> dict:
         """Read from the appliance's record of `up` once it says what `up` chose (the sweep asks after
@@ -168,7 +188,7 @@ class SshLab(Lab):
             # the userspace datapath forwards packets as the NIC handed them: checksums must be filled in
             for ifname in (self.down_if, self.up_if):
                 self._tx_offload_off(appliance, ifname)
-        for role in ("client", "server"):
+        for role in (*self.client_roles, "server"):
             host = self.host(role)
             spec = self.inv.host(role)
             present = host.run(
@@ -192,12 +212,14 @@ class SshLab(Lab):
 
     # ---------------------------------------------------------------- down
     def down(self) -> list[str]:
-        """Undo on every host what `up` recorded there; unreachable hosts are reported, not skipped silently."""
+        """Undo on every host what `up` recorded there; unreachable hosts are reported, not skipped
+        silently. Every client machine the inventory lists: `up` may have used more of them than this
+        command was told (`--clients`)."""
         removed: list[str] = []
         problems: list[str] = []
         self._switch_record = None
-        for role in ("server", "client", "appliance"):
-            host = self.host(role)
+        for role in ("server", *self.inv.listed_clients, "appliance"):
+            host = self.hosts.get(role) or self._ssh_host(role)
             try:
                 removed += self._down_host(role, host)
             except UserError as exc:
@@ -234,8 +256,8 @@ class SshLab(Lab):
             removed.append(f"{host.name}: address {address} on {ifname}")
         for ifname in record.get("tx_offload_off", []):
             host.run(["ethtool", "-K", ifname, "tx", "on"], limited=False, check=False)
-        if record.get("cgroup") and code_there and host.agent("cpu.remove", name=self.cgroup):
-            removed.append(f"{host.name}: cgroup {self.cgroup}")
+        if record.get("cgroup") and code_there and host.agent("cpu.remove", name=record["cgroup"]):
+            removed.append(f"{host.name}: cgroup {record['cgroup']}")
         host.run(["rm", "-rf", str(host.state_dir), str(host.code_dir.parent)], limited=False, check=False)
         host.run(
             ["rmdir", "--ignore-fail-on-non-empty", str(self.state_root), str(self.code_root)],
@@ -262,4 +284,5 @@ class SshLab(Lab):
     def apply_cpu_limit(self) -> None:
         if self.inv.client_cpu.cpu_quota:
             super().apply_cpu_limit()
-            self._record(self.host("client"), cgroup=self.cgroup)
+            for role, cgroup in self.client_cgroups().items():
+                self._record(self.host(role), cgroup=cgroup)

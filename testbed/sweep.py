@@ -94,7 +94,8 @@ class Testbed:
     problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
     warmed: set = field(default_factory=set)  # rates its worker was warmed up at
     workers: dict = field(default_factory=dict)  # several clients: the further clients' workers, by role
-    # clients of several devices: each further device's calibration and the trials it marks, by name
+    # each further client host that calibrates (`Sweep.calibrated_clients`): its calibration and the
+    # trials it marks, by the host's role
     emulations: dict = field(default_factory=dict)
     brought_up: bool = False
     was_up: bool = False
@@ -262,14 +263,31 @@ class Sweep:
                 users,
                 None if self.recalibrate else self.session.started_at,
             )
-            for name, profile in self.further.items():  # each on the first client of that device
-                host = next(role for role, device in self.role_devices.items() if device == name)
+            for host, profile in self.calibrated_clients(tb):
                 result, missed = calibrate_host(
                     tb.lab, self.exp, self.manifest, self.progress, "client", profile, None,
                     None if self.recalibrate else self.session.started_at, host,
                 )  # fmt: skip
                 server = {k: v for k, v in (tb.calibration or {}).items() if k.startswith("server_")}
-                tb.emulations[name] = ({**result, **server}, missed)  # the server's, as client 1's
+                tb.emulations[host] = ({**result, **server}, missed)  # the server's, as client 1's
+
+    def client_profile(self, role: str) -> DeviceProfile | None:
+        """The device client host `role` emulates (None: none, it runs as its host)."""
+        return self.further.get(self.role_devices.get(role)) or self.device
+
+    def calibrating_host(self, tb: Testbed, role: str) -> str:
+        """The client host whose calibration client host `role` uses. On one machine (embedded) a
+        device is calibrated once, on its first client; an SSH lab's client machines each calibrate
+        their own (machines differ in speed, and a calibration is of a host)."""
+        if not tb.lab.clients_share_a_machine:
+            return role
+        device = self.role_devices.get(role)  # None: every client is of client 1's device
+        return next((r for r, d in self.role_devices.items() if d == device), "client")
+
+    def calibrated_clients(self, tb: Testbed) -> list[tuple[str, DeviceProfile]]:
+        """The client hosts after client 1 that calibrate for their device, each with its device."""
+        roles = [r for r in tb.lab.client_roles[1:] if self.calibrating_host(tb, r) == r]
+        return [(r, profile) for r in roles if (profile := self.client_profile(r)) is not None]
 
     def run_trials(self) -> None:
         """Every unit of work, on the one testbed, or on each testbed in a thread of its own."""
@@ -475,9 +493,10 @@ class Sweep:
             tb.workers[name] = worker
 
     def flagged(self, tb: Testbed, t: Trial, record: dict) -> dict:
-        """The record marked when a missed calibration target concerns its trial (its device's)."""
+        """The record marked when a missed calibration target concerns its trial (its client host's)."""
         if self.device is not None or self.server_device is not None:
-            marks = tb.emulations[t.device][1] if t.device in tb.emulations else tb.marks
+            host = self.calibrating_host(tb, tb.lab.client_roles[(t.client or 1) - 1])
+            marks = tb.emulations[host][1] if host in tb.emulations else tb.marks
             return {**record, "emulation_flagged": (t.op, t.size, t.method) in marks}
         return record
 
@@ -538,11 +557,9 @@ class Sweep:
         """What a trial worker on client host `role` emulates the devices with: the calibration, and
         with concurrency (scaled) the device's cores, a timeline every worker of that host shares
         (`client.device_cores`)."""
-        name = self.role_devices.get(role)
-        if name in tb.emulations:  # a client of a further device
-            calibration, device = tb.emulations[name][0], self.further[name]
-        else:
-            calibration, device = tb.calibration, self.device
+        host = self.calibrating_host(tb, role)
+        calibration = tb.emulations[host][0] if host in tb.emulations else tb.calibration
+        device = self.client_profile(role)
         if not (self.exp.concurrency and calibration and calibration.get("scale") and device):
             return calibration
         path = str(tb.lab.host(role).state_dir / "device-cores.json")
@@ -648,8 +665,9 @@ def calibrate_host(
     host: str | None = None,
 ) -> tuple[dict, set]:
     """One host calibrated for its device (or its calibration used again): `role` "client" or
-    "server", on the host of that role or on `host` (a further client of another device, recorded
-    among the manifest's `client_devices`). Returns the calibration and the trials it marks."""
+    "server", on the host of that role or on `host` (a further client host: of another device, or an
+    SSH lab's further machine; recorded under its device with the host's role). Returns the
+    calibration and the trials it marks."""
     embedded = lab.inv.backend == "netns"
     mode = exp.mode if role == "client" else "scaled"
     further = host not in (None, role)
@@ -666,7 +684,8 @@ def calibrate_host(
             result = device_emulation.emulate_for(lab, profile, exp, host or role)
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
-        device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, further)
+        client = host if further else None
+        device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, client)
     missed = device_emulation.flagged(result)
     if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
         missed = server_marks(exp, missed)

@@ -149,7 +149,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 f"{other.blas_threads} BLAS threads, and the client hosts share one setting",
                 "give the clients' profiles the same blas_threads",
             )
-    if exp.clients > 1:  # several clients on the (one) embedded testbed
+    if exp.clients > 1:  # several clients on the (one) testbed
         invs = [i.with_clients(exp.clients) for i in invs]
     inv = invs[0]
     require_root()

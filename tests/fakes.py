@@ -420,10 +420,16 @@ def server_calibration(host: FakeHost, device: str) -> list[dict]:
 
 
 def calibration_answers(
-    host: FakeHost, device: str, role: str, slowdown: float, flagged_size: int | None = None
+    host: FakeHost,
+    device: str,
+    role: str,
+    slowdown: float,
+    flagged_size: int | None = None,
+    flagged_kind: str = "kernel",
 ) -> list[dict]:
     """`host` answers `python -m client.calibration` for `role`: every work's slowdown `slowdown`, the
-    kernel at `flagged_size` flagged (30% over). Returns the requests, as they come."""
+    `flagged_kind` of work (every codec's, for encode or decode) at `flagged_size` flagged (30% over).
+    Returns the requests, as they come."""
     from contracts.device import Grid, key
 
     requests: list[dict] = []
@@ -440,7 +446,7 @@ def calibration_answers(
                 ]:
                     k = key(kind, op, size, codec)
                     scale[k] = slowdown
-                    flagged = (kind, size) == ("kernel", flagged_size)
+                    flagged = (kind, size) == (flagged_kind, flagged_size)
                     rows.append({"key": k, "work": kind if codec is None else f"{codec} {kind}", "op": op,
                                  "size": size, "target_s": 1.0, "achieved_s": 1.3 if flagged else 1.0,
                                  "error_pct": 30.0 if flagged else 0.0, "flagged": flagged})  # fmt: skip

@@ -2,7 +2,8 @@
 
 The control side (this test and the testbed CLI) stays in the root namespace and reaches each host
 over a management veth; the hosts are wired client-eth1 <-> eth1-appliance-eth2 <-> eth1-server,
-as a real lab's cables would be.
+as a real lab's cables would be. With a second client machine, both clients and the appliance's
+eth1 are cabled to a switch (a Linux bridge in a namespace of its own), as in a lab.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ssh_appliance import SSHD_CONFIG
-from tests.helpers import run_cli, start_sweep, wait_for_rows
+from tests.helpers import rows, run_cli, start_sweep, wait_for_rows
 from tests.isolation import Lease, leftovers
 
 pytestmark = pytest.mark.privileged
 
 HOSTS = {"client": 1, "appliance": 2, "server": 3}
-DATA = {"client": 1, "server": 2}  # data-plane addresses' host parts
+TWO_CLIENTS = {**HOSTS, "client2": 4}  # a second client machine, behind the lab's switch
+DATA = {"client": 1, "server": 2, "client2": 3}  # data-plane addresses' host parts
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -44,6 +46,7 @@ class Lab:
     lease: Lease
     tmp: Path
     key: Path
+    machines: tuple[str, ...] = tuple(HOSTS)  # the roles of its machines (each an sshd)
 
     @property
     def prefix(self) -> str:
@@ -54,16 +57,16 @@ class Lab:
 
     def cable(self, role: str) -> str:
         """The root namespace's end of the host's management veth."""
-        return self.lease.name(f"m{role[0]}")
+        return self.lease.name(f"m{role[0]}{role[-1] if role[-1].isdigit() else ''}")
 
     def control(self, role: str) -> str:
         """The root namespace's address on the host's management link."""
-        return self.lease.address(8 * HOSTS[role] + 1, subnet=1)
+        return self.lease.address(8 * TWO_CLIENTS[role] + 1, subnet=1)
 
     def host(self, role: str, nobody: bool = False) -> str:
         """The host's address on its management link (what SSH reaches), or with `nobody` one on the
         same link that no machine answers."""
-        return self.lease.address(8 * HOSTS[role] + (3 if nobody else 2), subnet=1)
+        return self.lease.address(8 * TWO_CLIENTS[role] + (3 if nobody else 2), subnet=1)
 
     def data(self, role: str) -> str:
         return f"{self.lease.address(DATA[role])}/24"
@@ -75,7 +78,7 @@ class Lab:
 
 def remove_lab(lab: Lab) -> None:
     """Remove the lab's namespaces and cables, also those a killed earlier run left behind."""
-    for role in HOSTS:
+    for role in (*lab.machines, "switch"):
         for pid in sh("ip", "netns", "pids", lab.ns(role), check=False).stdout.split():
             sh("kill", "-9", pid, check=False)
         sh("ip", "netns", "delete", lab.ns(role), check=False)
@@ -94,6 +97,17 @@ def inventory_text(
     python = sys.executable
     trust = f"known_hosts: {lab.tmp / 'known_hosts'}, host_key: {host_key}"
     server_port, iperf_port, grpc_port = lab.lease.ports[:3]
+    further = "".join(
+        f"""
+          - role: client
+            name: {role}
+            address: {lab.data(role)}
+            interface: eth1
+            python: {python}
+            ssh: {{host: {lab.host(role)}, user: root, key: {lab.key}, {trust}}}"""
+        for role in lab.machines
+        if role.startswith("client") and role != "client"
+    )
     return textwrap.dedent(f"""\
         backend: ssh
         prefix: {lab.prefix}
@@ -103,7 +117,7 @@ def inventory_text(
             address: {lab.data("client")}
             interface: eth1
             python: {python}
-            ssh: {{host: {client_host or lab.host("client")}, user: root, key: {client_key or lab.key}, {trust}}}
+            ssh: {{host: {client_host or lab.host("client")}, user: root, key: {client_key or lab.key}, {trust}}}{further}
           - role: appliance
             name: appliance
             ports: [{appliance_ports[0]}, {appliance_ports[1]}]
@@ -129,20 +143,22 @@ def inventory_text(
 def host_leftovers(lab: Lab) -> list[str]:
     """What the tool left on the lab's hosts (the lab's own sshd and cables do not count)."""
     found = []
-    for role in HOSTS:
+    for role in lab.machines:
         for line in sh("ip", "netns", "pids", lab.ns(role), check=False).stdout.split():
             cmd = Path(f"/proc/{line}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if "sshd" not in cmd:
                 found.append(f"{role}: process {cmd.strip()}")
         addrs = sh("ip", "-n", lab.ns(role), "-o", "-4", "addr", "show", check=False).stdout
-        found += [f"{role}: address {a}" for a in (lab.data("client"), lab.data("server")) if a in addrs]
+        found += [
+            f"{role}: address {lab.data(r)}" for r in DATA if r in lab.machines and lab.data(r) in addrs
+        ]
     for dev in ("eth1", "eth2"):
         if "htb" in sh("ip", "netns", "exec", lab.ns("appliance"), "tc", "qdisc", "show", "dev", dev).stdout:
             found.append(f"appliance: htb on {dev}")
     for path in (
         f"/run/testbed/{lab.prefix}",
         f"/var/lib/testbed/{lab.prefix}",
-        f"/sys/fs/cgroup/cpu/{lab.prefix}-client",
+        *(f"/sys/fs/cgroup/cpu/{lab.prefix}-{r}" for r in lab.machines if r.startswith("client")),
     ):
         if Path(path).exists():
             found.append(path)
@@ -152,8 +168,25 @@ def host_leftovers(lab: Lab) -> list[str]:
 @pytest.fixture
 def lab_hosts(tmp_path, leases):
     """Three namespaces, each running an sshd of its own on its management link, wired as a lab."""
-    lab = Lab(leases(subnets=2), tmp_path, tmp_path / "id_ed25519")
-    key = lab.key
+    yield from ssh_machines(Lab(leases(subnets=2), tmp_path, tmp_path / "id_ed25519"))
+
+
+@pytest.fixture
+def two_client_lab(tmp_path, leases):
+    """The lab with a second client machine: both clients and the appliance on the lab's switch."""
+    yield from ssh_machines(Lab(leases(subnets=2), tmp_path, tmp_path / "id_ed25519", tuple(TWO_CLIENTS)))
+
+
+def cable(lab: Lab, role: str, dev: str, peer_role: str, peer_dev: str) -> None:
+    """A data-plane cable: a veth from `role`'s `dev` to `peer_role`'s `peer_dev`."""
+    sh("ip", "-n", lab.ns(role), "link", "add", dev, "type", "veth", "peer", "name", peer_dev,
+       "netns", lab.ns(peer_role))  # fmt: skip
+
+
+def ssh_machines(lab: Lab):
+    """Each of the lab's machines a namespace running an sshd of its own on its management link,
+    cabled as a lab; yields the lab, then removes it."""
+    tmp_path, key = lab.tmp, lab.key
     if not Path("/usr/sbin/sshd").exists():
         pytest.fail("sshd is missing: scripts/setup.sh installs openssh-server")
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
@@ -166,7 +199,7 @@ def lab_hosts(tmp_path, leases):
     daemons = []
     remove_lab(lab)
     try:
-        for role in HOSTS:
+        for role in lab.machines:
             sh("ip", "netns", "add", lab.ns(role))
             sh(
                 "ip",
@@ -186,44 +219,23 @@ def lab_hosts(tmp_path, leases):
             sh("ip", "-n", lab.ns(role), "addr", "add", f"{lab.host(role)}/29", "dev", "mgmt0")
             sh("ip", "-n", lab.ns(role), "link", "set", "mgmt0", "up")
             sh("ip", "-n", lab.ns(role), "link", "set", "lo", "up")
-        sh(
-            "ip",
-            "-n",
-            lab.ns("client"),
-            "link",
-            "add",
-            "eth1",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth1",
-            "netns",
-            lab.ns("appliance"),
-        )
-        sh(
-            "ip",
-            "-n",
-            lab.ns("server"),
-            "link",
-            "add",
-            "eth1",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth2",
-            "netns",
-            lab.ns("appliance"),
-        )
-        for role, dev in (
-            ("client", "eth1"),
-            ("server", "eth1"),
-            ("appliance", "eth1"),
-            ("appliance", "eth2"),
-        ):
+        cable(lab, "server", "eth1", "appliance", "eth2")
+        ends = [("server", "eth1"), ("appliance", "eth2")]
+        clients = [r for r in lab.machines if r.startswith("client")]
+        if len(clients) == 1:
+            cable(lab, "client", "eth1", "appliance", "eth1")
+            ends += [("client", "eth1"), ("appliance", "eth1")]
+        else:  # the lab's switch: the clients and the appliance's client-side port on one bridge
+            sh("ip", "netns", "add", lab.ns("switch"))
+            sh("ip", "-n", lab.ns("switch"), "link", "add", "br0", "type", "bridge")
+            for i, role in enumerate(["appliance", *clients]):
+                cable(lab, role, "eth1", "switch", f"p{i}")
+                sh("ip", "-n", lab.ns("switch"), "link", "set", f"p{i}", "master", "br0")
+                ends += [(role, "eth1"), ("switch", f"p{i}")]
+            ends.append(("switch", "br0"))
+        for role, dev in ends:
             sh("ip", "-n", lab.ns(role), "link", "set", dev, "up")
-        for role in HOSTS:
+        for role in lab.machines:
             # `ip netns exec` gives the host a sysfs of its own; mount the cgroup cpu hierarchy in it, as a
             # real machine has, then run sshd there
             boot = (
@@ -255,7 +267,7 @@ def lab_hosts(tmp_path, leases):
                 )
             )
         deadline = time.monotonic() + 20
-        for role in HOSTS:
+        for role in lab.machines:
             while (
                 sh("ip", "netns", "exec", lab.ns("client"), "true").returncode == 0
                 and time.monotonic() < deadline
@@ -364,6 +376,60 @@ def test_up_shape_validate_sweep_down_over_ssh(lab_hosts):
         assert "Traceback" not in out and "Exception ignored" not in out, out
     finally:
         run_cli(inv, "down", check=False)
+    assert host_leftovers(lab) == []
+
+
+TWO_CLIENT_SWEEP = """\
+name: ssh-clients
+ops: [mul]
+sizes: [100]
+rates: [20]
+methods: [raw]
+reps: 2
+warmup: 0
+clients:
+  - {device: paper-p4, count: 2}
+contention: [1, 2]
+validation: {enabled: true, duration: 2, retries: 2, tolerance_pct: 20}
+"""
+
+
+def test_a_sweep_runs_on_two_client_machines_of_an_ssh_lab(two_client_lab):
+    """Issue 29 over SSH: two client machines behind the lab's switch, on one shaped link. `up
+    --clients 2` gives each its address and its own CPU limit, and `down` without --clients takes
+    both back; a sweep's clients calibrate each machine for its device on its own and run a worker
+    on each."""
+    lab = two_client_lab
+    inv = lab.tmp / "inventory.yaml"
+    inv.write_text(inventory_text(lab))
+    exp = lab.tmp / "clients.yaml"
+    exp.write_text(TWO_CLIENT_SWEEP)
+    results = lab.tmp / "results"
+    try:
+        assert "client2 (root@" in run_cli(inv, "up", "--clients", "2").stdout
+        assert (
+            f"/{lab.prefix}-client2"
+            in run_cli(inv, "exec", "client2", "--", "cat", "/proc/self/cgroup").stdout
+        )
+        removed = run_cli(inv, "down").stdout  # told of one client: it reaches every client listed
+        assert (
+            f"client2: cgroup {lab.prefix}-client2" in removed and f"address {lab.data('client2')}" in removed
+        )
+        assert host_leftovers(lab) == []
+
+        out = run_cli(inv, "sweep", str(exp), "--results", str(results), timeout=1800).stdout
+        assert "2 clients, 1/2 offloading at once" in out and "sweep complete" in out
+    finally:
+        run_cli(inv, "down", check=False)
+    (run_dir,) = results.iterdir()
+    got = rows(run_dir)
+    assert all(r["ok"] == "true" for r in got), [r["error"] for r in got if r["ok"] != "true"]
+    remote = sorted((r["clients"], r["client"]) for r in got if r["method"] == "raw")
+    assert remote == sorted([("1", "1")] * 2 + [("2", "1"), ("2", "2")] * 2)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    calibrations = manifest["device"]["calibrations"]
+    assert [c.get("client") for c in calibrations] == [None, "client2"]  # each machine its own
+    assert (run_dir / "worker-client2.log").exists()
     assert host_leftovers(lab) == []
 
 

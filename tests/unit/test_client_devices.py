@@ -125,3 +125,34 @@ def test_a_sweep_calibrates_each_device_on_its_client_and_each_client_emulates_i
     (bone,) = data.client_devices
     assert bone.profile["name"] == BONE and len(bone.calibrations) == 1
     assert data.client_device(BONE) is bone and data.client_device(P4) is data.device
+
+
+def test_an_ssh_labs_client_machines_each_calibrate_for_their_device(fake_inventory, tmp_path, monkeypatch):
+    """In an SSH lab each client host is a machine of its own: two clients of one device each calibrate
+    on their own host, each worker scales by its own host's slowdowns, a target missed on one machine
+    marks only its trials, and the manifest records each calibration under the device with its host."""
+    lab = sweep_ready(fake_netns_lab(fake_inventory.with_clients(2), tmp_path / "state", monkeypatch, {}))
+    lab.clients_share_a_machine = False  # as an SSH lab's (testbed.ssh_lab.SshLab)
+    lab.hosts["client2"].worker(healthy_worker)
+    requests = {
+        "client": calibration_answers(lab.hosts["client"], P4, "client", 10.0),
+        "client2": calibration_answers(lab.hosts["client2"], P4, "client", 30.0, 100, flagged_kind="encode"),
+    }
+    exp = replace(MIXED, clients=2, contention=(1, 2), client_devices=())
+    run_dir = tmp_path / "run"
+    manifest = start_run(run_dir, "fake-machines", exp, lab)
+    summary = run_sweep(lab, exp, run_dir, manifest, device=load_device(P4))
+    assert (summary["status"], summary["failed"]) == ("complete", 0)
+
+    assert [r["device"]["name"] for r in requests["client"]] == [P4]
+    assert [r["device"]["name"] for r in requests["client2"]] == [P4]  # its own host, the same device
+    kernel = key("kernel", "mul", 100)
+    for role, slowdown in (("client", 10.0), ("client2", 30.0)):
+        (worker,) = lab.hosts[role].workers
+        assert json.loads(worker.args[worker.args.index("--scale") + 1])[kernel] == slowdown, role
+    rows = read_trials(run_dir / TRIALS_FILE).records
+    assert {r.client for r in rows if r.method == "raw"} == {1, 2}
+    for row in rows:  # client 2's machine missed its raw encode: its raw trials are marked, client 1's not
+        assert row.emulation_flagged == (row.client == 2), row
+    data = read_manifest(run_dir / "manifest.json")
+    assert [c.client for c in data.device.calibrations] == [None, "client2"] and data.client_devices == []

@@ -40,7 +40,7 @@ def test_each_further_client_is_the_first_renamed_at_the_next_free_address(fake_
     [
         ({}, 0, "1 to"),
         ({}, MAX_CLIENTS + 1, "1 to"),
-        ({"backend": "ssh"}, 2, "embedded testbed"),
+        ({"backend": "ssh"}, 2, "lists 1 client host"),  # an SSH lab: the client machines it lists
     ],
 )
 def test_a_number_of_clients_the_testbed_cannot_have_is_refused_in_one_line(fake_inventory, change, n, words):

@@ -123,6 +123,34 @@ def test_the_ssh_example_inventory_describes_a_valid_lab(tmp_path):
     assert inv.host("server").ssh.user == "labadmin"
 
 
+def test_an_ssh_lab_lists_each_client_machine_and_the_embedded_testbed_one_client(tmp_path):
+    key = tmp_path / "id_ed25519"
+    key.write_text("not really a key")
+    text = (Path(__file__).resolve().parents[2] / "inventory.ssh.example.yaml").read_text()
+    text = text.replace("~/.ssh/id_ed25519", str(key))
+    further = "\n".join(
+        line.replace("  # ", "  ", 1) for line in text.splitlines() if line.startswith("  # ")
+    )
+    further = further[further.index("  - role: client") :]
+    lab = text.replace("  - role: appliance", f"{further}\n  - role: appliance", 1)
+    inv = load_inventory(write(tmp_path, lab))
+    assert inv.listed_clients == ("client", "client2") and inv.client_roles == ("client",)
+    phone = inv.with_clients(2).host("client2")
+    assert (phone.name, str(phone.address), phone.interface) == ("phone", "10.77.0.3/24", "wlan0")
+    with pytest.raises(UserError, match="lists 2 client host"):
+        inv.with_clients(3)
+    with pytest.raises(UserError, match="distinct addresses"):
+        load_inventory(write(tmp_path, lab.replace("10.77.0.3/24", "10.77.0.1/24")))
+    with pytest.raises(UserError, match="share a name"):
+        load_inventory(write(tmp_path, lab.replace("name: phone", "name: client")))
+    twice = GOOD.replace(
+        "  - role: appliance",
+        "  - role: client\n    name: other\n    address: 10.77.0.3/24\n  - role: appliance",
+    )
+    with pytest.raises(UserError, match="clients:"):  # embedded: more clients come from the experiment
+        load_inventory(write(tmp_path, twice))
+
+
 @pytest.mark.parametrize(
     ("change", "key"),
     [

@@ -124,32 +124,42 @@ client_cpu: {cpu_quota: 0.5}
 """
 
 
-@pytest.fixture
-def ssh(tmp_path):
-    """An SshLab whose hosts are fakes scripted for up and down: a root shell over the fake's files,
-    agents that keep services and CPU limits, eth1 (and the appliance's eth2) with TX offload on."""
+def fake_ssh_host(host) -> FakeHost:
+    """A fake of an SSH lab's host scripted for up and down: a root shell over the fake's files,
+    an agent that keeps services, its NICs with TX offload on, a client's CPU limits and address."""
+    fake = FakeHost(host.spec, str(host.state_dir), str(host.code_dir), host.cgroup, host.env)
+    shell(fake).reply("probe", probe_reply())
+    services(fake)  # `down` asks every host to stop its services
+    for ifname in host.spec.ports or (host.spec.interface,):
+        fake.on("ethtool", "-k", ifname, answer=(0, "tx-checksumming: on\n"))
+        fake.on("ethtool", "-K", ifname, "tx")
+    if host.role.startswith("client"):
+        healthy(fake).reply("grpc.ready", True)
+        cgroups(fake)
+        fake.on("ip", "-o", "-4", "addr", answer=(0, ""))  # its data-plane address is not there yet
+        fake.on("ip", "addr")  # add and del
+    return fake
+
+
+def fake_ssh_lab(tmp_path, text: str = SSH_INVENTORY, clients: int = 1) -> SshLab:
+    """An SshLab of the inventory `text` (its first `clients` client machines), its hosts fakes."""
     path = tmp_path / "inventory.yaml"
-    path.write_text(textwrap.dedent(SSH_INVENTORY))
-    lab = SshLab(load_inventory(path))
-    for role, host in list(lab.hosts.items()):
-        fake = FakeHost(host.spec, str(host.state_dir), str(host.code_dir), host.cgroup, host.env)
-        shell(fake).reply("probe", probe_reply())
-        services(fake)  # `down` asks every host to stop its services
-        for ifname in host.spec.ports or (host.spec.interface,):
-            fake.on("ethtool", "-k", ifname, answer=(0, "tx-checksumming: on\n"))
-            fake.on("ethtool", "-K", ifname, "tx")
-        lab.hosts[role] = fake
-    client, appliance, server = (lab.hosts[r] for r in ("client", "appliance", "server"))
-    healthy(client).reply("grpc.ready", True)
-    cgroups(client)
+    path.write_text(textwrap.dedent(text))
+    lab = SshLab(load_inventory(path).with_clients(clients))
+    lab.hosts = {role: fake_ssh_host(host) for role, host in lab.hosts.items()}
+    appliance, server = lab.hosts["appliance"], lab.hosts["server"]
     appliance.reply("bridge.up", lambda **args: {"name": args["bridge"], "ports": args["ports"]})
     appliance.reply("shape.apply", lambda link, up_if, down_if: [{"ifname": up_if}, {"ifname": down_if}])
     appliance.reply("shape.clear", None).reply("bridge.down", None)
-    # the server has its data-plane address already; the client does not
+    # the server has its data-plane address already
     server.on("ip", "-o", "-4", "addr", answer=(0, "2: eth1    inet 10.77.0.2/24 brd ...\n"))
-    client.on("ip", "-o", "-4", "addr", answer=(0, ""))
-    client.on("ip", "addr")  # add and del
     return lab
+
+
+@pytest.fixture
+def ssh(tmp_path):
+    """An SshLab of three fake machines (`fake_ssh_lab`)."""
+    return fake_ssh_lab(tmp_path)
 
 
 def test_ssh_up_records_what_it_did_and_down_undoes_exactly_that(ssh):
@@ -209,3 +219,44 @@ def test_ssh_dry_run_plan_comes_from_the_appliance_even_when_down(ssh):
     assert appliance.verbs() == ["shape.plan"]
     assert appliance.ran("python3", "-m", "tarfile", "-e")  # the agent was brought for the question
     assert appliance.ran("rm", "-rf", str(appliance.code_dir.parent))  # and taken away again
+
+
+SSH_TWO_CLIENTS = SSH_INVENTORY.replace(
+    "  - {role: appliance",
+    "  - {role: client, name: phone, address: 10.77.0.3/24, interface: wlan0, ssh: {host: p.example.org}}\n"
+    "  - {role: appliance",
+)
+
+
+def test_an_ssh_labs_client_machines_each_get_their_address_and_cpu_limit_and_down_undoes_each(tmp_path):
+    """Issue 29 in an SSH lab: every client machine the inventory lists reaches the appliance's
+    client-side port (through the lab's switch); `up --clients 2` configures both, each with a cgroup
+    of its own name, and `down` undoes both, also when told of one client only."""
+    lab = fake_ssh_lab(tmp_path, SSH_TWO_CLIENTS, clients=2)
+    assert lab.client_roles == ("client", "client2") and lab.hosts["client2"].name == "phone"
+    assert lab.up() is True
+    client, phone = lab.hosts["client"], lab.hosts["client2"]
+    assert phone.ran("ip", "addr", "add") == [["ip", "addr", "add", "10.77.0.3/24", "dev", "wlan0"]]
+    assert [a["name"] for a in client.args("cpu.apply")] == ["tbs-client"]
+    assert [a["name"] for a in phone.args("cpu.apply")] == ["tbs-client2"]
+    assert json.loads(phone.files[str(phone.state_dir / "up.json")])["cgroup"] == "tbs-client2"
+    (bridge,) = lab.hosts["appliance"].args("bridge.up")
+    assert bridge["ports"] == ["eth1", "eth2"]  # one port faces every client, through the switch
+
+    assert SshLab(lab.inv.with_clients(1)).find_host("phone").spec.name == "phone"  # `exec phone -- ...`
+    told_one = SshLab(lab.inv.with_clients(1))  # `testbed down` without --clients
+    told_one.hosts = lab.hosts | {}
+    del told_one.hosts["client2"]
+    reached = []
+    told_one._ssh_host = lambda role: reached.append(role) or phone
+    removed = told_one.down()
+    assert reached == ["client2"]  # the listed machine the command was not told of
+    assert phone.ran("ip", "addr", "del") == [["ip", "addr", "del", "10.77.0.3/24", "dev", "wlan0"]]
+    assert "phone: cgroup tbs-client2" in removed and "client: cgroup tbs-client" in removed
+
+
+def test_an_ssh_lab_has_as_many_clients_as_its_inventory_lists(tmp_path):
+    lab = fake_ssh_lab(tmp_path, SSH_TWO_CLIENTS)
+    assert lab.inv.listed_clients == ("client", "client2") and lab.client_roles == ("client",)
+    with pytest.raises(UserError, match="lists 2 client host"):
+        lab.inv.with_clients(3)
