@@ -199,8 +199,11 @@ def _planned_labels(manifest: Manifest) -> list[str]:
 
 
 def client_device_names(manifest: Manifest) -> list[str]:
-    """Each client host's device by its profile's name, client 1 first, from the experiment's
+    """Each client host's device by its profile's name, client 1 first, as the sweep recorded them;
+    empty when the clients were of one device. A run from before the record: from the experiment's
     references (a profile's name, or a profile's file, whose stem is its name unless the file gives
-    another); empty when the clients were of one device."""
+    another)."""
+    if manifest.client_device_names or not manifest.experiment.client_devices:
+        return list(manifest.client_device_names)
     known = [d.profile.get("name") for d in (manifest.device, *manifest.client_devices) if d is not None]
     return [ref if ref in known else Path(ref).stem for ref in manifest.experiment.client_devices]

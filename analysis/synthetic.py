@@ -187,6 +187,7 @@ def write_synthetic_run(
         ended_at="2026-01-01T01:00:00",
         device=profiles[0] if profiles else None,
         client_devices=profiles[1:],
+        client_device_names=[d.name for d in devices] if len(devices) > 1 else [],
     )
     write_manifest(run_dir / MANIFEST_FILE, manifest)
     return run_dir

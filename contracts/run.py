@@ -49,6 +49,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   trials.csv in version 9's columns. Later within version 9, a calibration's `client`: the role
   of the further client host it calibrated (`client2` ...: an SSH lab's client machines each
   calibrate, under their device's section); absent for client 1's, the server's and older files'.
+  And the manifest's `client_device_names`: each client host's device by its profile's name, as the
+  sweep loaded the profiles (older runs: empty, and the analysis reads the names off the
+  experiment's references, a profile's name or its file's stem).
 
 Writing a field the schema does not know is a bug and raises `TypeError` with its traceback (the
 trial record and every manifest section are dataclasses, built with keywords). Reading a file of a
@@ -626,6 +629,9 @@ class Manifest:
     # clients of several devices: each device after client 1's (which is `device`), in the order of
     # the experiment's `client_devices`
     client_devices: list[Device] = field(default_factory=list)
+    # clients of several devices: each client host's device by its profile's name, client 1 first, as
+    # the sweep loaded the profiles (empty: one device, or a run from before the field)
+    client_device_names: list[str] = field(default_factory=list)
     repairs: list[Repair] = field(default_factory=list)
     format_version: int = FORMAT_VERSION  # as read (1: written before versioning); saved as this one
 

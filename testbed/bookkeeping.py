@@ -14,7 +14,7 @@ from contracts.errors import UserError
 from contracts.run import MANIFEST_FILE, Counters, LinkCheck, Manifest, Repair, Session, TrialRecord
 from testbed.experiment import Experiment
 from testbed.lab import Lab
-from testbed.plan import Trial, plan_trials
+from testbed.plan import Trial, device_names, plan_trials
 from testbed.results import ManifestFile, environment
 
 
@@ -33,6 +33,7 @@ def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> Manifest
             environment=environment(),
             planned_trials=len(plan_trials(exp)),
             started_at=now(),
+            client_device_names=device_names(exp),
         ),
     )
     manifest.save()

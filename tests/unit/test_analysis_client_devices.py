@@ -11,6 +11,7 @@ pays, or cannot tell, on both.
 
 from __future__ import annotations
 
+import json
 import re
 from io import StringIO
 
@@ -18,6 +19,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyze
+from analysis.cells import client_device_names
 from analysis.compare import compare_runs
 from analysis.devices import device_key, device_lines, role_devices
 from analysis.energy import trial_energy
@@ -28,7 +30,7 @@ from analysis.synthetic import SyntheticDevice, write_synthetic_run
 from analysis.trial_fidelity import trial_fidelity
 from contracts.errors import UserError
 from contracts.power import Power
-from contracts.run import TRIALS_FILE
+from contracts.run import MANIFEST_FILE, TRIALS_FILE, read_manifest
 from contracts.trials import (
     label_base,
     label_clients,
@@ -192,3 +194,18 @@ def _format_8(path) -> str:
     assert all(row.split(",")[at] == "" for row in rows if "," in row)  # no commas in these rows' texts
     cut = [",".join(c for i, c in enumerate(line.split(",")) if i != at) for line in (header, *rows)]
     return "\n".join([re.sub(r"format 9$", "format 8", mark), *cut]) + "\n"
+
+
+def test_each_client_is_named_by_the_profile_the_sweep_loaded(tmp_path):
+    """A client's device given as a profile file whose `name:` is not its file's stem: the analysis
+    takes the name the sweep recorded (`client_device_names`), as the rows have it; a run from
+    before the record falls back on the references."""
+    run_dir = write_synthetic_run(tmp_path / "two", devices=(FAST, SLOW), **GRID)
+    path = run_dir / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    data["experiment"]["client_devices"] = ["fast", "boards/slow-board.yaml"]
+    path.write_text(json.dumps(data))
+    assert client_device_names(read_manifest(path)) == ["fast", "slow"]
+    data["client_device_names"] = []
+    path.write_text(json.dumps(data))
+    assert client_device_names(read_manifest(path)) == ["fast", "slow-board"]

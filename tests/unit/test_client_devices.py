@@ -125,6 +125,7 @@ def test_a_sweep_calibrates_each_device_on_its_client_and_each_client_emulates_i
     (bone,) = data.client_devices
     assert bone.profile["name"] == BONE and len(bone.calibrations) == 1
     assert data.client_device(BONE) is bone and data.client_device(P4) is data.device
+    assert data.client_device_names == [P4, P4, BONE]  # each client host's, as the sweep loaded them
 
 
 def test_an_ssh_labs_client_machines_each_calibrate_for_their_device(fake_inventory, tmp_path, monkeypatch):
