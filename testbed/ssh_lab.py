@@ -208,7 +208,19 @@ class SshLab(Lab):
             self._record(host, tx_offload_off=[ifname])
 
     def _mark_up(self) -> None:
-        self._record(self.host("appliance"), complete=True)
+        self._record(self.host("appliance"), complete=True, clients=len(self.client_roles))
+
+    def up(self, start_server: bool = True) -> bool:
+        """As everywhere; a lab up with other client machines than asked for is refused (a sweep of
+        two clients on a lab up with one would find the second unconfigured)."""
+        record = self._read_record(self.host("appliance")) or {}
+        running = record.get("clients", 1)
+        if record.get("complete") and self.inv.clients not in (1, running):
+            raise UserError(
+                f"the SSH lab is up with {running} client machine(s), not {self.inv.clients}",
+                "run `testbed down` first",
+            )
+        return super().up(start_server)
 
     # ---------------------------------------------------------------- down
     def down(self) -> list[str]:

@@ -243,6 +243,11 @@ def test_an_ssh_labs_client_machines_each_get_their_address_and_cpu_limit_and_do
     (bridge,) = lab.hosts["appliance"].args("bridge.up")
     assert bridge["ports"] == ["eth1", "eth2"]  # one port faces every client, through the switch
 
+    assert (
+        json.loads(lab.hosts["appliance"].files[str(lab.hosts["appliance"].state_dir / "up.json")])["clients"]
+        == 2
+    )
+    assert lab.up() is False  # up already, as asked
     assert SshLab(lab.inv.with_clients(1)).find_host("phone").spec.name == "phone"  # `exec phone -- ...`
     told_one = SshLab(lab.inv.with_clients(1))  # `testbed down` without --clients
     told_one.hosts = lab.hosts | {}
@@ -260,3 +265,7 @@ def test_an_ssh_lab_has_as_many_clients_as_its_inventory_lists(tmp_path):
     assert lab.inv.listed_clients == ("client", "client2") and lab.client_roles == ("client",)
     with pytest.raises(UserError, match="lists 2 client host"):
         lab.inv.with_clients(3)
+    assert lab.up() is True
+    lab.inv = lab.inv.with_clients(2)  # a sweep of two clients on the lab up with one
+    with pytest.raises(UserError, match="up with 1 client machine"):
+        lab.up()
