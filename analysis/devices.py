@@ -50,7 +50,8 @@ def calibration_table(cal: Calibration) -> pd.DataFrame:
 
 def device_lines(manifest: Manifest | None) -> list[str]:
     """The summary's lines on both devices: name, mode and description, and how the last
-    calibration held (the flagged work named, since trials of it are marked emulation_flagged)."""
+    calibration of each host held (the flagged work named, since trials of it are marked
+    emulation_flagged)."""
     lines = []
     for role, device in role_devices(manifest):
         if device is None:
@@ -62,14 +63,20 @@ def device_lines(manifest: Manifest | None) -> list[str]:
         if not device.calibrations:
             lines.append(f"  not calibrated ({role} host)")
             continue
-        cal = device.calibrations[-1]
-        table = calibration_table(cal)
-        bad = table[table["flagged"].astype(bool)]
-        told = f"  calibration {len(device.calibrations)} ({cal.at}): {len(bad)} of {len(table)} outside "
-        told += f"{cal.tolerance_pct:g}%"
-        if len(bad):
-            told += ": " + "; ".join(f"{_work(r)} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False))
-        lines.append(told)
+        # the last calibration of each host that calibrated for the device (an SSH lab's client
+        # machines each do: `Calibration.client`)
+        last = {cal.client: (i, cal) for i, cal in enumerate(device.calibrations, 1)}
+        for host, (i, cal) in last.items():
+            table = calibration_table(cal)
+            bad = table[table["flagged"].astype(bool)]
+            where = f" on {host or 'client'}" if len(last) > 1 else ""
+            told = f"  calibration {i} ({cal.at}){where}: {len(bad)} of {len(table)} outside "
+            told += f"{cal.tolerance_pct:g}%"
+            if len(bad):
+                told += ": " + "; ".join(
+                    f"{_work(r)} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False)
+                )
+            lines.append(told)
     return lines
 
 

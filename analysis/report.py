@@ -329,6 +329,8 @@ def _device_html(role: str, device: Device | None) -> str:
             if cal.replicas
             else ""
         )
+        if cal.client:
+            shared += f", on client host {_e(cal.client)}"
         if cal.reused:
             shared += (
                 f"; used again by the session(s) started {', '.join(map(_e, cal.reused))} on the same machine"

@@ -37,7 +37,7 @@ import statistics
 from collections import deque
 
 from contracts.device import key, stack_key
-from contracts.trials import LOCAL
+from contracts.trials import LOCAL, PYTHON
 
 CLIENT, SERVER = "client", "server"  # whose slowdowns a reference run moves
 CLIENT_STAGES = (("client_encode", "encode"), ("client_decode", "decode"))
@@ -116,22 +116,26 @@ class Scaler:
         """The server's slowdown for a kind of work of a trial with `codec`."""
         return self.slowdown(SERVER, self.server_key(kind, op, size, codec))
 
-    def runs(self, out: dict, op: str, size: int, method: str) -> list[Run]:
+    def runs(self, out: dict, op: str, size: int, method: str, server: str = PYTHON) -> list[Run]:
         """A measured trial's work as reference runs: its CPU time per kind of work, the client's and
-        (with a server device) the server's, as the trial's record has them."""
+        (with a server device) the server's, as the trial's record has them; only those a slowdown
+        here follows. The server's only from the Python server: the calibration times its code, and
+        another language's run of the same work (C++'s kernel, 14x faster) is not its speed."""
         if method == LOCAL:
-            return [(CLIENT, key("kernel", op, size), out["cpu_total"])]
-        found = [
-            (CLIENT, key(kind, op, size, method), out.get(f"cpu_{stage}")) for stage, kind in CLIENT_STAGES
-        ]
-        if self.server_scale is not None:
-            found += [
-                (SERVER, self.server_key(kind, op, size, method), out.get(f"cpu_{stage}"))
-                for stage, kind in SERVER_STAGES
+            found = [(CLIENT, key("kernel", op, size), out["cpu_total"])]
+        else:
+            found = [
+                (CLIENT, key(kind, op, size, method), out.get(f"cpu_{stage}"))
+                for stage, kind in CLIENT_STAGES
             ]
-            if START in self.server_scale and out.get("t_server_start") is not None:
-                found.append((SERVER, START, out.get("cpu_server_start")))
-        return [(whose, k, cpu) for whose, k, cpu in found if cpu is not None]
+            if self.server_scale is not None and server == PYTHON:
+                found += [
+                    (SERVER, self.server_key(kind, op, size, method), out.get(f"cpu_{stage}"))
+                    for stage, kind in SERVER_STAGES
+                ]
+                if START in self.server_scale and out.get("t_server_start") is not None:
+                    found.append((SERVER, START, out.get("cpu_server_start")))
+        return [(whose, k, cpu) for whose, k, cpu in found if cpu is not None and k in self.recent[whose]]
 
     def local(self, out: dict, op: str, size: int) -> None:
         if self.scale is None:

@@ -81,7 +81,7 @@ class TrialWorker:
             self._operands[key] = trial_operands(op, size, dtype, self.seed)
         return self._operands[key]
 
-    def follow(self, out: dict, op: str, size: int, method: str) -> None:
+    def follow(self, out: dict, op: str, size: int, method: str, server: str = PYTHON) -> None:
         """The scaled trial's work as this host's reference runs (the slowdowns the trial was scaled
         with did not include them): the client's stages and, with a server device, the server's, with
         every other worker's on this host since the last trial (`client.host_references`). Not a
@@ -90,8 +90,11 @@ class TrialWorker:
         trials, mul 400 JSON's encode came out 27% low)."""
         if not (self.scaler and self.scaler.follows) or (out.get("trial") or 0) < 0:
             return
+        mine = self.scaler.runs(out, op, size, method, server)
+        if not mine and self.references.path is None:
+            return
         with CPU_LOCK.held():  # every worker on this host follows every worker's runs
-            runs = self.references.exchange(self.scaler.runs(out, op, size, method))
+            runs = self.references.exchange(mine)
         for run in runs:
             self.scaler.refer(*run)
 
@@ -152,18 +155,19 @@ class TrialWorker:
             else:
                 out["connection"] = self.connection
                 paced = self.pace(op, size, spec["method"])
+                server = spec.get("server") or PYTHON
                 _, stages = self.remote(
                     op,
                     operands,
                     spec["method"],
-                    spec.get("server") or PYTHON,
+                    server,
                     spec.get("parallelism"),
                     spec.get("io_kb"),
                 )
                 out.update(ok=True, **stages.as_dict())
                 if self.scaler:
                     self.scaler.remote(out, op, size, spec["method"], paced=paced)
-                self.follow(out, op, size, spec["method"])
+                self.follow(out, op, size, spec["method"], server)
         except OffloadError as exc:
             out.update(ok=False, error=f"server answered {exc.status}: {exc.error}: {exc.detail}"[:500])
         except Exception as exc:  # a failed trial is data, not the end of the sweep

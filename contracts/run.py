@@ -47,8 +47,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   the manifest's `client_devices` (every client device after the first, which stays in `device`,
   each with its calibrations). Older runs load with them empty; resuming one rewrites its
   trials.csv in version 9's columns. Later within version 9, a calibration's `client`: the role
-  of the further client host it calibrated (`client2` ...: an SSH lab's client machines each
-  calibrate, under their device's section); absent for client 1's, the server's and older files'.
+  of the further client host it calibrated (`client2` ...: the first client of a further device,
+  and an SSH lab's client machines, which each calibrate, under their device's section); absent
+  for client 1's, the server's and older files'.
   And the manifest's `client_device_names`: each client host's device by its profile's name, as the
   sweep loaded the profiles (older runs: empty, and the analysis reads the names off the
   experiment's references, a profile's name or its file's stem).

@@ -26,7 +26,7 @@ _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 HOST_KEY_POLICIES = ("strict", "accept-new")
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,5}$")
 _EXTRA_CLIENT = re.compile(r"^client([2-9]|1[0-6])$")  # client hosts after the first: client2 ...
-MAX_CLIENTS = 16  # client hosts one embedded testbed brings up (each a namespace, port and cgroup)
+MAX_CLIENTS = 16  # client hosts of a testbed (embedded: each a namespace, port and cgroup)
 DEFAULT_INVENTORY = Path(__file__).resolve().parent.parent / "inventory.yaml"
 
 

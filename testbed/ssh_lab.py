@@ -174,7 +174,8 @@ class SshLab(Lab):
         datapath = "system" if probe.get("ovs_kernel_module") else "netdev"
         # an appliance that runs Open vSwitch already keeps its daemons: the bridge joins its database
         own = not probe.get("system_ovs")
-        self._record(appliance, own_ovs=own, system_ovs=not own)
+        # how many client machines: `down` must reach those, and the others it only tries
+        self._record(appliance, own_ovs=own, system_ovs=not own, clients=len(self.client_roles))
         appliance.agent(
             "bridge.up",
             bridge=self.bridge,
@@ -208,7 +209,7 @@ class SshLab(Lab):
             self._record(host, tx_offload_off=[ifname])
 
     def _mark_up(self) -> None:
-        self._record(self.host("appliance"), complete=True, clients=len(self.client_roles))
+        self._record(self.host("appliance"), complete=True)
 
     def up(self, start_server: bool = True) -> bool:
         """As everywhere; a lab up with other client machines than asked for is refused (a sweep of
@@ -226,16 +227,23 @@ class SshLab(Lab):
     def down(self) -> list[str]:
         """Undo on every host what `up` recorded there; unreachable hosts are reported, not skipped
         silently. Every client machine the inventory lists: `up` may have used more of them than this
-        command was told (`--clients`)."""
+        command was told (`--clients`); one that `up` did not use (the appliance's record says how
+        many it used) is only tried, since nothing of the tool's can be on it."""
         removed: list[str] = []
         problems: list[str] = []
         self._switch_record = None
+        try:
+            used = (self._read_record(self.host("appliance")) or {}).get("clients", 1)
+        except UserError:  # the appliance is reported below
+            used = 1
+        needed = self.inv.listed_clients[: max(used, self.inv.clients)]
         for role in ("server", *self.inv.listed_clients, "appliance"):
             host = self.hosts.get(role) or self._ssh_host(role)
             try:
                 removed += self._down_host(role, host)
             except UserError as exc:
-                problems.append(str(exc))  # with its own fix: each host may need a different one
+                if role in needed or role not in self.inv.listed_clients:
+                    problems.append(str(exc))  # with its own fix: each host may need a different one
             finally:
                 host.close()
         if problems:

@@ -244,3 +244,23 @@ def test_a_flagged_start_up_is_named_as_the_stacks_own_work(tmp_path):
     text = StringIO()
     analyze(run_dir, plots=False, out=text)
     assert "2 of 11 outside 10%: mul 400 kernel +25%; server_start -11.6%" in text.getvalue()
+
+
+def test_each_client_machine_of_an_ssh_lab_shows_its_own_last_calibration(tmp_path):
+    """An SSH lab's client machines each calibrate for the device (`client: client2`): the summary
+    says how each one's last calibration held, and the report names the machine of each."""
+    run_dir = run_with_devices(tmp_path / "machines", server=False)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (first,) = manifest["device"]["calibrations"]
+    rows = [dict(r) for r in first["rows"]]
+    rows[0] |= {"achieved_s": rows[0]["target_s"] * 1.3, "error_pct": 30.0, "flagged": True}
+    manifest["device"]["calibrations"].append({**first, "rows": rows, "client": "client2"})
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    text = StringIO()
+    out = analyze(run_dir, plots=False, out=text)
+    lines = text.getvalue().splitlines()
+    assert any(line.strip().startswith("calibration 1 (") and " on client: 1 of 10" in line for line in lines)
+    assert any(
+        line.strip().startswith("calibration 2 (") and " on client2: 2 of 10" in line for line in lines
+    )
+    assert "on client host client2" in (out / "report.html").read_text()

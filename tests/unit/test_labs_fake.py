@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -269,3 +270,31 @@ def test_an_ssh_lab_has_as_many_clients_as_its_inventory_lists(tmp_path):
     lab.inv = lab.inv.with_clients(2)  # a sweep of two clients on the lab up with one
     with pytest.raises(UserError, match="up with 1 client machine"):
         lab.up()
+
+
+class Unreachable:
+    """A listed client machine that does not answer."""
+
+    name = "phone"
+    state_dir = code_dir = PurePosixPath("/run/testbed/tbs/phone")
+
+    def read(self, path):
+        raise UserError("phone (root@p.example.org:22): cannot connect", "check the machine")
+
+    run = agent = read
+
+    def close(self):
+        pass
+
+
+def test_down_only_tries_a_listed_client_machine_that_up_did_not_use(tmp_path):
+    lab = fake_ssh_lab(tmp_path, SSH_TWO_CLIENTS)  # up with the first client only
+    assert lab.up() is True
+    lab._ssh_host = lambda role: Unreachable()
+    removed = lab.down()  # the phone is off: nothing of ours can be on it
+    assert "client: cgroup tbs-client" in removed
+    lab = fake_ssh_lab(tmp_path, SSH_TWO_CLIENTS, clients=2)
+    assert lab.up() is True
+    lab.hosts["client2"] = Unreachable()  # up used it: it must be reached
+    with pytest.raises(UserError, match="could not reach every host: phone"):
+        lab.down()

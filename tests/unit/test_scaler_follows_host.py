@@ -81,10 +81,15 @@ def test_the_server_follows_its_own_runs_and_never_the_clients():
     assert remote["t_client_encode"] == pytest.approx(0.2 * 0.6 / 0.3)  # the client's follow its own
 
 
-def test_a_remote_trials_runs_are_the_clients_and_the_servers_stages():
+def test_a_trials_runs_are_the_stages_a_slowdown_follows_and_the_servers_only_pythons():
+    """A remote trial's runs: the client's stages and the Python server's, each only where a window
+    follows it (a throttled client with a server device publishes nothing of the client's). Another
+    language's server runs the same work at its own speed (C++'s kernel 14x faster than NumPy's), and
+    the calibration timed Python's code: its runs would drag the Python server's slowdowns."""
     server = {key("decode", "mul", 400, "json"): 4.0, key("kernel", "mul", 400): 30.0,
               key("encode", "mul", 400, "json"): 2.0, stack_key("server_start"): 2.0}  # fmt: skip
-    scaler = Scaler({ENCODE: 3.0, DECODE: 5.0}, server, {ENCODE: 0.6}, {key("kernel", "mul", 400): 0.3})
+    everything = {k: 0.3 for k in server}
+    scaler = Scaler({ENCODE: 3.0, DECODE: 5.0}, server, {ENCODE: 0.6, DECODE: 0.5}, everything)
     out = {"cpu_client_encode": 0.2, "cpu_client_decode": 0.1, "cpu_server_decode": 0.05,
            "cpu_server_compute": 0.01, "cpu_server_encode": 0.03, "t_server_start": 0.2,
            "cpu_server_start": 0.15}  # fmt: skip
@@ -93,11 +98,15 @@ def test_a_remote_trials_runs_are_the_clients_and_the_servers_stages():
         (SERVER, key("kernel", "mul", 400), 0.01),  # no kernel of json requests calibrated: every method's
         (SERVER, key("encode", "mul", 400, "json"), 0.03), (SERVER, stack_key("server_start"), 0.15),
     ]  # fmt: skip
-    assert Scaler({ENCODE: 3.0}).runs(out, "mul", 400, "json") == [
+    assert scaler.runs(out, "mul", 400, "json", server="cpp") == [
         (CLIENT, ENCODE, 0.2),
         (CLIENT, DECODE, 0.1),
     ]
-    assert scaler.runs({"cpu_total": 0.01}, "mul", 400, LOCAL) == [(CLIENT, KERNEL, 0.01)]
+    kernel_only = Scaler({ENCODE: 3.0}, server, None, {key("kernel", "mul", 400): 0.3})
+    assert kernel_only.runs(out, "mul", 400, "json") == [(SERVER, key("kernel", "mul", 400), 0.01)]
+    assert Scaler({ENCODE: 3.0}).runs(out, "mul", 400, "json") == []  # nothing follows
+    local = Scaler({KERNEL: 100.0}, targets={KERNEL: 1.0})
+    assert local.runs({"cpu_total": 0.01}, "mul", 400, LOCAL) == [(CLIENT, KERNEL, 0.01)]
 
 
 def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
