@@ -122,11 +122,11 @@ def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
 
 def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "client") -> dict:
     """Set the client host up as the device for everything the experiment's trials time; `host`: a
-    further client host, of another device (clients of several devices are emulated scaled)."""
+    further client host that calibrates (several clients are emulated scaled)."""
     grid = Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed)
     if host != "client":
         if exp.mode != "scaled":
-            raise ValueError(f"client host {host} of another device in {exp.mode} mode")  # refused in check
+            raise ValueError(f"client host {host} calibrating in {exp.mode} mode")  # refused in check
         check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
         return _calibration(lab, host, device, grid, limited=False)
     return emulate(lab, device, exp.mode, grid)
@@ -301,21 +301,20 @@ def reusable(
     mode: str,
     replica: int | None,
     embedded: bool,
-    further: str | None = None,
+    device: str | None = None,
+    client: str | None = None,
 ) -> Calibration | None:
-    """The run's last calibration of `role`'s host on `replica`'s testbed (of the `further` client
-    device of that name) when this session can use it again: scaled mode (throttle sets quotas,
+    """The run's last calibration of `role`'s host on `replica`'s testbed (of further `client` host,
+    for its `device` by name) when this session can use it again: scaled mode (throttle sets quotas,
     checked each session), an embedded testbed (its hosts are this machine, whose facts the
     calibration recorded) and the same facts now. None: calibrate."""
-    if further is not None:
-        section = next(
-            (d for d in manifest.manifest.client_devices if d.profile.get("name") == further), None
-        )
+    if client is not None:
+        section = manifest.manifest.client_device(device)
     else:
         section = getattr(manifest.manifest, "device" if role == "client" else "server_device")
     if mode != "scaled" or not embedded or section is None or section.mode != "scaled":
         return None
-    mine = [c for c in section.calibrations if c.replica == replica]
+    mine = [c for c in section.calibrations if c.replica == replica and c.client == client]
     last = mine[-1] if mine else None
     if last is None or last.scale is None or last.machine != machine():
         return None

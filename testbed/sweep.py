@@ -637,8 +637,8 @@ def calibrate_devices(
     With `reuse_at` (the session's start), the run's calibration of a host is used again instead
     when it still holds (`device_emulation.reusable`), and the session recorded with it.
     Returns what the trial worker needs (the client's calibration, and the server's slowdowns as
-    `server_scale` with its rows, the targets they follow, as `server_rows`; None: neither is a device) and the (op, size, method) of every trial a missed
-    target marks."""
+    `server_scale` with its rows, the targets they follow, as `server_rows`; None: neither is a
+    device) and the (op, size, method) of every trial a missed target marks."""
     calibration, marks = None, set()
     for role, profile in (("client", device), ("server", server_device)):
         if profile is None:
@@ -670,9 +670,10 @@ def calibrate_host(
     calibration and the trials it marks."""
     embedded = lab.inv.backend == "netns"
     mode = exp.mode if role == "client" else "scaled"
-    further = host not in (None, role)
-    name = profile.name if further else None
-    earlier = reuse_at and device_emulation.reusable(manifest, role, mode, lab.replica, embedded, name)
+    client = host if host not in (None, role) else None  # a further client host's own calibration
+    earlier = reuse_at and device_emulation.reusable(
+        manifest, role, mode, lab.replica, embedded, profile.name, client
+    )
     if earlier:
         progress.show(f"the {host or role} host's calibration of {earlier.at} holds on this machine")
         log.info("using the %s host's calibration of %s again (same machine)", host or role, earlier.at)
@@ -684,7 +685,6 @@ def calibrate_host(
             result = device_emulation.emulate_for(lab, profile, exp, host or role)
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
-        client = host if further else None
         device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, client)
     missed = device_emulation.flagged(result)
     if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one

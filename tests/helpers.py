@@ -8,6 +8,7 @@ import math
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections import deque
 from pathlib import Path
@@ -73,6 +74,13 @@ def wait_for_rows(proc: subprocess.Popen, results: Path, n: int, timeout: float 
         time.sleep(0.2)
     proc.kill()
     pytest.fail(f"no {n} trials within {timeout} s")
+
+
+def write_experiment(tmp_path: Path, text: str) -> Path:
+    """An experiment file `exp.yaml` in `tmp_path` from an indented YAML string."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
 
 
 def followed_slowdowns(row: dict, cpus: list[float]) -> list[float]:

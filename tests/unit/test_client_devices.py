@@ -5,21 +5,22 @@ and a sweep through fake client hosts, each calibrated for and emulating its own
 from __future__ import annotations
 
 import json
-import textwrap
 from dataclasses import replace
 
 import pytest
 
 from contracts.device import key
 from contracts.errors import UserError
-from contracts.run import TRIALS_FILE, read_manifest, read_trials
+from contracts.run import TRIALS_FILE, Manifest, read_manifest, read_trials
 from testbed.bookkeeping import start_run
+from testbed.device_emulation import record, reusable
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, override, planned_trials
 from testbed.plan import plan_trials
+from testbed.results import ManifestFile
 from testbed.sweep import run_sweep
 from tests.fakes import FAKE_SWEEP, calibration_answers, healthy_worker
-from tests.helpers import REPO
+from tests.helpers import REPO, write_experiment
 from tests.unit.conftest import fake_netns_lab, sweep_ready
 
 P4, BONE = "paper-p4", "embedded-beaglebone"
@@ -35,12 +36,6 @@ MIXED = replace(
 )
 
 
-def write(tmp_path, text: str):
-    path = tmp_path / "exp.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 GROUPS = """\
     ops: [mul]
     sizes: [800]
@@ -54,14 +49,14 @@ GROUPS = """\
 
 
 def test_an_experiment_gives_each_client_host_its_groups_device(tmp_path):
-    exp = load_experiment(write(tmp_path, GROUPS))
+    exp = load_experiment(write_experiment(tmp_path, GROUPS))
     assert (exp.clients, exp.client_device, exp.client_devices) == (3, P4, (P4, P4, BONE))
-    one = load_experiment(write(tmp_path, GROUPS.replace("embedded-beaglebone", "paper-p4")))
+    one = load_experiment(write_experiment(tmp_path, GROUPS.replace("embedded-beaglebone", "paper-p4")))
     assert (one.clients, one.client_device, one.client_devices) == (3, P4, ())  # one device: as before
     with pytest.raises(UserError, match="several"):
         override(exp, {"device": "paper-i3"})
     with pytest.raises(UserError, match="count"):
-        load_experiment(write(tmp_path, GROUPS.replace("count: 1", "count: 0")))
+        load_experiment(write_experiment(tmp_path, GROUPS.replace("count: 1", "count: 0")))
     shipped = load_experiment(REPO / "experiments" / "client-devices.yaml")
     assert shipped.client_devices == (P4, P4, BONE, BONE) and shipped.contention == (1, 2, 4)
 
@@ -157,3 +152,21 @@ def test_an_ssh_labs_client_machines_each_calibrate_for_their_device(fake_invent
         assert row.emulation_flagged == (row.client == 2), row
     data = read_manifest(run_dir / "manifest.json")
     assert [c.client for c in data.device.calibrations] == [None, "client2"] and data.client_devices == []
+
+
+def test_a_session_reuses_each_client_hosts_own_calibration(tmp_path):
+    """On one machine a resumed session uses each host's calibration again: client 1's, and a further
+    client host's (recorded with its role), never the one for the other."""
+    exp = load_experiment(write_experiment(tmp_path, GROUPS))
+    manifest = ManifestFile(
+        tmp_path / "manifest.json", Manifest(run_id="r", status="running", experiment=exp)
+    )
+    rows = [{"key": key("kernel", "mul", 800), "target_s": 1.0, "flagged": False}]
+    p4, bone = load_device(P4), load_device(BONE)
+    record(manifest, p4, "scaled", {"rows": rows, "scale": {"k": 1.0}}, "first")
+    record(manifest, bone, "scaled", {"rows": rows, "scale": {"k": 2.0}}, "second", client="client3")
+    record(manifest, p4, "scaled", {"rows": rows, "scale": {"k": 3.0}}, "third", client="client2")
+    assert reusable(manifest, "client", "scaled", None, True, P4).at == "first"
+    assert reusable(manifest, "client", "scaled", None, True, BONE, "client3").at == "second"
+    assert reusable(manifest, "client", "scaled", None, True, P4, "client2").at == "third"
+    assert reusable(manifest, "client", "scaled", None, False, P4) is None  # not this machine's hosts

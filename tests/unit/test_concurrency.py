@@ -4,7 +4,6 @@ client stage, and a sweep through a fake client host with a worker per request s
 
 from __future__ import annotations
 
-import textwrap
 import threading
 import time
 from dataclasses import replace
@@ -23,6 +22,7 @@ from testbed.plan import plan_trials
 from testbed.sweep import run_sweep
 from testbed.worker_link import emulation_args
 from tests.fakes import FAKE_SWEEP
+from tests.helpers import write_experiment
 
 CONCURRENT = replace(FAKE_SWEEP, methods=("raw",), sizes=(100,), rates_mbps=(10.0,), concurrency=(1, 2))
 
@@ -37,17 +37,11 @@ BASE = """\
 """
 
 
-def write(tmp_path, text: str):
-    path = tmp_path / "exp.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 def test_an_experiment_varies_the_requests_a_client_has_outstanding(tmp_path):
-    exp = load_experiment(write(tmp_path, BASE + "    server_workers: 4\n"))
+    exp = load_experiment(write_experiment(tmp_path, BASE + "    server_workers: 4\n"))
     assert (exp.concurrency, exp.together, exp.server_workers) == ((1, 2, 4), True, 4)
     assert planned_trials(exp) == 3 + 3 * (1 + 2 + 4)  # the local baseline, then c trials per repetition
-    assert not load_experiment(write(tmp_path, BASE.replace("[1, 2, 4]", "[1]"))).together
+    assert not load_experiment(write_experiment(tmp_path, BASE.replace("[1, 2, 4]", "[1]"))).together
 
 
 @pytest.mark.parametrize(
@@ -64,7 +58,7 @@ def test_an_experiment_varies_the_requests_a_client_has_outstanding(tmp_path):
 )
 def test_what_concurrent_requests_cannot_do_is_refused_in_one_line(tmp_path, change, words):
     with pytest.raises(UserError, match=words):
-        load_experiment(write(tmp_path, BASE.replace(*change)))
+        load_experiment(write_experiment(tmp_path, BASE.replace(*change)))
 
 
 def test_the_plan_has_c_trials_per_repetition_one_per_request_stream():

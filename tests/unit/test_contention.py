@@ -5,7 +5,6 @@ synthetic run with known answers."""
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import replace
 
 import numpy as np
@@ -31,17 +30,12 @@ from testbed.experiment import load_experiment, planned_trials
 from testbed.plan import plan_trials
 from testbed.sweep import run_sweep
 from tests.fakes import FAKE_SWEEP, healthy_worker
+from tests.helpers import write_experiment
 from tests.unit.conftest import fake_netns_lab, sweep_ready
 
 CONTENTION = replace(
     FAKE_SWEEP, methods=("raw",), sizes=(100,), rates_mbps=(10.0,), clients=3, contention=(1, 3)
 )
-
-
-def write(tmp_path, text: str):
-    path = tmp_path / "exp.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 BASE = """\
@@ -56,12 +50,14 @@ BASE = """\
 
 
 def test_an_experiment_names_its_clients_their_device_and_how_many_offload_at_once(tmp_path):
-    exp = load_experiment(write(tmp_path, BASE + "    contention: [1, 2, 4]\n    server_workers: 2\n"))
+    exp = load_experiment(
+        write_experiment(tmp_path, BASE + "    contention: [1, 2, 4]\n    server_workers: 2\n")
+    )
     assert (exp.clients, exp.contention, exp.server_workers) == (4, (1, 2, 4), 2)
     assert exp.client_device == "paper-p4"
-    alone = load_experiment(write(tmp_path, BASE))
+    alone = load_experiment(write_experiment(tmp_path, BASE))
     assert alone.contention == (4,)  # all of them at once unless told
-    assert load_experiment(write(tmp_path, BASE.replace("count: 4", "count: 1"))).contention == ()
+    assert load_experiment(write_experiment(tmp_path, BASE.replace("count: 4", "count: 1"))).contention == ()
 
 
 @pytest.mark.parametrize(
@@ -79,14 +75,14 @@ def test_an_experiment_names_its_clients_their_device_and_how_many_offload_at_on
 )
 def test_what_several_clients_cannot_do_is_refused_in_one_line(tmp_path, extra, words):
     with pytest.raises(UserError, match=words):
-        load_experiment(write(tmp_path, BASE + extra))
+        load_experiment(write_experiment(tmp_path, BASE + extra))
 
 
 def test_adaptive_and_grpc_are_refused_with_several_clients(tmp_path):
     with pytest.raises(UserError, match="fixed repetitions"):
-        load_experiment(write(tmp_path, BASE.replace("reps: 5", "reps: 3..20")))
+        load_experiment(write_experiment(tmp_path, BASE.replace("reps: 5", "reps: 3..20")))
     with pytest.raises(UserError, match="over HTTP"):
-        load_experiment(write(tmp_path, BASE.replace("[raw]", "[raw, grpc]")))
+        load_experiment(write_experiment(tmp_path, BASE.replace("[raw]", "[raw, grpc]")))
 
 
 def test_the_plan_has_k_trials_per_repetition_one_per_client():
@@ -206,13 +202,17 @@ def test_the_analysis_finds_the_border_the_link_share_and_the_unfair_client(tmp_
 
 
 def test_a_workload_is_closed_loop_or_a_seeded_open_loop_rate(tmp_path):
-    assert load_experiment(write(tmp_path, BASE)).arrivals_hz is None
-    assert load_experiment(write(tmp_path, BASE + "    workload: {open: 0.5}\n")).arrivals_hz == 0.5
+    assert load_experiment(write_experiment(tmp_path, BASE)).arrivals_hz is None
+    assert (
+        load_experiment(write_experiment(tmp_path, BASE + "    workload: {open: 0.5}\n")).arrivals_hz == 0.5
+    )
     for bad in ("open", "{open: 0}", "{open: 1, closed: 1}"):
         with pytest.raises(UserError, match="not a workload"):
-            load_experiment(write(tmp_path, BASE + f"    workload: {bad}\n"))
+            load_experiment(write_experiment(tmp_path, BASE + f"    workload: {bad}\n"))
     with pytest.raises(UserError, match="for several clients"):
-        load_experiment(write(tmp_path, BASE.replace("count: 4", "count: 1") + "    workload: {open: 1}\n"))
+        load_experiment(
+            write_experiment(tmp_path, BASE.replace("count: 4", "count: 1") + "    workload: {open: 1}\n")
+        )
 
 
 def test_open_loop_trials_start_at_the_seeded_arrivals_or_when_the_last_one_ends(monkeypatch):

@@ -1,19 +1,13 @@
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from contracts.errors import UserError
 from testbed.experiment import Experiment, load_experiment, override, parse_sizes, trial_range
+from tests.helpers import write_experiment
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "exp.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 GOOD = """\
@@ -47,7 +41,7 @@ def test_smoke_loads():
 
 
 def test_good_file(tmp_path):
-    exp = load_experiment(write(tmp_path, GOOD))
+    exp = load_experiment(write_experiment(tmp_path, GOOD))
     assert exp.sizes == (100, 200, 300)
     assert exp.rates_mbps == (10.0, 40.0)  # ascending
     assert exp.client_cpu.cpu_quota == 0.1
@@ -72,17 +66,17 @@ def test_good_file(tmp_path):
 )
 def test_bad_values_name_file_key_and_reason(tmp_path, change, key):
     with pytest.raises(UserError) as info:
-        load_experiment(write(tmp_path, GOOD.replace(*change)))
+        load_experiment(write_experiment(tmp_path, GOOD.replace(*change)))
     assert "exp.yaml:" in str(info.value) and f"'{key}'" in str(info.value)
 
 
 def test_malformed_yaml(tmp_path):
     with pytest.raises(UserError, match="malformed YAML"):
-        load_experiment(write(tmp_path, "ops: [mul\n"))
+        load_experiment(write_experiment(tmp_path, "ops: [mul\n"))
 
 
 def test_flags_override_the_file(tmp_path):
-    exp = load_experiment(write(tmp_path, GOOD))
+    exp = load_experiment(write_experiment(tmp_path, GOOD))
     changed = override(
         exp,
         {

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from dataclasses import replace
 
 import pandas as pd
@@ -25,6 +24,7 @@ from testbed.experiment import load_experiment, override
 from testbed.lab import CGI_DIR
 from testbed.sweep import run_sweep, server_marks
 from tests.fakes import FAKE_SWEEP, HEALTH
+from tests.helpers import write_experiment
 
 EXP = """\
 name: tiny
@@ -36,27 +36,21 @@ reps: 2
 """
 
 
-def write(tmp_path, text: str):
-    path = tmp_path / "exp.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 # ------------------------------------------------------------------ the experiment
 def test_the_stack_is_wsgi_unless_the_file_or_the_flag_says_cgi(tmp_path):
-    assert load_experiment(write(tmp_path, EXP)).server_stack == "wsgi"
-    exp = load_experiment(write(tmp_path, EXP + "server_stack: cgi\n"))
+    assert load_experiment(write_experiment(tmp_path, EXP)).server_stack == "wsgi"
+    exp = load_experiment(write_experiment(tmp_path, EXP + "server_stack: cgi\n"))
     assert exp.server_stack == "cgi" and exp.as_dict()["server_stack"] == "cgi"  # what the manifest holds
     assert override(exp, {"server_stack": "wsgi"}).server_stack == "wsgi"
 
 
 def test_an_unknown_stack_is_refused_naming_the_file_line_and_key(tmp_path):
     with pytest.raises(UserError) as exc:
-        load_experiment(write(tmp_path, EXP + "server_stack: apache\n"))
+        load_experiment(write_experiment(tmp_path, EXP + "server_stack: apache\n"))
     assert "exp.yaml" in exc.value.message and "server_stack" in exc.value.message
     assert "cgi" in exc.value.fix
     with pytest.raises(UserError, match="--server-stack: unknown server stack 'fcgi'"):
-        override(load_experiment(write(tmp_path, EXP)), {"server_stack": "fcgi"})
+        override(load_experiment(write_experiment(tmp_path, EXP)), {"server_stack": "fcgi"})
 
 
 # ------------------------------------------------------------------ up, status, the sweep (fake hosts)
