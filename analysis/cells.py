@@ -185,7 +185,7 @@ def planned_grid(manifest: Manifest | None) -> tuple[list, list, list, list] | N
 
 def _planned_labels(manifest: Manifest) -> list[str]:
     """The experiment's ways to offload; with clients of several devices each on the devices of the
-    clients that ran it (k at once: clients 1..k, `testbed.plan`), so no cell that was never planned
+    clients that ran it (k at once: clients 1..k, `testbed.sweep.plan`), so no cell that was never planned
     shows up as missing."""
     exp = manifest.experiment
     if not exp.client_devices:

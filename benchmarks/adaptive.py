@@ -5,7 +5,7 @@ Two comparisons, both printed:
 - **runs**: a fixed run at `max` repetitions and an adaptive run of the same grid, each measured for
   real (`python -m benchmarks.adaptive --run EXPERIMENT` makes both on the embedded testbed; or give
   two existing run directories). Different trials, so this is also a test against the noise;
-- **replay**: the stopping rule and the sweep's rounds (`testbed.rounds`) replayed over the fixed run's
+- **replay**: the stopping rule and the sweep's rounds (`testbed.sweep.rounds`) replayed over the fixed run's
   own trials, taking each trial's measured time when the rounds ask for it: the same data, fewer trials.
 
 A decision is reproduced when the adaptive cell says the same offload/stay-local as the fixed cell.
@@ -30,8 +30,8 @@ from contracts.run import Manifest
 from contracts.trials import offload_label
 from testbed.bookkeeping import trial_row
 from testbed.experiment import Experiment, load_experiment
-from testbed.plan import plan_trials
-from testbed.rounds import Rounds
+from testbed.sweep.plan import plan_trials
+from testbed.sweep.rounds import Rounds
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, goodput, run_ok, trial
 from contracts.trials import GRPC
-from testbed.lab import Lab
-from testbed.worker_link import WorkerLink
+from testbed.backends.lab import Lab
+from testbed.sweep.worker_link import WorkerLink
 
 SECTION = "efficiency"
 RATE_MBPS = 100.0

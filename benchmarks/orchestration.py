@@ -10,7 +10,7 @@
   back, parsed: the time `WorkerLink.run` takes beyond the trial's own completion time) plus appending
   and flushing its row with the sweep's `TrialFile`. Against a 400x400 raw trial at 100 Mbit/s;
   target: under 1% of the trial's completion time.
-- Shaping check: per trial, the check of the shaping the trial ran through (`testbed.shaping_guard`:
+- Shaping check: per trial, the check of the shaping the trial ran through (`testbed.link.guard`:
   the appliance's classes read back through its agent, with its switch's daemons in the same
   request), against the same trial; target: under 2%. It is what keeps a trial that ran unshaped, or
   through a dead switch, out of the results.
@@ -27,11 +27,11 @@ from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, run_ok, trial
 from benchmarks.ssh_appliance import appliance_over_ssh
 from contracts.errors import UserError
+from testbed.backends.lab import Lab
 from testbed.bookkeeping import trial_row
-from testbed.lab import Lab
-from testbed.repairs import shaping_guard
+from testbed.link.repairs import shaping_guard
 from testbed.results import TrialFile
-from testbed.worker_link import WorkerLink
+from testbed.sweep.worker_link import WorkerLink
 
 SECTION = "orchestration"
 RATES_MBPS = (40.0, 100.0)

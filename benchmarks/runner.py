@@ -22,7 +22,7 @@ from contracts.errors import UserError
 from testbed.inventory import Inventory
 from testbed.results import environment
 from testbed.signals import sigterm_as_interrupt
-from testbed.worker_link import WorkerDied
+from testbed.sweep.worker_link import WorkerDied
 
 # table order: the order (marshalling, efficiency, memory, orchestration), then the shipped run
 MODULES = (codecs, efficiency, memory, orchestration, grid)

@@ -6,7 +6,7 @@ start nothing in the cgroup). A testbed the benchmark brought up is taken down a
 Ctrl-C, SIGTERM or an error; one that was already up stays up with the shaping it had (and its offload
 server, which is started for the benchmark and stopped again if it was not running).
 
-Trials run through the sweep's own worker (`testbed.worker_link.WorkerLink`: `python -m client.worker` on the
+Trials run through the sweep's own worker (`testbed.sweep.worker_link.WorkerLink`: `python -m client.worker` on the
 client host, JSON lines), so the bookkeeping measured is the sweep's.
 """
 
@@ -18,13 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from testbed.backends import open_lab
+from testbed.backends.lab import Lab, require_root
 from testbed.experiment import Experiment, Validation
 from testbed.inventory import Inventory
-from testbed.lab import Lab, require_root
-from testbed.plan import Trial
+from testbed.link.validate import validate_rate
 from testbed.signals import sigterm_as_interrupt
-from testbed.validate import validate_rate
-from testbed.worker_link import WorkerLink
+from testbed.sweep.plan import Trial
+from testbed.sweep.worker_link import WorkerLink
 
 UNSHAPED_NOMINAL_BPS = 10**10  # what validate_rate compares an unshaped link with; only `measured` is used
 TRIAL_TIMEOUT = 300.0

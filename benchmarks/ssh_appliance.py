@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from benchmarks.session import BenchError
-from testbed.hosts import NetnsHost
+from testbed.backends.host import NetnsHost
+from testbed.backends.lab import Lab
+from testbed.backends.ssh_host import SshHost
 from testbed.inventory import HostSpec, SshSpec
-from testbed.lab import Lab
-from testbed.ssh import SshHost
 
 REPO = Path(__file__).resolve().parent.parent
 # an sshd of ours, started per connection (`sshd -i`) or as a daemon by the SSH tests: keys in `tmp`

@@ -1,6 +1,6 @@
 """`python -m client.calibration < REQUEST.json`: the device calibration on this host, as JSON.
 
-The orchestrator (`testbed.device_emulation`) sends the request: the scaled mode's calibration
+The orchestrator (`testbed.sweep.device_emulation`) sends the request: the scaled mode's calibration
 (`client.scaled_calibration`) or, with `"check": "wall"`, the throttle mode's check inside the
 device's CPU limit (`client.throttle_check`).
 """

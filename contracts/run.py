@@ -449,7 +449,7 @@ class Experiment:
     precision: float | None = None  # adaptive: also stop only once the mean's 95% CI is this fraction
     connection: str = PER_TRIAL  # a new TCP connection per remote trial, or PERSISTENT
     server_device: str | None = None  # the server's device profile (name or path); None: the inventory's
-    replicas: int = 1  # embedded testbeds side by side that share the work (testbed.replicas)
+    replicas: int = 1  # embedded testbeds side by side that share the work (testbed.backends.replicas)
     server_stack: str = "wsgi"  # how the server runs requests (SERVER_STACKS); runs before format 4: wsgi
     servers: tuple[str, ...] = (PYTHON,)  # the gRPC servers the method grpc offloads to (GRPC_SERVERS)
     clients: int = 1  # client hosts on the testbed, each the experiment's client device

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from contracts.trace import ReplayPlan, TraceStep  # noqa: E402
-from testbed.trace import write_csv  # noqa: E402
+from testbed.link.trace import write_csv  # noqa: E402
 
 MBIT = 1_000_000
 

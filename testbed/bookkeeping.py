@@ -12,10 +12,10 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.run import MANIFEST_FILE, Counters, LinkCheck, Manifest, Repair, Session, TrialRecord
+from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
-from testbed.lab import Lab
-from testbed.plan import Trial, device_names, plan_trials
 from testbed.results import ManifestFile, environment
+from testbed.sweep.plan import Trial, device_names, plan_trials
 
 
 def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> ManifestFile:

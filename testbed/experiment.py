@@ -193,7 +193,7 @@ class InvalidValue(UserError):
 
 MIN_ADAPTIVE = 2  # Welch's test needs two samples on each side
 LIMITS = {"reps": (1, 10_000), "warmup": (0, 100), "seed": (0, 2**32 - 1), "trial_timeout": (1, 86_400)}
-LIMITS["replicas"] = (1, 9)  # testbed.replicas.MAX_REPLICAS
+LIMITS["replicas"] = (1, 9)  # testbed.backends.replicas.MAX_REPLICAS
 MAX_TRIALS = 1_000_000
 MAX_CONCURRENCY = 32  # the energy-performance study's largest concurrency
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")

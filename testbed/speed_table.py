@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.lab import Lab
+from testbed.backends.lab import Lab
 
 
 def speed_table(lab: Lab, sizes: list[int], reps: int = 3) -> list[dict]:

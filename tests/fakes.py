@@ -22,8 +22,8 @@ from typing import Any
 from contracts.command import Result
 from contracts.errors import UserError
 from contracts.units import expected_goodput
+from testbed.backends.host import Host
 from testbed.experiment import Experiment, Validation
-from testbed.hosts import Host
 from testbed.inventory import HostSpec
 
 AgentReply = Any | Callable[..., Any]  # a value, or a function of the verb's arguments (may raise)

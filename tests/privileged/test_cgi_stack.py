@@ -16,7 +16,7 @@ from contracts.run import FORMAT_VERSION
 from contracts.trials import parse_server_timing
 from server.app import create_app
 from server.handler import PID_HEADER
-from testbed.lab import STATE_ROOT
+from testbed.backends.lab import STATE_ROOT
 from tests.helpers import followed_slowdowns, rows, run_cli
 from tests.isolation import leftovers
 

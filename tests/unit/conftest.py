@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from contracts.errors import UserError
-from testbed import lab as lab_mod
+from testbed.backends import lab as lab_mod
+from testbed.backends.lab import NetnsLab
 from testbed.bookkeeping import start_run
 from testbed.inventory import load_inventory
-from testbed.lab import NetnsLab
 from tests.fakes import (
     FAKE_SWEEP,
     UNSCRIPTED,
@@ -186,7 +186,7 @@ def netns(fake_inventory, tmp_path, monkeypatch):
 @pytest.fixture
 def two_testbeds(fake_inventory, tmp_path, monkeypatch):
     """Two fake replicas of the unit tests' testbed, ready for sweeps, sharing their recorded wiring."""
-    from testbed.replicas import replica_inventories
+    from testbed.backends.replicas import replica_inventories
 
     wiring: dict = {}
     lock = str(tmp_path / "cpu.lock")  # the host-wide lock, where a test may open it

@@ -18,7 +18,7 @@ from client import cpulimit
 from contracts.command import Result, split_command
 from contracts.errors import AgentBug, CommandError, UserError
 from contracts.units import kernel_hz
-from testbed.hosts import agent_answer
+from testbed.backends.host import agent_answer
 
 
 def serve(*lines: str) -> list[dict]:

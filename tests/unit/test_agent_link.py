@@ -14,8 +14,8 @@ import time
 import pytest
 
 from contracts.errors import AgentBug, CommandError, UserError
-from testbed.agent_link import AgentLink, local_spawn
-from testbed.hosts import agent_answer
+from testbed.backends.agent_link import AgentLink, local_spawn
+from testbed.backends.host import agent_answer
 from tests.helpers import AGENT, REPO
 
 READY = 'import json, os, sys; print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)\n'
@@ -156,8 +156,8 @@ def test_an_agent_that_fails_at_its_start_otherwise_is_a_bug(links):
 
 ORCHESTRATOR = """
 import json, sys, time
-from testbed.agent_link import AgentLink, local_spawn
-from testbed.agent_link import local_spawn
+from testbed.backends.agent_link import AgentLink, local_spawn
+from testbed.backends.agent_link import local_spawn
 from tests.helpers import AGENT
 link = AgentLink("h", AGENT, local_spawn(AGENT))
 link.ask("cpu.read", json.dumps({"name": "tbt-unit-none"}), 30.0)

@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 # The only edge allowed against the layers, and not followed beyond: the CLI entry of `testbed bench`
 # dispatches (lazily, when that command runs) to the benchmarks, which sit on top of everything.
-DISPATCH = {("testbed.bench_cli", "benchmarks.runner")}
+DISPATCH = {("testbed.cli.bench", "benchmarks.runner")}
 
 Graph = dict[str, set[str]]
 
@@ -226,8 +226,8 @@ def test_the_one_dispatch_edge_is_the_only_way_into_benchmarks(graph):
     into = {(m, d) for m, deps in graph.items() for d in deps if package_of(d) == "benchmarks"}
     assert {(m, d) for m, d in into if package_of(m) != "benchmarks"} == dispatch_edges(DISPATCH)
     assert dispatch_edges(DISPATCH) == {
-        ("testbed.bench_cli", "benchmarks.runner"),
-        ("testbed.bench_cli", "benchmarks"),
+        ("testbed.cli.bench", "benchmarks.runner"),
+        ("testbed.cli.bench", "benchmarks"),
     }
 
 
@@ -267,7 +267,7 @@ def test_a_clean_synthetic_tree_passes(tmp_path):
             "testbed/lab.py": "from analysis import load\nfrom contracts.units import x\n",
             "analysis/load.py": "from contracts import units\n",
             "benchmarks/runner.py": "import testbed.lab\nimport client.offload\n",
-            "testbed/bench_cli.py": "def run():\n    from benchmarks import runner\n",
+            "testbed/cli/bench.py": "def run():\n    from benchmarks import runner\n",
         },
     )
     graph = import_graph(root)
@@ -385,7 +385,7 @@ def test_the_testbed_benchmarks_cycle_is_one_only_through_the_dispatch_edge(tmp_
     root = tree(
         tmp_path,
         {
-            "testbed/bench_cli.py": "def cmd():\n    from benchmarks import runner\n",
+            "testbed/cli/bench.py": "def cmd():\n    from benchmarks import runner\n",
             "testbed/estimate.py": "from benchmarks.codecs import marshal_times\n",
             "benchmarks/runner.py": "from testbed import lab\n",
             "benchmarks/codecs.py": "",

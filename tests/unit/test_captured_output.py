@@ -18,7 +18,7 @@ from pyroute2.netlink.rtnl.tcmsg import tcmsg
 from appliance.ovsdb import STATISTICS, bridge_snapshot
 from appliance.shaper import class_counters
 from contracts.units import expected_goodput
-from testbed.validate import parse_iperf3
+from testbed.link.validate import parse_iperf3
 
 CAPTURED = Path(__file__).resolve().parents[1] / "data" / "captured"
 

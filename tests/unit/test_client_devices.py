@@ -13,12 +13,12 @@ from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Manifest, read_manifest, read_trials
 from testbed.bookkeeping import start_run
-from testbed.device_emulation import record, reusable
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, override, planned_trials
-from testbed.plan import plan_trials
 from testbed.results import ManifestFile
-from testbed.sweep import run_sweep
+from testbed.sweep.device_emulation import record, reusable
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, calibration_answers, healthy_worker
 from tests.helpers import REPO, write_experiment
 from tests.unit.conftest import fake_netns_lab, sweep_ready
@@ -128,7 +128,7 @@ def test_an_ssh_labs_client_machines_each_calibrate_for_their_device(fake_invent
     on their own host, each worker scales by its own host's slowdowns, a target missed on one machine
     marks only its trials, and the manifest records each calibration under the device with its host."""
     lab = sweep_ready(fake_netns_lab(fake_inventory.with_clients(2), tmp_path / "state", monkeypatch, {}))
-    lab.clients_share_a_machine = False  # as an SSH lab's (testbed.ssh_lab.SshLab)
+    lab.clients_share_a_machine = False  # as an SSH lab's (testbed.backends.ssh.SshLab)
     lab.hosts["client2"].worker(healthy_worker)
     requests = {
         "client": calibration_answers(lab.hosts["client"], P4, "client", 10.0),

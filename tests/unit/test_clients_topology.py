@@ -12,9 +12,9 @@ import pytest
 
 from appliance.switch import Switch
 from contracts.errors import UserError
-from testbed import topology
+from testbed.backends import topology
+from testbed.backends.topology import Names
 from testbed.inventory import MAX_CLIENTS
-from testbed.topology import Names
 from tests.unit.conftest import fake_netns_lab
 
 

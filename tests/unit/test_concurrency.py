@@ -18,9 +18,9 @@ from contracts.run import TRIALS_FILE, read_trials
 from contracts.trials import label_clients, offload_label
 from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, planned_trials
-from testbed.plan import plan_trials
-from testbed.sweep import run_sweep
-from testbed.worker_link import emulation_args
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import plan_trials
+from testbed.sweep.worker_link import emulation_args
 from tests.fakes import FAKE_SWEEP
 from tests.helpers import write_experiment
 

@@ -27,8 +27,8 @@ from contracts.run import (
 from contracts.trials import label_base, label_clients, label_without_clients, method_codec, offload_label
 from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, planned_trials
-from testbed.plan import plan_trials
-from testbed.sweep import run_sweep
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, healthy_worker
 from tests.helpers import write_experiment
 from tests.unit.conftest import fake_netns_lab, sweep_ready
@@ -218,7 +218,7 @@ def test_a_workload_is_closed_loop_or_a_seeded_open_loop_rate(tmp_path):
 def test_open_loop_trials_start_at_the_seeded_arrivals_or_when_the_last_one_ends(monkeypatch):
     import random
 
-    from testbed import sweep as sweep_mod
+    from testbed.sweep import phases as sweep_mod
 
     clock, slept = [100.0], []
     monkeypatch.setattr(sweep_mod.time, "monotonic", lambda: clock[0])

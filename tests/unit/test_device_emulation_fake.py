@@ -10,8 +10,8 @@ import pytest
 from contracts.device import Grid, key
 from contracts.errors import UserError
 from contracts.profiles import quota_period
-from testbed import device_emulation
 from testbed.devices import load_device
+from testbed.sweep import device_emulation
 
 DEVICE = "paper-p4"
 HOST_S = {500: 0.03, 1200: 0.5}  # CPU seconds of mul on this (fake) host at full speed

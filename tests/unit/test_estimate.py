@@ -25,8 +25,8 @@ from testbed.estimate import (
     replica_hint,
 )
 from testbed.experiment import Experiment, Validation
-from testbed.progress import PRIOR_S, Progress
-from testbed.progress import log as progress_log
+from testbed.sweep.progress import PRIOR_S, Progress
+from testbed.sweep.progress import log as progress_log
 
 DEVICE = DeviceProfile(
     name="round",
@@ -132,7 +132,7 @@ def test_the_host_measurement_gives_each_codecs_bytes_on_the_wire():
 
 def test_the_eta_is_the_model_scaled_by_what_the_trials_took(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("testbed.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("testbed.sweep.progress.time.monotonic", lambda: clock[0])
     cells = {("a",): 4, ("b",): 4}
     progress = Progress(
         8, 2, dict(cells), seconds={("a",): 1.0, ("b",): 3.0}, min_left={("a",): 2, ("b",): 2}
@@ -158,7 +158,7 @@ def test_the_eta_is_the_model_scaled_by_what_the_trials_took(monkeypatch):
 
 def test_a_rates_set_up_before_short_trials_makes_no_spike(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr("testbed.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("testbed.sweep.progress.time.monotonic", lambda: clock[0])
     progress = Progress(60, 10, {("c",): 60}, seconds={("c",): 0.1})
 
     class T:
@@ -204,7 +204,7 @@ def test_the_progress_line_goes_quiet_when_its_terminal_goes_away(monkeypatch, c
         def isatty(self):
             return False
 
-    monkeypatch.setattr("testbed.progress.sys.stderr", Gone())
+    monkeypatch.setattr("testbed.sweep.progress.sys.stderr", Gone())
     monkeypatch.setattr(progress_log, "propagate", True)  # a fake sweep before may have set it False
     caplog.set_level(logging.WARNING, logger=progress_log.name)
     progress = Progress(2, 1, {("c",): 2})
@@ -218,7 +218,7 @@ def test_the_progress_line_goes_quiet_when_its_terminal_goes_away(monkeypatch, c
 def test_a_trial_in_a_closed_cell_never_makes_the_eta_negative(monkeypatch):
     # measured: a paper-grid resume showed "ETA -1m42s..56m44s" once closed cells ran again
     clock = [0.0]
-    monkeypatch.setattr("testbed.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("testbed.sweep.progress.time.monotonic", lambda: clock[0])
     progress = Progress(4, 1, {("c",): 4}, seconds={("c",): 1.0}, min_left={("c",): 2})
 
     class T:

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import UserError
+from testbed.backends.topology import Names, plan
 from testbed.inventory import DEFAULT_INVENTORY, load_inventory
-from testbed.topology import Names, plan
 
 GOOD = """\
 backend: netns
@@ -184,8 +184,8 @@ def test_blas_core_models_an_older_device(tmp_path):
 
 
 def test_a_server_devices_blas_threads_go_to_every_server_process(tmp_path):
-    from testbed.lab import NetnsLab
-    from testbed.ssh_lab import SshLab
+    from testbed.backends.lab import NetnsLab
+    from testbed.backends.ssh import SshLab
 
     inv = load_inventory(write(tmp_path, GOOD))
     assert inv.server_env() == {} and "OPENBLAS_NUM_THREADS" not in NetnsLab(inv).hosts["server"].env

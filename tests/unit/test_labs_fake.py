@@ -10,8 +10,8 @@ from pathlib import PurePosixPath
 import pytest
 
 from contracts.errors import UserError
+from testbed.backends.ssh import SshLab
 from testbed.inventory import load_inventory
-from testbed.ssh_lab import SshLab
 from tests.fakes import FakeHost, cgroups, healthy, probe_reply, services, shell
 
 

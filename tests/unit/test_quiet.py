@@ -7,7 +7,7 @@ import threading
 import time
 
 from testbed.quiet import Quiet
-from testbed.sweep import Sweep
+from testbed.sweep.phases import Sweep
 
 
 def test_trials_share_and_a_validation_waits_for_the_ones_in_flight():
@@ -76,7 +76,7 @@ def test_no_testbed_transfers_while_another_runs_its_local_baseline(two_testbeds
     """The local baseline's scaled time multiplies milliseconds of host CPU by hundreds: no other
     testbed's trial may run beside a unit of it."""
     from testbed.bookkeeping import start_run
-    from testbed.sweep import run_sweep
+    from testbed.sweep.phases import run_sweep
     from tests.fakes import FAKE_SWEEP
 
     running, beside, lock = [0], [], threading.Lock()

@@ -15,20 +15,20 @@ from contracts.cpu_lock import CpuLock
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import read_trials
-from testbed.bookkeeping import start_run
-from testbed.devices import load_device
-from testbed.plan import phases, plan_trials
-from testbed.replicas import (
+from testbed.backends.replicas import (
     CPU_LOCK,
     present_replicas,
     remove_cpu_lock,
     replica_inventories,
     sweep_inventories,
 )
+from testbed.bookkeeping import start_run
+from testbed.devices import load_device
 from testbed.results import ManifestFile
-from testbed.rounds import Rounds
-from testbed.scheduler import WorkSource, split_blocks, split_by_rep
-from testbed.sweep import run_sweep
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import phases, plan_trials
+from testbed.sweep.rounds import Rounds
+from testbed.sweep.scheduler import WorkSource, split_blocks, split_by_rep
 from tests.fakes import FAKE_SWEEP, link, server_calibration
 from tests.helpers import saved
 

@@ -18,9 +18,9 @@ from contracts.errors import UserError
 from contracts.run import Experiment, Manifest, TrialRecord, TrialWriter, read_trials, write_manifest
 from testbed import results
 from testbed.bookkeeping import setup_log, start_run
-from testbed.plan import plan_trials
 from testbed.results import ManifestFile
-from testbed.sweep import run_sweep
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, healthy_worker
 from tests.helpers import rows, saved, trials_by_id
 

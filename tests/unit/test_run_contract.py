@@ -26,8 +26,8 @@ from contracts.run import (
 )
 from contracts.trials import STAGES
 from testbed.bookkeeping import trial_row
-from testbed.plan import plan_trials
-from testbed.rounds import Rounds
+from testbed.sweep.plan import plan_trials
+from testbed.sweep.rounds import Rounds
 
 V1 = Path(__file__).resolve().parents[1] / "data" / "runs" / "v1-tiny"
 RUNS = V1.parent  # v2-tiny, v3-tiny: the same run in formats 2 and 3

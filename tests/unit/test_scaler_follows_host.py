@@ -11,7 +11,7 @@ from client.scaler import CLIENT, REFERENCE_WINDOW, SERVER, Scaler
 from client.worker import TrialWorker
 from contracts.device import key, stack_key
 from contracts.trials import LOCAL
-from testbed.worker_link import emulation_args
+from testbed.sweep.worker_link import emulation_args
 
 KERNEL = key("kernel", "mul", 400)
 ENCODE = key("encode", "mul", 400, "json")

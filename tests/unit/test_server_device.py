@@ -20,11 +20,11 @@ from contracts.run import read_manifest, write_manifest
 from contracts.trials import format_server_timing, parse_server_timing
 from server.timing import StageClock
 from testbed.bookkeeping import start_run
-from testbed.device_emulation import format_calibration
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, override
 from testbed.results import ManifestFile
-from testbed.sweep import run_sweep
+from testbed.sweep.device_emulation import format_calibration
+from testbed.sweep.phases import run_sweep
 from tests.fakes import FAKE_SWEEP, server_calibration
 from tests.helpers import rows, saved
 
@@ -210,7 +210,7 @@ def test_a_resumed_session_uses_the_calibration_again_on_the_same_machine_only(
     """The paper's grid takes the better part of an hour to calibrate; a session resumed on the machine
     that calibrated uses that calibration again (and says so), unless told to recalibrate or the
     machine's facts moved. The strict fake host answers each calibration it is sent."""
-    from testbed import device_emulation
+    from testbed.sweep import device_emulation
 
     lab, requests = server_calibrated
     exp = replace(FAKE_SWEEP, server_device=SERVER)

@@ -18,11 +18,11 @@ from contracts.device import DeviceProfile, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
 from contracts.trials import LOCAL
+from testbed.backends.lab import CGI_DIR
 from testbed.bookkeeping import start_run
-from testbed.device_emulation import server_grid
 from testbed.experiment import load_experiment, override
-from testbed.lab import CGI_DIR
-from testbed.sweep import run_sweep, server_marks
+from testbed.sweep.device_emulation import server_grid
+from testbed.sweep.phases import run_sweep, server_marks
 from tests.fakes import FAKE_SWEEP, HEALTH
 from tests.helpers import write_experiment
 

@@ -20,8 +20,8 @@ from contracts.run import FORMAT_VERSION, TrialRecord, TrialWriter, read_trials
 from contracts.trials import offload_label, offloads
 from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, override, planned_trials
-from testbed.plan import plan_trials
-from testbed.sweep import run_sweep
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, healthy_worker, link
 from tests.helpers import trials_by_id
 

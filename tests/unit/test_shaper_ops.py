@@ -16,9 +16,10 @@ from appliance.tc_ops import CLASS_ID, ROOT_ID, PortState, port_ops
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
 from contracts.units import parse_rate
-from testbed import cli, commands
+from testbed import cli
+from testbed.backends.lab import NetnsLab
+from testbed.cli import lab as commands
 from testbed.inventory import load_inventory
-from testbed.lab import NetnsLab
 from tests.fakes import FakeHost
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
-"""The check of every shaped trial against the shaping it asked for (testbed/shaping_guard.py)."""
+"""The check of every shaped trial against the shaping it asked for (testbed/link/guard.py)."""
 
 from __future__ import annotations
 
-from testbed.shaping_guard import ShapingGuard
+from testbed.link.guard import ShapingGuard
 
 RATE = 20_000_000
 

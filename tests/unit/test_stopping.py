@@ -74,8 +74,8 @@ def test_a_cell_the_grown_baseline_no_longer_decides_opens_again():
     when its baseline runs a fourth time for another cell and the whole baseline, [4, 5, 6, 2], no
     longer decides it (difference 2.25, half-width 2.7): the analysis decides against the whole
     baseline, so a cell stopped as significant must be significant there."""
-    from testbed.plan import plan_trials
-    from testbed.rounds import Rounds
+    from testbed.sweep.plan import plan_trials
+    from testbed.sweep.rounds import Rounds
     from tests.fakes import FAKE_SWEEP
 
     exp = replace(FAKE_SWEEP, sizes=(100,), rates_mbps=(10.0,), methods=("json", "raw"), reps=6, min_reps=3)

@@ -18,9 +18,9 @@ import pytest
 
 from analysis import analyze
 from testbed.bookkeeping import start_run
-from testbed.plan import plan_trials
 from testbed.results import ManifestFile
-from testbed.sweep import run_sweep
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, link
 from tests.helpers import saved, timed, trials_by_id
 

@@ -13,10 +13,10 @@ import pytest
 from contracts.errors import UserError
 from contracts.run import Validation
 from testbed.bookkeeping import start_run
-from testbed.plan import phases, plan_trials
 from testbed.results import ManifestFile
-from testbed.sweep import run_sweep
-from testbed.worker_link import WorkerLink
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import phases, plan_trials
+from testbed.sweep.worker_link import WorkerLink
 from tests.fakes import (
     FAKE_SWEEP,
     HEALTH,

@@ -11,13 +11,13 @@ import pytest
 
 from contracts.command import Result
 from contracts.run import TrialRecord
-from testbed import sweep_cli
-from testbed import validate as validate_mod
 from testbed.bookkeeping import trial_row
 from testbed.cli import build_parser
-from testbed.plan import plan_trials
-from testbed.sweep import unusable_cells
-from testbed.validate import iperf3_result
+from testbed.cli import sweep as sweep_cli
+from testbed.link import validate as validate_mod
+from testbed.link.validate import iperf3_result
+from testbed.sweep.phases import unusable_cells
+from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, IPERF, link
 from tests.helpers import trials_by_id
 

@@ -3,7 +3,7 @@ from collections import Counter
 from contracts.run import COLUMNS, FORMAT_VERSION, TRIALS_MARK, TrialRecord, TrialWriter, read_trials, repair
 from contracts.trials import LOCAL
 from testbed.experiment import Experiment
-from testbed.plan import phases, plan_trials
+from testbed.sweep.plan import phases, plan_trials
 
 EXP = Experiment(
     name="t",

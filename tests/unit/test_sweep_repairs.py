@@ -9,9 +9,9 @@ import pytest
 
 from contracts.errors import UserError
 from contracts.run import read_trials
-from testbed.plan import phases, plan_trials
 from testbed.results import ManifestFile
-from testbed.sweep import run_sweep
+from testbed.sweep.phases import run_sweep
+from testbed.sweep.plan import phases, plan_trials
 from tests.fakes import FAKE_SWEEP, IPERF, healthy_worker, link
 from tests.helpers import saved, trials_by_id
 

@@ -11,7 +11,7 @@ import pytest
 
 from contracts.errors import UserError
 from contracts.trace import ReplayPlan, TraceStep
-from testbed.trace import load_trace, read_csv, read_mahimahi
+from testbed.link.trace import load_trace, read_csv, read_mahimahi
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,8 +20,8 @@ from contracts.profiles import LinkSpec
 from contracts.trace import OUTAGE_BPS, ReplayPlan, TraceStep
 from contracts.units import expected_goodput
 from testbed import cli
-from testbed import replay as replay_mod
-from testbed.trace_check import htb_intervals, iperf3_intervals, iperf3_samples, summary
+from testbed.link import trace_replay as replay_mod
+from testbed.link.trace_check import htb_intervals, iperf3_intervals, iperf3_samples, summary
 from tests.fakes import IPERF
 
 HZ = 250

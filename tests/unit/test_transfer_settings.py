@@ -15,7 +15,7 @@ from contracts.transfer import bounds, join, parse_part, part_header, pieces, sp
 from server.handler import Reply
 from server.parts import Rendezvous
 from testbed.experiment import load_experiment, planned_trials
-from testbed.plan import plan_trials
+from testbed.sweep.plan import plan_trials
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 1000, 1 << 16, (1 << 16) + 3])

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from testbed.cli_args import RESULTS, load
+from testbed.cli.args import RESULTS, load
 
 BENCH_MISSED = 3  # exit status when a target is missed (2 is a user's error)
 

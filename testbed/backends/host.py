@@ -2,7 +2,7 @@
 
 A host is reached in one of two ways, and that is all a backend supplies (`_exec`, `_popen`,
 `python`, and how its resident agent is started, `_agent_exec`): the embedded testbed enters a
-network namespace on this machine (`NetnsHost`), a real lab goes over SSH (`testbed.ssh.SshHost`).
+network namespace on this machine (`NetnsHost`), a real lab goes over SSH (`testbed.backends.ssh_host.SshHost`).
 Everything else (the agent's answers, the device's CPU limit, services) is written once, here.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from contracts.command import Result, run
 from contracts.errors import AgentBug, UserError
-from testbed.agent_link import AgentLink, local_spawn
+from testbed.backends.agent_link import AgentLink, local_spawn
 from testbed.inventory import HostSpec
 
 

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 
 from testbed.estimate import format_duration
-from testbed.plan import Trial
+from testbed.sweep.plan import Trial
 
-log = logging.getLogger("testbed.sweep")  # its lines go to the run's sweep.log
+log = logging.getLogger("testbed.sweep.phases")  # its lines go to the run's sweep.log
 
 PRIOR_S = 60.0  # seconds of trials after which the measured pace counts as much as the model
 

@@ -46,7 +46,7 @@ def open_lab(inv: Inventory):
 
 
 def require_root() -> None:
-    from testbed.lab import require_root
+    from testbed.backends.lab import require_root
 
     require_root()
 

@@ -16,9 +16,9 @@ from pathlib import Path, PurePosixPath
 
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec, blas_env
+from testbed.backends.lab import Lab
+from testbed.backends.ssh_host import SshHost
 from testbed.inventory import Inventory
-from testbed.lab import Lab
-from testbed.ssh import SshHost
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("contracts", "agent", "appliance", "client", "server")  # what a host needs: never testbed/

@@ -8,7 +8,7 @@ to the one instant. The agent applies the steps and answers when the pass is ove
 
 With a check, an iperf3 flow loads one direction of the link for the whole replay, and the answer's
 counters (and iperf3's own intervals) are compared with the trace interval by interval
-(`testbed.trace_check`).
+(`testbed.link.trace_check`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from contracts.command import Result
 from contracts.errors import UserError
 from contracts.trace import ReplayPlan
-from testbed.lab import Lab
-from testbed.trace_check import IntervalCheck, htb_intervals, iperf3_intervals, iperf3_samples
-from testbed.validate import iperf3_result
+from testbed.backends.lab import Lab
+from testbed.link.trace_check import IntervalCheck, htb_intervals, iperf3_intervals, iperf3_samples
+from testbed.link.validate import iperf3_result
 
 LEAD_S = 0.5  # the start instant ahead of the request: the agent's round trip is milliseconds
 FLOW_LEAD_S = 2.0  # with a check: the flow's time to fill the link's queue before the first step

@@ -20,7 +20,7 @@ from analysis.stopping import Rule, stop_reason
 from contracts.run import TrialRecord
 from contracts.trials import LOCAL
 from testbed.experiment import Experiment
-from testbed.plan import Trial
+from testbed.sweep.plan import Trial
 
 
 class Rounds:

@@ -41,7 +41,7 @@ _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
 
 class Process(Protocol):
-    """What a link needs of its agent's process (subprocess.Popen, testbed.ssh.RemoteProcess)."""
+    """What a link needs of its agent's process (subprocess.Popen, testbed.backends.ssh_host.RemoteProcess)."""
 
     stdin: object
     stdout: object
@@ -98,7 +98,7 @@ class AgentLink:
     """One host's resident agent; `ask` sends a verb and returns its answer line as a Result.
 
     `argv` is the agent's command line, for messages and for the Results (each Result's argv is it
-    plus the verb asked, so `testbed.hosts.agent_answer` can name the verb of an answer it cannot
+    plus the verb asked, so `testbed.backends.host.agent_answer` can name the verb of an answer it cannot
     read).
     """
 

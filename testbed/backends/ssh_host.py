@@ -26,8 +26,8 @@ from invoke.exceptions import CommandTimedOut
 
 from contracts.command import Result
 from contracts.errors import UserError
-from testbed.agent_link import AgentLink, Tail
-from testbed.hosts import Host
+from testbed.backends.agent_link import AgentLink, Tail
+from testbed.backends.host import Host
 from testbed.inventory import HostSpec
 
 

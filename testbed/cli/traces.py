@@ -1,5 +1,5 @@
 """`testbed shape --trace`: the handler that turns the trace flags into a replay (and its check),
-kept apart from `testbed.commands` so that the shaping command stays small."""
+kept apart from `testbed.cli.lab` so that the shaping command stays small."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import argparse
 import json
 
 from contracts.errors import UserError
-from testbed.cli_args import RESULTS, load, open_lab, require_root
+from testbed.cli.args import RESULTS, load, open_lab, require_root
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     """`shape --trace`: the link flags do not apply; the trace holds both directions."""
-    from testbed.replay import checked_replay, dry_run, replay
+    from testbed.link.trace import load_trace
+    from testbed.link.trace_check import format_table, summary
+    from testbed.link.trace_replay import checked_replay, dry_run, replay
     from testbed.results import new_run_id
-    from testbed.trace import load_trace
-    from testbed.trace_check import format_table, summary
 
     flags = [
         f

@@ -2,7 +2,7 @@
 
 A device decides per task whether to offload, on a network whose bandwidth moves (the paper's
 "systems that support a dynamic computation offloading decision"). Each policy (`testbed.policies`)
-gets the same stream on the same trace, replayed from its start for it (`testbed.replay`), so the
+gets the same stream on the same trace, replayed from its start for it (`testbed.link.trace_replay`), so the
 analysis can compare them task by task and build the hindsight oracle from the always-local and
 always-remote runs (`analysis.online`).
 
@@ -33,13 +33,13 @@ from contracts.run import Experiment
 from contracts.tasks import STREAM_FILE, TaskRecord, TaskWriter
 from contracts.trace import ReplayPlan
 from contracts.trials import LOCAL, STAGES
+from testbed.backends.lab import Lab
 from testbed.experiment import known_methods, known_ops, parse_sizes
-from testbed.lab import Lab
-from testbed.plan import Trial
+from testbed.link.trace import DEFAULT_GRANULARITY_MS, load_trace
+from testbed.link.trace_replay import LEAD_S, replay
 from testbed.policies import KINDS, Decision, Policy
-from testbed.progress import Progress
-from testbed.replay import LEAD_S, replay
-from testbed.trace import DEFAULT_GRANULARITY_MS, load_trace
+from testbed.sweep.plan import Trial
+from testbed.sweep.progress import Progress
 
 log = logging.getLogger(__name__)
 PROBE_TRIAL = -2  # the worker's trial id of an online policy's probe (-1: a warm-up)
@@ -183,7 +183,7 @@ class StreamRun:
     def run(self, policy: Policy, tasks: list[Task], worker, clock=time.time, sleep=time.sleep):
         """Replay the trace from a start instant in a thread and run the tasks on its clock; returns
         the replay (its passes and lateness) and the worker (replaced if it died)."""
-        from testbed.sweep import run_trial
+        from testbed.sweep.phases import run_trial
 
         stop = threading.Event()
         start = clock() + LEAD_S
@@ -311,8 +311,8 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     from testbed.bookkeeping import end_session, start_run, start_session
     from testbed.policies import make_policies
     from testbed.results import new_run_id
-    from testbed.sweep import calibrate_devices, warm_up
-    from testbed.worker_link import WorkerLink
+    from testbed.sweep.phases import calibrate_devices, warm_up
+    from testbed.sweep.worker_link import WorkerLink
 
     source = model_run or spec.model
     if source is None:

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 from contracts.errors import UserError
 from contracts.run import LinkCheck, Repair
+from testbed.backends.lab import Lab
 from testbed.bookkeeping import add_repair, add_validation, now
 from testbed.experiment import Experiment
-from testbed.lab import Lab
+from testbed.link.guard import ShapingGuard
+from testbed.link.validate import validate_rate
 from testbed.results import ManifestFile
-from testbed.shaping_guard import ShapingGuard
-from testbed.validate import validate_rate
 
-log = logging.getLogger("testbed.sweep")
+log = logging.getLogger("testbed.sweep.phases")
 
 
 class Unrepairable(Exception):

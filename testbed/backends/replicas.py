@@ -18,9 +18,9 @@ from pathlib import Path
 
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
-from testbed import topology
+from testbed.backends import topology
+from testbed.backends.topology import Names
 from testbed.inventory import Inventory
-from testbed.topology import Names
 
 MAX_REPLICAS = 9
 CPU_LOCK = "/run/testbed/cpu.lock"

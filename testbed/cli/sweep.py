@@ -12,7 +12,7 @@ from analysis.__main__ import add_arguments as add_analysis_arguments
 from analysis.predict import add_arguments as add_predict_arguments
 from contracts.errors import UserError
 from contracts.trials import PYTHON
-from testbed.cli_args import RESULTS, always, inventories, open_lab, require_root
+from testbed.cli.args import RESULTS, always, inventories, open_lab, require_root
 
 EXIT_UNUSABLE = 4  # the sweep finished, but some cells have no usable (ok) trial
 SHOWN_CELLS = 10  # unusable cells named one a line at the end of a sweep; the rest counted
@@ -104,17 +104,17 @@ def register(sub) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from contracts.run import MANIFEST_FILE
+    from testbed.backends.replicas import sweep_inventories
     from testbed.bookkeeping import start_run
-    from testbed.device_emulation import client_cpu as emulation_cpu
-    from testbed.device_emulation import resolve_client_devices, resolve_device, resolve_server_device
     from testbed.estimate import format_duration, model_for, replica_hint
     from testbed.experiment import FLAGS, load_experiment, override, trial_range
     from testbed.inventory import load_inventory
     from testbed.lock import held
-    from testbed.plan import device_names
-    from testbed.replicas import sweep_inventories
     from testbed.results import ManifestFile, new_run_id
-    from testbed.sweep import run_sweep
+    from testbed.sweep.device_emulation import client_cpu as emulation_cpu
+    from testbed.sweep.device_emulation import resolve_client_devices, resolve_device, resolve_server_device
+    from testbed.sweep.phases import run_sweep
+    from testbed.sweep.plan import device_names
 
     invs = [load_inventory(path) for path in inventories(args)]
     inv = invs[0]

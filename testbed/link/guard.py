@@ -6,7 +6,7 @@ run "at 20 Mbit/s" over an unshaped link, silently wrong in exactly the data the
 produce. So after each trial the appliance's HTB classes are read back (one agent verb): each port
 must still have our class, at the rate asked, and its byte counter must have advanced by at least
 the payload the trial moved that way. A trial that fails the check is written as failed, with what
-was measured, and the sweep repairs the shaping (`testbed.sweep`).
+was measured, and the sweep repairs the shaping (`testbed.sweep.phases`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from contracts.command import Result
 from contracts.errors import UserError
 from contracts.units import expected_goodput
-from testbed.lab import Lab
+from testbed.backends.lab import Lab
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from contracts.errors import UserError
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Calibration, Device
 from contracts.trials import LOCAL, SERVER_START
+from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
 from testbed.inventory import Inventory
-from testbed.lab import Lab
 from testbed.results import ManifestFile, machine
 
 TOLERANCE_PCT = 10.0

@@ -13,7 +13,7 @@ from contracts.errors import UserError
 from contracts.profiles import MIN_CPU_QUOTA, CpuProfile
 from contracts.trials import GRPC_SERVERS, PYTHON, SERVER_STACKS, SERVER_START
 from contracts.units import format_rate
-from testbed.cli_args import (
+from testbed.cli.args import (
     RESULTS,
     add_link_flags,
     always,
@@ -27,7 +27,7 @@ from testbed.cli_args import (
 from testbed.devices import load_device
 from testbed.experiment import parse_names
 from testbed.inventory import MAX_CLIENTS
-from testbed.trace import DEFAULT_GRANULARITY_MS
+from testbed.link.trace import DEFAULT_GRANULARITY_MS
 
 
 def register(sub) -> None:
@@ -198,8 +198,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from testbed.lab import STATE_ROOT
-    from testbed.replicas import present_replicas, remove_cpu_lock
+    from testbed.backends.lab import STATE_ROOT
+    from testbed.backends.replicas import present_replicas, remove_cpu_lock
 
     require_root()
     inv = load(args)
@@ -214,7 +214,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_shape(args: argparse.Namespace) -> int:
     if args.trace is not None:
-        from testbed.trace_cli import cmd_trace
+        from testbed.cli.traces import cmd_trace
 
         return cmd_trace(args)
     if args.down_trace is not None or args.check is not None:
@@ -265,8 +265,8 @@ def held_rates(shaping: dict[str, dict], asked: dict[str, tuple[str, int]]) -> d
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from testbed.link.validate import format_table, raise_on_failure, validate
     from testbed.results import new_run_id
-    from testbed.validate import format_table, raise_on_failure, validate
 
     inv = load(args)
     rates = parse_rate_list(args.rates) if args.rates else sorted({inv.link.up_rate, inv.link.down_rate})
@@ -354,8 +354,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     """`calibrate --device`: how closely the client host reaches the device's targets."""
     from contracts.device import Grid
-    from testbed import device_emulation
     from testbed.devices import load_device
+    from testbed.sweep import device_emulation
 
     device = load_device(args.device)
     slow_host = args.slow_host

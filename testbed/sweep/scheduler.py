@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import threading
 
-from testbed.plan import Trial
-from testbed.rounds import Rounds
+from testbed.sweep.plan import Trial
+from testbed.sweep.rounds import Rounds
 
 Unit = tuple[float | None, list[Trial]]
 

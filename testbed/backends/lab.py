@@ -3,7 +3,7 @@
 `Lab` holds everything both backends share, and acts on hosts only through the host agent
 (`python -m agent --serve`, resident for the command; `close` ends it): shaping, the client's CPU
 limit, services, the bridge, probes and counters are the same calls whether the host is a namespace
-here (`NetnsLab`) or a machine over SSH (`testbed.ssh_lab.SshLab`). A backend supplies only how
+here (`NetnsLab`) or a machine over SSH (`testbed.backends.ssh.SshLab`). A backend supplies only how
 hosts are reached and wired (veth pairs in namespaces, or existing NICs) and what `down` must undo.
 `NetnsLab.down` derives every name from the inventory, so it cleans up after a crash even when no
 state file survived.
@@ -27,10 +27,10 @@ from contracts.processes import daemon_pids, stop_all, watch
 from contracts.profiles import LinkSpec, blas_env
 from contracts.trace import ReplayPlan
 from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
-from testbed import topology
-from testbed.hosts import Host, NetnsHost
+from testbed.backends import topology
+from testbed.backends.host import Host, NetnsHost
+from testbed.backends.topology import Names
 from testbed.inventory import MAX_CLIENTS, Inventory
-from testbed.topology import Names
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 OVS_PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from testbed.backends.lab import Lab, NetnsLab
 from testbed.inventory import Inventory
-from testbed.lab import Lab, NetnsLab
 
 
 def open_lab(inv: Inventory) -> Lab:
     if inv.backend == "ssh":
-        from testbed.ssh_lab import SshLab  # fabric and paramiko only for a real lab
+        from testbed.backends.ssh import SshLab  # fabric and paramiko only for a real lab
 
         return SshLab(inv)
     return NetnsLab(inv)

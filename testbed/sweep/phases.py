@@ -27,7 +27,7 @@ from contracts.device import PACED, DeviceProfile
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Device, TrialRecord, read_trials
 from contracts.trials import GRPC, LOCAL, SERVER_START, offload_label
-from testbed import device_emulation
+from testbed.backends.lab import Lab
 from testbed.bookkeeping import (
     counters_after,
     counters_before,
@@ -39,19 +39,26 @@ from testbed.bookkeeping import (
 )
 from testbed.estimate import Model
 from testbed.experiment import Experiment
-from testbed.lab import Lab
-from testbed.plan import Trial, device_names, phases, plan_trials
-from testbed.progress import Progress
+from testbed.link.guard import ShapingGuard
+from testbed.link.repairs import (
+    Unrepairable,
+    heal,
+    not_kept,
+    repair_shaping,
+    shape_and_validate,
+    shaping_guard,
+)
 from testbed.quiet import NoQuiet, Quiet
-from testbed.repairs import Unrepairable, heal, not_kept, repair_shaping, shape_and_validate, shaping_guard
 from testbed.results import ManifestFile, TrialFile
-from testbed.rounds import Rounds
-from testbed.scheduler import WorkSource, split_by_rep
-from testbed.shaping_guard import ShapingGuard
 from testbed.signals import sigterm_as_interrupt
-from testbed.worker_link import WorkerDied, WorkerLink
+from testbed.sweep import device_emulation
+from testbed.sweep.plan import Trial, device_names, phases, plan_trials
+from testbed.sweep.progress import Progress
+from testbed.sweep.rounds import Rounds
+from testbed.sweep.scheduler import WorkSource, split_by_rep
+from testbed.sweep.worker_link import WorkerDied, WorkerLink
 
-log = logging.getLogger("testbed.sweep")
+log = logging.getLogger("testbed.sweep.phases")
 
 
 def cell_label(t: Trial) -> str:
@@ -73,7 +80,7 @@ def run_sweep(
     """Run what is missing from `run_dir` on one testbed or several (replicas); return a summary.
     Each testbed is brought up if needed.
 
-    With a `device`, each client host is calibrated for it first (`testbed.device_emulation`; a resumed
+    With a `device`, each client host is calibrated for it first (`testbed.sweep.device_emulation`; a resumed
     session on the same machine uses the run's calibration again unless told to `recalibrate`), with a
     `server_device` each server host for that one; with a `model` (`testbed.estimate`), the progress
     line's ETA comes from it."""

@@ -1,12 +1,12 @@
 """`testbed stream`: a task stream against a replayed link trace, once per decision policy, then its
-analysis (`testbed.stream`, `analysis.online`)."""
+analysis (`testbed.task_stream`, `analysis.online`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from testbed.cli_args import RESULTS, always, load, open_lab, require_root
+from testbed.cli.args import RESULTS, always, load, open_lab, require_root
 
 
 def register(sub) -> None:
@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from testbed.stream import load_stream, run_stream
+    from testbed.task_stream import load_stream, run_stream
 
     spec = load_stream(args.stream)
     require_root()

@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
-from testbed import bench_cli, commands, stream_cli, sweep_cli
+from testbed.cli import bench as bench_cli
+from testbed.cli import lab as commands
+from testbed.cli import stream as stream_cli
+from testbed.cli import sweep as sweep_cli
 
 GROUPS = (commands, sweep_cli, stream_cli, bench_cli)
 
@@ -42,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_locked(args: argparse.Namespace, argv: list[str] | None) -> int:
     """A command that needs the testbed to itself (its parser sets `busy`): run it under the lock."""
-    from testbed.cli_args import load, require_root
+    from testbed.cli.args import load, require_root
     from testbed.lock import held
 
     inv = load(args)

@@ -12,9 +12,9 @@ import subprocess
 import threading
 from pathlib import Path
 
+from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
-from testbed.lab import Lab
-from testbed.plan import Trial
+from testbed.sweep.plan import Trial
 
 
 class WorkerDied(Exception):
@@ -36,7 +36,7 @@ class WorkerLink:
         calibration: dict | None = None,
         role: str = "client",
     ) -> None:
-        """`calibration`: the device emulation's (`testbed.device_emulation.emulate`), None without; the
+        """`calibration`: the device emulation's (`testbed.sweep.device_emulation.emulate`), None without; the
         worker takes its slowdowns (scaled) or its per-work quotas (throttle). `role`: the client host it
         runs on (several clients: `client2` ...)."""
         host = lab.host(role)

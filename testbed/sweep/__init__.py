@@ -1,0 +1,1 @@
+"""The sweep: its plan, its phases, its trials and the devices it emulates."""
