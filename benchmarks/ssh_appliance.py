@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from benchmarks.session import BenchError
-from testbed.backends.host import NetnsHost
 from testbed.backends.lab import Lab
+from testbed.backends.netns import NetnsHost
 from testbed.backends.ssh_host import SshHost
 from testbed.inventory import HostSpec, SshSpec
 

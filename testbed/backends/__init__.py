@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from testbed.backends.lab import Lab, NetnsLab
+from testbed.backends.lab import Lab
+from testbed.backends.netns import NetnsLab
 from testbed.inventory import Inventory
 
 

@@ -2,7 +2,7 @@
 
 A host is reached in one of two ways, and that is all a backend supplies (`_exec`, `_popen`,
 `python`, and how its resident agent is started, `_agent_exec`): the embedded testbed enters a
-network namespace on this machine (`NetnsHost`), a real lab goes over SSH (`testbed.backends.ssh_host.SshHost`).
+network namespace on this machine (`testbed.backends.netns.NetnsHost`), a real lab goes over SSH (`testbed.backends.ssh_host.SshHost`).
 Everything else (the agent's answers, the device's CPU limit, services) is written once, here.
 """
 
@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from contracts.command import Result, run
+from contracts.command import Result
 from contracts.errors import AgentBug, UserError
-from testbed.backends.agent_link import AgentLink, local_spawn
 from testbed.inventory import HostSpec
 
 
@@ -145,98 +144,3 @@ def project_path() -> str:
     bindir = os.path.dirname(sys.executable)
     path = os.environ.get("PATH", os.defpath)
     return path if path.split(os.pathsep)[0] == bindir else bindir + os.pathsep + path
-
-
-class NetnsHost(Host):
-    """A host that is a network namespace on this machine."""
-
-    def __init__(
-        self,
-        spec: HostSpec,
-        netns: str,
-        state_dir: Path,
-        cgroup: str | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        self.spec = spec
-        self.netns = netns
-        self.state_dir = state_dir
-        self.cgroup = cgroup
-        self.env = {"PATH": project_path(), **(env or {})}
-        self._here: AgentLink | None = None
-        self._inside: AgentLink | None = None
-        self._inside_ns: tuple[int, int] | None = None  # which namespace of that name it is in
-
-    @property
-    def where(self) -> str:
-        return f"netns {self.netns}"
-
-    def python(self, module: str, *args: str) -> list[str]:
-        return [sys.executable, "-m", module, *args]
-
-    def _netns(self, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.netns, *argv]
-
-    def limited(self, argv: Sequence[str], limited: bool | None = None) -> list[str]:
-        """Join the cgroup here, then enter the namespace: `ip netns exec` mounts a /sys of the
-        namespace's own, without the cgroup file system, so nothing inside could join it."""
-        argv = [str(a) for a in argv]
-        if self.cgroup and limited is not False:
-            return [*self.python("client.cpulimit", "--name", self.cgroup, "--"), *self._netns(argv)]
-        return self._netns(argv)
-
-    def _exec(self, argv, *, timeout, env, input) -> Result:
-        return run(argv, host=self.name, check=False, timeout=timeout, env=env, input=input)
-
-    def write(self, data: bytes, dst: str) -> None:
-        """A file of the host's (namespaces share this machine's file system)."""
-        Path(dst).parent.mkdir(parents=True, exist_ok=True)
-        Path(dst).write_bytes(data)
-
-    def _popen(self, argv, env, **kwargs) -> subprocess.Popen:
-        return subprocess.Popen(argv, env={**os.environ, **env}, **kwargs)
-
-    def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
-        """In the namespace when it exists and the verb needs its network; otherwise here.
-
-        Only the network differs between this machine and its namespaces: a plan, a probe taken
-        before `up` or after `down`, and the cgroup (whose file system `ip netns exec` hides) are the
-        host's own here. A verb that needs the network of a namespace that is not there fails as it
-        should (no such port). So there are two resident agents, each started on its first verb; the
-        one inside is replaced when the namespace of that name is another (removed, made again).
-        """
-        namespace = self._namespace_id() if not verb.startswith("cpu.") else None
-        if namespace is None:
-            if self._here is None:
-                self._here = self._link(self.python("agent", "--serve"))
-            return self._here.ask(verb, payload, timeout)
-        if self._inside is not None and self._inside_ns != namespace:
-            self._inside.close()
-            self._inside = None
-        if self._inside is None:
-            self._inside = self._link(self._netns(self.python("agent", "--serve")))
-            self._inside_ns = namespace
-        return self._inside.ask(verb, payload, timeout)
-
-    def _namespace_id(self) -> tuple[int, int] | None:
-        """The namespace's identity (its nsfs inode), or None where it is not there to enter."""
-        if os.geteuid() != 0:
-            return None
-        try:
-            st = os.stat(f"/run/netns/{self.netns}")
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino)
-
-    def _link(self, argv: list[str]) -> AgentLink:
-        return AgentLink(self.name, argv, local_spawn(argv))
-
-    @property
-    def agents(self) -> list[AgentLink]:
-        """The host's agent links (here, in the namespace) that were started."""
-        return [link for link in (self._here, self._inside) if link is not None]
-
-    def close(self) -> None:
-        for link in self.agents:
-            link.close()
-        self._here = self._inside = None

@@ -3,9 +3,9 @@
 `Lab` holds everything both backends share, and acts on hosts only through the host agent
 (`python -m agent --serve`, resident for the command; `close` ends it): shaping, the client's CPU
 limit, services, the bridge, probes and counters are the same calls whether the host is a namespace
-here (`NetnsLab`) or a machine over SSH (`testbed.backends.ssh.SshLab`). A backend supplies only how
+here (`testbed.backends.netns.NetnsLab`) or a machine over SSH (`testbed.backends.ssh.SshLab`). A backend supplies only how
 hosts are reached and wired (veth pairs in namespaces, or existing NICs) and what `down` must undo.
-`NetnsLab.down` derives every name from the inventory, so it cleans up after a crash even when no
+`NetnsLab.down` (testbed.backends.netns) derives every name from the inventory, so it cleans up after a crash even when no
 state file survived.
 """
 
@@ -13,24 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
 
-from contracts.command import run
-from contracts.cpu_lock import ENV as CPU_LOCK_ENV
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
-from contracts.processes import daemon_pids, stop_all, watch
-from contracts.profiles import LinkSpec, blas_env
+from contracts.profiles import LinkSpec
 from contracts.trace import ReplayPlan
 from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
-from testbed.backends import topology
-from testbed.backends.host import Host, NetnsHost
-from testbed.backends.topology import Names
-from testbed.inventory import MAX_CLIENTS, Inventory
+from testbed.backends.host import Host
+from testbed.inventory import Inventory
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
 OVS_PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl")
@@ -485,162 +479,3 @@ class Lab(ABC):
         status["server_url"] = self.server_url
         status["grpc_target"] = self.grpc_target
         return status
-
-
-class NetnsLab(Lab):
-    """The embedded testbed: three network namespaces on this machine."""
-
-    def __init__(self, inv: Inventory, state_dir: Path | None = None) -> None:
-        """`state_dir`: where its state lives (default STATE_ROOT/PREFIX)."""
-        self.state_dir = state_dir or STATE_ROOT / inv.prefix
-        self.asked_clients = inv.clients
-        running = self.running_clients()
-        if running is not None and running != inv.clients:  # every command acts on what is up
-            inv = inv.with_clients(running)
-        self.inv = inv
-        self.names = Names.of(inv)
-        self.bridge, self.up_if, self.down_if = self.names.bridge, self.names.to_server, self.names.down_port
-        self.cgroup = self.names.cgroup
-        self.probes = {}
-        quota = inv.client_cpu.cpu_quota
-        specs = inv.hosts
-        lock = {CPU_LOCK_ENV: inv.cpu_lock} if inv.cpu_lock else {}  # replicas: one timed stage at a time
-        client_env = {**blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core), **lock}
-        self.hosts = {
-            **{
-                c.role: NetnsHost(
-                    inv.host(c.role), c.ns, self.state_dir, c.cgroup if quota else None, env=client_env
-                )
-                for c in self.names.clients
-            },
-            "appliance": NetnsHost(specs["appliance"], self.names.appliance_ns, self.state_dir),
-            "server": NetnsHost(
-                specs["server"],
-                self.names.server_ns,
-                self.state_dir,
-                env={**inv.server_env(), **lock} or None,
-            ),
-        }
-
-    def switch_args(self) -> dict:
-        return {"bridge": self.bridge, "rundir": str(self.state_dir / "ovs"), "own": True}
-
-    def bridge_layout(self) -> dict[str, list[str]]:
-        return self.names.bridges
-
-    def client_cgroups(self) -> dict[str, str]:
-        return {c.role: c.cgroup for c in self.names.clients}
-
-    def datapath(self) -> str:
-        return "netdev"  # its own ovs-vswitchd in a namespace: never the machine's kernel datapath
-
-    def is_up(self) -> bool:
-        present = topology.existing_namespaces(self.names)
-        return len(present) == len(self.names.namespaces) and (self.state_dir / "up.json").exists()
-
-    def running_clients(self) -> int | None:
-        """How many client hosts the testbed that is up has (its `up.json`); None when none is up."""
-        try:
-            return int(json.loads((self.state_dir / "up.json").read_text()).get("clients", 1))
-        except (OSError, ValueError, AttributeError):
-            return None
-
-    def up(self, start_server: bool = True) -> bool:
-        if self.is_up() and self.asked_clients not in (1, self.inv.clients):
-            raise UserError(
-                f"the testbed is up with {self.inv.clients} client(s), not {self.asked_clients}",
-                "run `testbed down` first",
-            )
-        return super().up(start_server)
-
-    def preflight(self) -> list[str]:
-        if os.geteuid() != 0:
-            return ["not running as root (run testbed as root)"]
-        problems = []
-        for role in ("client", "appliance", "server"):  # the namespaces do not exist yet: this machine
-            problems += [p for p in self.probe(role) if p not in problems]
-        present = topology.existing_namespaces(self.everything())
-        if present:
-            problems.append(
-                f"leftovers of an earlier testbed: {', '.join(present)} (run `testbed down` first)"
-            )
-        return problems
-
-    def _up(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        topology.apply(topology.plan(self.inv))
-        # veth TX checksum offload must be off, or the userspace datapath forwards packets whose
-        # checksums were never filled in, and TCP stalls
-        n = self.names
-        roles = {**{c.ns: c.role for c in n.clients}, n.appliance_ns: "appliance", n.server_ns: "server"}
-        for ns, ifname in topology.ports(n):
-            self.host(roles[ns]).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
-        self.host("appliance").agent(
-            "bridge.up", **self._bridges(), datapath=self.datapath(), **self.switch_args()
-        )
-        self.apply_cpu_limit()
-
-    def _mark_up(self) -> None:
-        (self.state_dir / "up.json").write_text(
-            json.dumps(
-                {
-                    "inventory": str(self.inv.path),
-                    "prefix": self.inv.prefix,
-                    "namespaces": list(self.names.namespaces),
-                    "clients": self.inv.clients,
-                    "started_at": time.time(),
-                    "pid": os.getpid(),
-                },
-                indent=2,
-            )
-        )
-
-    def down(self) -> list[str]:
-        """Remove everything of this testbed; idempotent, and works from any half-built state."""
-        removed = []
-        self.close()  # the agents in the namespaces go first, of their own accord
-        everything = self.everything()
-        present = topology.existing_namespaces(everything)
-        # every process in the namespaces, and the OVS daemons by their pid files: a daemon already
-        # exiting has left its namespace's list, and is waited for all the same
-        daemons = {pid: watch(pid) for pid in self.ovs_daemons()}
-
-        def ours(ns: str | None) -> list[int]:
-            return (_netns_pids(ns) if ns else []) + [pid for pid, running in daemons.items() if running()]
-
-        stuck = []
-        for ns in present or [None]:
-            if not stop_all(lambda ns=ns: ours(ns), grace=3.0, poll=0.1):
-                stuck += ours(ns) or ["?"]
-        for ns in present:
-            run(["ip", "netns", "delete", ns], check=False)
-            removed.append(f"netns {ns}")
-        removed += [f"link {name}" for name in topology.remove_root_leftovers(everything)]
-        # also when the inventory no longer asks for a limit; the namespace is gone, so the agent
-        # runs here, where the cgroup is
-        for client in everything.clients:
-            if self.host("client").agent("cpu.remove", name=client.cgroup):
-                removed.append(f"cgroup {client.cgroup}")
-        if stuck:  # the state stays: its pid files name the daemons for the next `down`
-            raise UserError(
-                f"processes of the testbed outlived SIGKILL: pids {', '.join(map(str, stuck))} "
-                f"(removed: {', '.join(removed) or 'nothing'})",
-                "a process stuck in the kernel: see `ps -o pid,stat,wchan -p PIDS`, then run testbed down again",
-            )
-        if self.state_dir.exists():
-            shutil.rmtree(self.state_dir, ignore_errors=True)
-            removed.append(f"state {self.state_dir}")
-        return removed
-
-    def everything(self) -> Names:
-        """The names of the most clients a testbed can have: what `down` looks for, whichever number
-        of clients the last `up` brought up (the names follow from the inventory alone)."""
-        return Names.of(self.inv, clients=MAX_CLIENTS)
-
-    def ovs_daemons(self) -> list[int]:
-        """The appliance's ovsdb-server and ovs-vswitchd that run, by their pid files in our run dir."""
-        return daemon_pids(Path(self.switch_args()["rundir"]), ("ovs-vswitchd", "ovsdb-server"))
-
-
-def _netns_pids(ns: str) -> list[int]:
-    return [int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.backends.host import NetnsHost
+from testbed.backends.netns import NetnsHost
 from testbed.inventory import HostSpec
 
 pytestmark = pytest.mark.privileged

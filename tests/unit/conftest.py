@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from contracts.errors import UserError
-from testbed.backends import lab as lab_mod
-from testbed.backends.lab import NetnsLab
+from testbed.backends import netns as lab_mod
+from testbed.backends.netns import NetnsLab
 from testbed.bookkeeping import start_run
 from testbed.inventory import load_inventory
 from tests.fakes import (

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from testbed import cli
-from testbed.backends.host import NetnsHost
+from testbed.backends.netns import NetnsHost
 from testbed.inventory import DEFAULT_INVENTORY, load_inventory
 
 ROOT_COMMANDS = [

@@ -184,7 +184,7 @@ def test_blas_core_models_an_older_device(tmp_path):
 
 
 def test_a_server_devices_blas_threads_go_to_every_server_process(tmp_path):
-    from testbed.backends.lab import NetnsLab
+    from testbed.backends.netns import NetnsLab
     from testbed.backends.ssh import SshLab
 
     inv = load_inventory(write(tmp_path, GOOD))

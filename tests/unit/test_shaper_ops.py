@@ -17,7 +17,7 @@ from contracts.errors import UserError
 from contracts.profiles import LinkSpec
 from contracts.units import parse_rate
 from testbed import cli
-from testbed.backends.lab import NetnsLab
+from testbed.backends.netns import NetnsLab
 from testbed.cli import lab as commands
 from testbed.inventory import load_inventory
 from tests.fakes import FakeHost
