@@ -183,7 +183,7 @@ class StreamRun:
     def run(self, policy: Policy, tasks: list[Task], worker, clock=time.time, sleep=time.sleep):
         """Replay the trace from a start instant in a thread and run the tasks on its clock; returns
         the replay (its passes and lateness) and the worker (replaced if it died)."""
-        from testbed.sweep.phases import run_trial
+        from testbed.sweep.trials import run_trial
 
         stop = threading.Event()
         start = clock() + LEAD_S
@@ -311,7 +311,8 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     from testbed.bookkeeping import end_session, start_run, start_session
     from testbed.policies import make_policies
     from testbed.results import new_run_id
-    from testbed.sweep.phases import calibrate_devices, warm_up
+    from testbed.sweep.calibration import calibrate_devices
+    from testbed.sweep.trials import warm_up
     from testbed.sweep.worker_link import WorkerLink
 
     source = model_run or spec.model

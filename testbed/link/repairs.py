@@ -24,7 +24,7 @@ from testbed.link.guard import ShapingGuard
 from testbed.link.validate import validate_rate
 from testbed.results import ManifestFile
 
-log = logging.getLogger("testbed.sweep.phases")
+log = logging.getLogger("testbed.sweep")
 
 
 class Unrepairable(Exception):

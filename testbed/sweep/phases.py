@@ -1,69 +1,67 @@
-"""Running a sweep: for each rate shape the link, validate it, and run the trials through the worker.
+"""Running a sweep, in phases: for each rate shape the link, validate it, and run the trials through
+the worker.
 
 Every finished trial is a row in trials.csv at once; a failed trial is a row with its error, after
 which a dead server or worker is restarted and the sweep goes on. `--resume` runs exactly the trials
 that have no row yet.
 
-The parts around the flow have their own modules: `worker_link` (the trial worker on the client),
-`progress` (the progress line), `signals` (SIGTERM as Ctrl-C) and `bookkeeping` (manifest, trial rows,
-sweep.log).
+The rest of the sweep has its own modules beside this one: `trials` (a trial, its checks and repairs,
+the warm-up), `together` (a cell with several clients at once), `calibration` (the hosts calibrated
+for their devices), `testbeds` (what the sweep keeps of each testbed), `worker_link` (the trial
+worker on the client), `progress` (the progress line), and `testbed.bookkeeping` (manifest, trial
+rows, sweep.log).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import random
 import threading
-import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from contracts.cpu_lock import CpuLock
 from contracts.device import PACED, DeviceProfile
 from contracts.errors import UserError
-from contracts.run import TRIALS_FILE, Device, TrialRecord, read_trials
-from contracts.trials import GRPC, LOCAL, SERVER_START, offload_label
+from contracts.run import TRIALS_FILE, Device, read_trials
+from contracts.trials import GRPC
 from testbed.backends.lab import Lab
 from testbed.bookkeeping import (
     counters_after,
     counters_before,
     end_session,
-    now,
     setup_log,
     start_session,
     trial_row,
 )
 from testbed.estimate import Model
 from testbed.experiment import Experiment
-from testbed.link.guard import ShapingGuard
 from testbed.link.repairs import (
     Unrepairable,
-    heal,
-    not_kept,
-    repair_shaping,
-    shape_and_validate,
     shaping_guard,
 )
 from testbed.quiet import NoQuiet, Quiet
 from testbed.results import ManifestFile, TrialFile
 from testbed.signals import sigterm_as_interrupt
 from testbed.sweep import device_emulation
+from testbed.sweep.calibration import calibrate_devices, calibrate_host
 from testbed.sweep.plan import Trial, device_names, phases, plan_trials
 from testbed.sweep.progress import Progress
 from testbed.sweep.rounds import Rounds
 from testbed.sweep.scheduler import WorkSource, split_by_rep
-from testbed.sweep.worker_link import WorkerDied, WorkerLink
+from testbed.sweep.testbeds import Testbed
+from testbed.sweep.together import Together
+from testbed.sweep.trials import (
+    cell_label,
+    run_checked,
+    run_threads,
+    run_trial,
+    unusable_cells,
+    validate_or_heal,
+    warm_up,
+)
+from testbed.sweep.worker_link import WorkerLink
 
-log = logging.getLogger("testbed.sweep.phases")
-
-
-def cell_label(t: Trial) -> str:
-    where = "local" if t.method == LOCAL else f"@ {t.rate_mbps:g} Mbit/s {offload_label(t.method, t.server)}"
-    return f"{t.op} {t.size} {where}"
+log = logging.getLogger("testbed.sweep")
 
 
 def run_sweep(
@@ -90,30 +88,7 @@ def run_sweep(
     return sweep.run()
 
 
-@dataclass
-class Testbed:
-    """One of a sweep's testbeds and what the sweep keeps of it for the session."""
-
-    lab: Lab
-    worker: WorkerLink | None = None
-    calibration: dict | None = None  # what its trial worker needs to emulate the devices
-    marks: set = field(default_factory=set)  # (op, size, method) its missed calibration targets mark
-    problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
-    warmed: set = field(default_factory=set)  # rates its worker was warmed up at
-    workers: dict = field(default_factory=dict)  # several clients: the further clients' workers, by role
-    # each further client host that calibrates (`Sweep.calibrated_clients`): its calibration and the
-    # trials it marks, by the host's role
-    emulations: dict = field(default_factory=dict)
-    brought_up: bool = False
-    was_up: bool = False
-    cpu_lock: CpuLock = field(init=False)  # the replicas' host-wide lock, this testbed's own open file
-    quiet: Quiet | NoQuiet = field(default_factory=NoQuiet)  # trials shared, validations alone
-
-    def __post_init__(self) -> None:
-        self.cpu_lock = CpuLock(self.lab.inv.cpu_lock)
-
-
-class Sweep:
+class Sweep(Together):
     """A sweep over the typed run files, in phases: `prepare` (the plan, what is done, the session),
     per testbed `bring_up` and `calibrate`, then `trials` (units of work handed to the testbeds by a
     `WorkSource`, each unit: shape and validate its rate, warm up, run and check its trials), and
@@ -387,99 +362,6 @@ class Sweep:
         with self.lock:
             self.writer.sync()
 
-    def run_together(self, tb: Testbed, rate: float, phase: list[Trial]) -> None:
-        """Several clients: each cell's trials with the clients that offload it at once, cell after
-        cell (`run_cell_together`). A cell whose shaping or switch broke has the testbed healed and
-        its trials that did not run run then."""
-        lab, exp = tb.lab, self.exp
-        cells: dict[tuple, list[Trial]] = {}
-        for t in phase:
-            cells.setdefault(t.cell, []).append(t)
-        for trials in cells.values():
-            for _attempt in (1, 2):
-                if self.source.stopped or tb.problems.get(rate):
-                    return
-                trials, (wrong, switch) = self.run_cell_together(tb, rate, trials)
-                if not (wrong or switch) or not trials:
-                    break
-                if switch:
-                    why = f"the switch broke while {cell_label(trials[0])} ran: {switch}"
-                    ids = [t.trial for t in trials]
-                    tb.problems[rate] = heal(
-                        lab, exp, rate, self.manifest, why, ids, grpc=False, switch=[switch]
-                    ).link
-                else:
-                    tb.problems[rate] = repair_shaping(lab, exp, rate, self.manifest, wrong, trials[0].trial)
-            self.close_cells()
-        with self.lock:
-            self.writer.sync()
-
-    def run_cell_together(
-        self, tb: Testbed, rate: float, trials: list[Trial]
-    ) -> tuple[list[Trial], tuple[str, str]]:
-        """One cell with the clients that offload it at once: they start together and each runs its
-        repetitions back to back (closed loop: its next trial when its last one ends), each on its
-        own host with its own worker; a row is written as each trial ends. After each trial its
-        client reads the shaping back (one reading at a time: they share the appliance's agent): every
-        port still shaped at the rate, and the byte counters, since the cell began, at least the
-        payloads of the trials that ended (the clients' transfers overlap, so no one trial's bytes
-        can be told apart). Returns the trials that did not run, and what was wrong with the shaping
-        and with the switch (empty: nothing)."""
-        lab, exp = tb.lab, self.exp
-        by_stream: dict[tuple[int, int], list[Trial]] = {}  # (client, request stream): its trials
-        for t in sorted(trials, key=lambda t: (t.client or 1, t.stream or 1, t.rep)):
-            by_stream.setdefault((t.client or 1, t.stream or 1), []).append(t)
-        rate_bps = int(round(rate * 1e6))
-        start = lab.shaping_classes()
-        moved = {"bytes_up": 0, "bytes_down": 0}
-        ran: set[int] = set()
-        broken: list[tuple[str, str]] = []  # (shaping, switch)
-        errors: list[BaseException] = []
-        reading = threading.Lock()
-
-        def client(stream: tuple[int, int], mine: list[Trial]) -> None:
-            k, s = stream
-            role = lab.client_roles[k - 1]
-            name = role if s == 1 else f"{role}-{s}"  # a further request stream: a worker of its own
-            arrivals = Arrivals(exp, trials[0].cell, k)
-            try:
-                worker = self.stream_worker(tb, role, name, mine)
-                arrivals.start()
-                for t in mine:
-                    arrivals.wait()  # open loop: until this trial's arrival (closed: at once)
-                    if self.source.stopped or broken:
-                        break
-                    self.show(cell_label(t))
-                    with tb.quiet.shared():
-                        record, worker = run_trial(lab, exp, worker, self.run_dir, t)
-                    with reading:
-                        for key in moved:
-                            moved[key] += record.get(key) or 0
-                        check = lab.appliance_check()
-                        guard = ShapingGuard(rate_bps, lab.up_if, lab.down_if, start)
-                        wrong = guard.check(check["classes"], moved) or ""
-                        switch = "; ".join(check["switch"])
-                        if wrong or switch:
-                            broken.append((wrong, switch))
-                            record = not_kept(record, wrong or f"the switch was down: {switch}")
-                    ran.add(t.trial)
-                    self.record(tb, t, self.flagged(tb, t, record))
-                    self.keep_worker(tb, name, worker)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the testbed's own thread
-                errors.append(exc)
-                self.source.stop()
-
-        def stop() -> None:
-            self.source.stop()
-            for worker in [tb.worker, *tb.workers.values()]:  # a trial in flight ends with its worker
-                if worker is not None:
-                    worker.proc.kill()
-
-        run_threads([threading.Thread(target=client, args=kv, daemon=True) for kv in by_stream.items()], stop)
-        if errors:
-            raise errors[0]
-        return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", ""))
-
     def stream_worker(self, tb: Testbed, role: str, name: str, trials: list[Trial]) -> WorkerLink:
         """The worker of request stream `name` on client host `role` (client 1's first stream: the
         testbed's worker); a further client's or stream's first cell starts it, warmed up as the first's."""
@@ -579,134 +461,6 @@ class Sweep:
         return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")
 
 
-def run_threads(threads: list[threading.Thread], stop: Callable[[], None]) -> None:
-    """Start the threads and wait for them all. Ctrl-C reaches this thread between joins: then `stop`
-    (which ends what is in flight), a minute at most for each thread to end, and the interrupt goes on."""
-    for thread in threads:
-        thread.start()
-    try:
-        while any(thread.is_alive() for thread in threads):
-            for thread in threads:
-                thread.join(timeout=0.2)
-    except BaseException:
-        stop()
-        for thread in threads:
-            thread.join(timeout=60)
-        raise
-
-
-class Arrivals:
-    """When a client's trials of a cell start: closed loop, each when the last one ends; open loop
-    (`arrivals_hz`), at the arrivals of a Poisson process seeded by the experiment, the cell and the
-    client, or when the last one ends if that is later (one request in flight per client)."""
-
-    def __init__(self, exp: Experiment, cell: tuple, client: int) -> None:
-        self.rate = exp.arrivals_hz
-        self.rng = random.Random(f"{exp.seed}-{cell}-{client}")
-        self.next = 0.0
-
-    def start(self) -> None:
-        if self.rate:
-            self.next = time.monotonic() + self.rng.expovariate(self.rate)
-
-    def wait(self) -> None:
-        if not self.rate:
-            return
-        time.sleep(max(0.0, self.next - time.monotonic()))
-        self.next += self.rng.expovariate(self.rate)
-
-
-def server_marks(exp: Experiment, missed: set[tuple]) -> set[tuple[str, int, str]]:
-    """The (op, size, method) of the trials a server calibration's missed targets mark: its kernel's
-    every remote trial of its (op, size); its start-up's every HTTP trial (gRPC has no cgi process)."""
-    remote = [m for m in exp.methods if m != LOCAL]
-    out = set()
-    for op, size, work in missed:
-        if work == SERVER_START:
-            out |= {(o, s, m) for o in exp.ops for s in exp.sizes for m in remote if m != GRPC}
-        else:
-            out |= {(op, size, m) for m in (remote if work == LOCAL else [work])}
-    return out
-
-
-def calibrate_devices(
-    lab: Lab,
-    exp: Experiment,
-    manifest: ManifestFile,
-    progress: Progress,
-    device: DeviceProfile | None,
-    server_device: DeviceProfile | None,
-    replicas: list[int] | None = None,
-    reuse_at: str | None = None,
-) -> tuple[dict | None, set]:
-    """At the start of a session, each host that emulates a device is calibrated for it and the
-    calibration recorded (with the `replicas` that use it, when testbeds on one machine share it).
-    With `reuse_at` (the session's start), the run's calibration of a host is used again instead
-    when it still holds (`device_emulation.reusable`), and the session recorded with it.
-    Returns what the trial worker needs (the client's calibration, and the server's slowdowns as
-    `server_scale` with its rows, the targets they follow, as `server_rows`; None: neither is a
-    device) and the (op, size, method) of every trial a missed target marks."""
-    calibration, marks = None, set()
-    for role, profile in (("client", device), ("server", server_device)):
-        if profile is None:
-            continue
-        result, missed = calibrate_host(lab, exp, manifest, progress, role, profile, replicas, reuse_at)
-        if role == "client":
-            calibration = {**(calibration or {}), **result}
-        else:
-            server = {"server_scale": result["scale"], "server_rows": result.get("rows", [])}
-            calibration = {**(calibration or {}), **server}
-        marks |= missed
-    return calibration, marks
-
-
-def calibrate_host(
-    lab: Lab,
-    exp: Experiment,
-    manifest: ManifestFile,
-    progress: Progress,
-    role: str,
-    profile: DeviceProfile,
-    replicas: list[int] | None = None,
-    reuse_at: str | None = None,
-    host: str | None = None,
-) -> tuple[dict, set]:
-    """One host calibrated for its device (or its calibration used again): `role` "client" or
-    "server", on the host of that role or on `host` (a further client host: of another device, or an
-    SSH lab's further machine; recorded under its device with the host's role). Returns the
-    calibration and the trials it marks."""
-    embedded = lab.inv.backend == "netns"
-    mode = exp.mode if role == "client" else "scaled"
-    client = host if host not in (None, role) else None  # a further client host's own calibration
-    earlier = reuse_at and device_emulation.reusable(
-        manifest, role, mode, lab.replica, embedded, profile.name, client
-    )
-    if earlier:
-        progress.show(f"the {host or role} host's calibration of {earlier.at} holds on this machine")
-        log.info("using the %s host's calibration of %s again (same machine)", host or role, earlier.at)
-        result = device_emulation.reuse(manifest, earlier, reuse_at)
-    else:
-        progress.show(f"calibrating the {host or role} host for device {profile.name}")
-        log.info("calibrating the %s host for device %s", host or role, profile.name)
-        if role == "client":
-            result = device_emulation.emulate_for(lab, profile, exp, host or role)
-        else:
-            result = device_emulation.emulate_server_for(lab, profile, exp)
-        device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, client)
-    missed = device_emulation.flagged(result)
-    if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
-        missed = server_marks(exp, missed)
-    progress.reset_clock()
-    if missed:
-        what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
-        log.warning("%s device emulation misses its tolerance for: %s", host or role, what)
-        progress.note(
-            f"{host or role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% "
-            f"for {what}; those trials are marked emulation_flagged"
-        )
-    return result, missed
-
-
 def _quietly(step) -> UserError | None:
     """One step of the end of a session: a UserError it raises (its write failed) is logged and
     returned instead, so the steps after it still run (the testbed is still taken down)."""
@@ -716,119 +470,3 @@ def _quietly(step) -> UserError | None:
         log.warning("ending the session: %s", exc)
         return exc
     return None
-
-
-def unusable_cells(trials: list[Trial], records: Iterable[TrialRecord]) -> list[tuple[str, str]]:
-    """The cells of the plan without a single ok trial, each with why: how many of its trials failed
-    and their most common error, or that none ran. In the plan's order."""
-    rows = {r.trial: r for r in records if r.trial is not None}
-    by_cell: dict[tuple, list[Trial]] = {}
-    for t in trials:
-        by_cell.setdefault(t.cell, []).append(t)
-    unusable = []
-    for cell_trials in by_cell.values():
-        ran = [rows[t.trial] for t in cell_trials if t.trial in rows]
-        if any(r.ok for r in ran):
-            continue
-        if not ran:
-            why = "no trial ran"
-        else:
-            error, _ = Counter(r.error or "no error recorded" for r in ran).most_common(1)[0]
-            why = f"{len(ran)} trial(s), all failed; most common error: {error}"
-        unusable.append((cell_label(cell_trials[0]), why))
-    return unusable
-
-
-def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, phase: list[Trial]) -> WorkerLink:
-    """Untimed trials at each op's smallest size, per method, before the phase's timed ones."""
-    if not exp.warmup:
-        return worker
-    seen = {}
-    for t in phase:
-        seen.setdefault((t.op, t.method, t.server), t)
-    for (op, method, server), t in seen.items():
-        probe = Trial(-1, op, min(exp.sizes), t.dtype, t.rate_mbps, method, -1, server)
-        for _ in range(exp.warmup):
-            _, worker = run_trial(lab, exp, worker, run_dir, probe)
-    return worker
-
-
-def run_trial(
-    lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, t: Trial
-) -> tuple[dict, WorkerLink]:
-    """One trial; on failure, bring back whatever died (worker, server) so the next trial can run."""
-    try:
-        record = worker.run(t)
-    except (WorkerDied, TimeoutError, json.JSONDecodeError) as exc:
-        record = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        log.warning("trial %d: %s; restarting the client worker", t.trial, exc)
-        worker.proc.kill()
-        worker.close()
-        worker = WorkerLink(lab, exp, worker.stderr_path, worker.calibration, worker.role)
-    if not record.get("ok"):
-        log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
-    return record, worker
-
-
-def run_checked(
-    lab: Lab,
-    exp: Experiment,
-    worker: WorkerLink,
-    run_dir: Path,
-    t: Trial,
-    guard: ShapingGuard,
-    manifest: ManifestFile,
-) -> tuple[dict, WorkerLink, ShapingGuard | None, str | None]:
-    """A shaped trial, then the check of what it ran through (its shaping, the switch's daemons).
-
-    A trial that failed, or ran while the switch was down, has the testbed healed (`repairs.heal`)
-    and runs once more if something was repaired: its row is then that second attempt's, with what
-    was repaired in `repair`. A trial that ran through a wrong shaping is failed and the shaping
-    repaired. Returns the record, the worker, the guard for the rate's next trial, and why the
-    rate's remaining trials cannot run (None: they can)."""
-    rate = t.rate_mbps
-    first = None  # (what was repaired, why the first attempt failed)
-    for attempt in (1, 2):
-        record, worker = run_trial(lab, exp, worker, run_dir, t)
-        reading = lab.appliance_check()
-        wrong = guard.check(reading["classes"], record)
-        broken = reading["switch"]
-        if record.get("ok") and not wrong and not broken:
-            break
-        if wrong and not broken:
-            reason = repair_shaping(lab, exp, rate, manifest, wrong, t.trial)
-            return not_kept(record, wrong), worker, None if reason else shaping_guard(lab, rate), reason
-        if broken:
-            why = f"trial {t.trial} ran while the switch was down"
-            own = record.get("error")
-            record = {**record, "ok": False, "error": f"not kept, the switch was down: {'; '.join(broken)}"}
-            if own:
-                record["error"] += f" (the trial itself: {own})"
-        else:
-            why = f"trial {t.trial} failed: {record.get('error')}"
-        healing = heal(lab, exp, rate, manifest, why, [t.trial], grpc=t.method == GRPC, switch=broken)
-        if not healing.repairs:
-            break  # every host is healthy: the failure is the trial's own
-        if healing.link:
-            return record, worker, None, healing.link
-        guard = shaping_guard(lab, rate)
-        if attempt == 1:
-            first = (healing.parts, record.get("error"))
-    if first:
-        parts, error = first
-        record["repair"] = f"{parts} repaired after the first attempt failed: {error}"
-    return record, worker, guard, None
-
-
-def validate_or_heal(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:
-    """Shape and validate a rate; if it fails, ask the hosts for their health, and if something was
-    broken and repaired, validate again. Why the rate cannot be used, or None."""
-    reason = shape_and_validate(lab, exp, rate_mbps, manifest)
-    if reason is None:
-        return None
-    healing = heal(lab, exp, rate_mbps, manifest, reason, [], grpc=GRPC in exp.methods, iperf3=True)
-    if not healing.repairs:
-        return reason  # every host is healthy: the link cannot be emulated at this rate
-    if any(r.part == "switch" for r in healing.repairs):
-        return healing.link  # validated again after the switch's restart
-    return shape_and_validate(lab, exp, rate_mbps, manifest)

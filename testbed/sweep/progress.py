@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from testbed.estimate import format_duration
 from testbed.sweep.plan import Trial
 
-log = logging.getLogger("testbed.sweep.phases")  # its lines go to the run's sweep.log
+log = logging.getLogger("testbed.sweep")  # its lines go to the run's sweep.log
 
 PRIOR_S = 60.0  # seconds of trials after which the measured pace counts as much as the model
 

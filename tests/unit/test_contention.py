@@ -218,7 +218,7 @@ def test_a_workload_is_closed_loop_or_a_seeded_open_loop_rate(tmp_path):
 def test_open_loop_trials_start_at_the_seeded_arrivals_or_when_the_last_one_ends(monkeypatch):
     import random
 
-    from testbed.sweep import phases as sweep_mod
+    from testbed.sweep import together as sweep_mod
 
     clock, slept = [100.0], []
     monkeypatch.setattr(sweep_mod.time, "monotonic", lambda: clock[0])

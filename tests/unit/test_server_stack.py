@@ -21,8 +21,9 @@ from contracts.trials import LOCAL
 from testbed.backends.lab import CGI_DIR
 from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, override
+from testbed.sweep.calibration import server_marks
 from testbed.sweep.device_emulation import server_grid
-from testbed.sweep.phases import run_sweep, server_marks
+from testbed.sweep.phases import run_sweep
 from tests.fakes import FAKE_SWEEP, HEALTH
 from tests.helpers import write_experiment
 

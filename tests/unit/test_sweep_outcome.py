@@ -16,8 +16,8 @@ from testbed.cli import build_parser
 from testbed.cli import sweep as sweep_cli
 from testbed.link import validate as validate_mod
 from testbed.link.validate import iperf3_result
-from testbed.sweep.phases import unusable_cells
 from testbed.sweep.plan import plan_trials
+from testbed.sweep.trials import unusable_cells
 from tests.fakes import FAKE_SWEEP, IPERF, link
 from tests.helpers import trials_by_id
 

@@ -1,0 +1,108 @@
+"""Calibrating a testbed's hosts for the devices they emulate, at the start of a session (or using
+the run's calibration again), and which trials a missed target marks `emulation_flagged`."""
+
+from __future__ import annotations
+
+import logging
+
+from contracts.device import DeviceProfile
+from contracts.trials import GRPC, LOCAL, SERVER_START
+from testbed.backends.lab import Lab
+from testbed.bookkeeping import now
+from testbed.experiment import Experiment
+from testbed.results import ManifestFile
+from testbed.sweep import device_emulation
+from testbed.sweep.progress import Progress
+
+log = logging.getLogger("testbed.sweep")
+
+
+def server_marks(exp: Experiment, missed: set[tuple]) -> set[tuple[str, int, str]]:
+    """The (op, size, method) of the trials a server calibration's missed targets mark: its kernel's
+    every remote trial of its (op, size); its start-up's every HTTP trial (gRPC has no cgi process)."""
+    remote = [m for m in exp.methods if m != LOCAL]
+    out = set()
+    for op, size, work in missed:
+        if work == SERVER_START:
+            out |= {(o, s, m) for o in exp.ops for s in exp.sizes for m in remote if m != GRPC}
+        else:
+            out |= {(op, size, m) for m in (remote if work == LOCAL else [work])}
+    return out
+
+
+def calibrate_devices(
+    lab: Lab,
+    exp: Experiment,
+    manifest: ManifestFile,
+    progress: Progress,
+    device: DeviceProfile | None,
+    server_device: DeviceProfile | None,
+    replicas: list[int] | None = None,
+    reuse_at: str | None = None,
+) -> tuple[dict | None, set]:
+    """At the start of a session, each host that emulates a device is calibrated for it and the
+    calibration recorded (with the `replicas` that use it, when testbeds on one machine share it).
+    With `reuse_at` (the session's start), the run's calibration of a host is used again instead
+    when it still holds (`device_emulation.reusable`), and the session recorded with it.
+    Returns what the trial worker needs (the client's calibration, and the server's slowdowns as
+    `server_scale` with its rows, the targets they follow, as `server_rows`; None: neither is a
+    device) and the (op, size, method) of every trial a missed target marks."""
+    calibration, marks = None, set()
+    for role, profile in (("client", device), ("server", server_device)):
+        if profile is None:
+            continue
+        result, missed = calibrate_host(lab, exp, manifest, progress, role, profile, replicas, reuse_at)
+        if role == "client":
+            calibration = {**(calibration or {}), **result}
+        else:
+            server = {"server_scale": result["scale"], "server_rows": result.get("rows", [])}
+            calibration = {**(calibration or {}), **server}
+        marks |= missed
+    return calibration, marks
+
+
+def calibrate_host(
+    lab: Lab,
+    exp: Experiment,
+    manifest: ManifestFile,
+    progress: Progress,
+    role: str,
+    profile: DeviceProfile,
+    replicas: list[int] | None = None,
+    reuse_at: str | None = None,
+    host: str | None = None,
+) -> tuple[dict, set]:
+    """One host calibrated for its device (or its calibration used again): `role` "client" or
+    "server", on the host of that role or on `host` (a further client host: of another device, or an
+    SSH lab's further machine; recorded under its device with the host's role). Returns the
+    calibration and the trials it marks."""
+    embedded = lab.inv.backend == "netns"
+    mode = exp.mode if role == "client" else "scaled"
+    client = host if host not in (None, role) else None  # a further client host's own calibration
+    earlier = reuse_at and device_emulation.reusable(
+        manifest, role, mode, lab.replica, embedded, profile.name, client
+    )
+    if earlier:
+        progress.show(f"the {host or role} host's calibration of {earlier.at} holds on this machine")
+        log.info("using the %s host's calibration of %s again (same machine)", host or role, earlier.at)
+        result = device_emulation.reuse(manifest, earlier, reuse_at)
+    else:
+        progress.show(f"calibrating the {host or role} host for device {profile.name}")
+        log.info("calibrating the %s host for device %s", host or role, profile.name)
+        if role == "client":
+            result = device_emulation.emulate_for(lab, profile, exp, host or role)
+        else:
+            result = device_emulation.emulate_server_for(lab, profile, exp)
+        device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, client)
+    missed = device_emulation.flagged(result)
+    if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
+        missed = server_marks(exp, missed)
+    progress.reset_clock()
+    if missed:
+        what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
+        log.warning("%s device emulation misses its tolerance for: %s", host or role, what)
+        progress.note(
+            f"{host or role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% "
+            f"for {what}; those trials are marked emulation_flagged"
+        )
+    return result, missed

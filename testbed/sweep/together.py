@@ -1,0 +1,142 @@
+"""Several clients offloading one cell at once (`clients` > 1, or concurrency): each client's (and
+request stream's) trials in a thread of its own, open or closed loop, the shaping and the switch
+checked after each trial."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from testbed.experiment import Experiment
+from testbed.link.guard import ShapingGuard
+from testbed.link.repairs import (
+    heal,
+    not_kept,
+    repair_shaping,
+)
+from testbed.sweep.plan import Trial
+from testbed.sweep.testbeds import Testbed
+from testbed.sweep.trials import cell_label, run_threads, run_trial
+
+log = logging.getLogger("testbed.sweep")
+
+
+class Together:
+    """The sweep's way of running a cell with several clients at once (`Sweep` is one): its
+    methods use the sweep's testbeds, source, writer and progress."""
+
+    def run_together(self, tb: Testbed, rate: float, phase: list[Trial]) -> None:
+        """Several clients: each cell's trials with the clients that offload it at once, cell after
+        cell (`run_cell_together`). A cell whose shaping or switch broke has the testbed healed and
+        its trials that did not run run then."""
+        lab, exp = tb.lab, self.exp
+        cells: dict[tuple, list[Trial]] = {}
+        for t in phase:
+            cells.setdefault(t.cell, []).append(t)
+        for trials in cells.values():
+            for _attempt in (1, 2):
+                if self.source.stopped or tb.problems.get(rate):
+                    return
+                trials, (wrong, switch) = self.run_cell_together(tb, rate, trials)
+                if not (wrong or switch) or not trials:
+                    break
+                if switch:
+                    why = f"the switch broke while {cell_label(trials[0])} ran: {switch}"
+                    ids = [t.trial for t in trials]
+                    tb.problems[rate] = heal(
+                        lab, exp, rate, self.manifest, why, ids, grpc=False, switch=[switch]
+                    ).link
+                else:
+                    tb.problems[rate] = repair_shaping(lab, exp, rate, self.manifest, wrong, trials[0].trial)
+            self.close_cells()
+        with self.lock:
+            self.writer.sync()
+
+    def run_cell_together(
+        self, tb: Testbed, rate: float, trials: list[Trial]
+    ) -> tuple[list[Trial], tuple[str, str]]:
+        """One cell with the clients that offload it at once: they start together and each runs its
+        repetitions back to back (closed loop: its next trial when its last one ends), each on its
+        own host with its own worker; a row is written as each trial ends. After each trial its
+        client reads the shaping back (one reading at a time: they share the appliance's agent): every
+        port still shaped at the rate, and the byte counters, since the cell began, at least the
+        payloads of the trials that ended (the clients' transfers overlap, so no one trial's bytes
+        can be told apart). Returns the trials that did not run, and what was wrong with the shaping
+        and with the switch (empty: nothing)."""
+        lab, exp = tb.lab, self.exp
+        by_stream: dict[tuple[int, int], list[Trial]] = {}  # (client, request stream): its trials
+        for t in sorted(trials, key=lambda t: (t.client or 1, t.stream or 1, t.rep)):
+            by_stream.setdefault((t.client or 1, t.stream or 1), []).append(t)
+        rate_bps = int(round(rate * 1e6))
+        start = lab.shaping_classes()
+        moved = {"bytes_up": 0, "bytes_down": 0}
+        ran: set[int] = set()
+        broken: list[tuple[str, str]] = []  # (shaping, switch)
+        errors: list[BaseException] = []
+        reading = threading.Lock()
+
+        def client(stream: tuple[int, int], mine: list[Trial]) -> None:
+            k, s = stream
+            role = lab.client_roles[k - 1]
+            name = role if s == 1 else f"{role}-{s}"  # a further request stream: a worker of its own
+            arrivals = Arrivals(exp, trials[0].cell, k)
+            try:
+                worker = self.stream_worker(tb, role, name, mine)
+                arrivals.start()
+                for t in mine:
+                    arrivals.wait()  # open loop: until this trial's arrival (closed: at once)
+                    if self.source.stopped or broken:
+                        break
+                    self.show(cell_label(t))
+                    with tb.quiet.shared():
+                        record, worker = run_trial(lab, exp, worker, self.run_dir, t)
+                    with reading:
+                        for key in moved:
+                            moved[key] += record.get(key) or 0
+                        check = lab.appliance_check()
+                        guard = ShapingGuard(rate_bps, lab.up_if, lab.down_if, start)
+                        wrong = guard.check(check["classes"], moved) or ""
+                        switch = "; ".join(check["switch"])
+                        if wrong or switch:
+                            broken.append((wrong, switch))
+                            record = not_kept(record, wrong or f"the switch was down: {switch}")
+                    ran.add(t.trial)
+                    self.record(tb, t, self.flagged(tb, t, record))
+                    self.keep_worker(tb, name, worker)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the testbed's own thread
+                errors.append(exc)
+                self.source.stop()
+
+        def stop() -> None:
+            self.source.stop()
+            for worker in [tb.worker, *tb.workers.values()]:  # a trial in flight ends with its worker
+                if worker is not None:
+                    worker.proc.kill()
+
+        run_threads([threading.Thread(target=client, args=kv, daemon=True) for kv in by_stream.items()], stop)
+        if errors:
+            raise errors[0]
+        return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", ""))
+
+
+class Arrivals:
+    """When a client's trials of a cell start: closed loop, each when the last one ends; open loop
+    (`arrivals_hz`), at the arrivals of a Poisson process seeded by the experiment, the cell and the
+    client, or when the last one ends if that is later (one request in flight per client)."""
+
+    def __init__(self, exp: Experiment, cell: tuple, client: int) -> None:
+        self.rate = exp.arrivals_hz
+        self.rng = random.Random(f"{exp.seed}-{cell}-{client}")
+        self.next = 0.0
+
+    def start(self) -> None:
+        if self.rate:
+            self.next = time.monotonic() + self.rng.expovariate(self.rate)
+
+    def wait(self) -> None:
+        if not self.rate:
+            return
+        time.sleep(max(0.0, self.next - time.monotonic()))
+        self.next += self.rng.expovariate(self.rate)

@@ -1,0 +1,168 @@
+"""A trial and its checks: run one through the client's worker (bringing back what died), check
+what it ran through (the shaping, the switch) and repair it, warm a worker up, shape and validate a
+rate; and the cells of a plan that ended without a usable trial. The sweep and the task stream both
+run their trials through these."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from contracts.run import TrialRecord
+from contracts.trials import GRPC, LOCAL, offload_label
+from testbed.backends.lab import Lab
+from testbed.experiment import Experiment
+from testbed.link.guard import ShapingGuard
+from testbed.link.repairs import (
+    heal,
+    not_kept,
+    repair_shaping,
+    shape_and_validate,
+    shaping_guard,
+)
+from testbed.results import ManifestFile
+from testbed.sweep.plan import Trial
+from testbed.sweep.worker_link import WorkerDied, WorkerLink
+
+log = logging.getLogger("testbed.sweep")
+
+
+def cell_label(t: Trial) -> str:
+    where = "local" if t.method == LOCAL else f"@ {t.rate_mbps:g} Mbit/s {offload_label(t.method, t.server)}"
+    return f"{t.op} {t.size} {where}"
+
+
+def run_trial(
+    lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, t: Trial
+) -> tuple[dict, WorkerLink]:
+    """One trial; on failure, bring back whatever died (worker, server) so the next trial can run."""
+    try:
+        record = worker.run(t)
+    except (WorkerDied, TimeoutError, json.JSONDecodeError) as exc:
+        record = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        log.warning("trial %d: %s; restarting the client worker", t.trial, exc)
+        worker.proc.kill()
+        worker.close()
+        worker = WorkerLink(lab, exp, worker.stderr_path, worker.calibration, worker.role)
+    if not record.get("ok"):
+        log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
+    return record, worker
+
+
+def run_checked(
+    lab: Lab,
+    exp: Experiment,
+    worker: WorkerLink,
+    run_dir: Path,
+    t: Trial,
+    guard: ShapingGuard,
+    manifest: ManifestFile,
+) -> tuple[dict, WorkerLink, ShapingGuard | None, str | None]:
+    """A shaped trial, then the check of what it ran through (its shaping, the switch's daemons).
+
+    A trial that failed, or ran while the switch was down, has the testbed healed (`repairs.heal`)
+    and runs once more if something was repaired: its row is then that second attempt's, with what
+    was repaired in `repair`. A trial that ran through a wrong shaping is failed and the shaping
+    repaired. Returns the record, the worker, the guard for the rate's next trial, and why the
+    rate's remaining trials cannot run (None: they can)."""
+    rate = t.rate_mbps
+    first = None  # (what was repaired, why the first attempt failed)
+    for attempt in (1, 2):
+        record, worker = run_trial(lab, exp, worker, run_dir, t)
+        reading = lab.appliance_check()
+        wrong = guard.check(reading["classes"], record)
+        broken = reading["switch"]
+        if record.get("ok") and not wrong and not broken:
+            break
+        if wrong and not broken:
+            reason = repair_shaping(lab, exp, rate, manifest, wrong, t.trial)
+            return not_kept(record, wrong), worker, None if reason else shaping_guard(lab, rate), reason
+        if broken:
+            why = f"trial {t.trial} ran while the switch was down"
+            own = record.get("error")
+            record = {**record, "ok": False, "error": f"not kept, the switch was down: {'; '.join(broken)}"}
+            if own:
+                record["error"] += f" (the trial itself: {own})"
+        else:
+            why = f"trial {t.trial} failed: {record.get('error')}"
+        healing = heal(lab, exp, rate, manifest, why, [t.trial], grpc=t.method == GRPC, switch=broken)
+        if not healing.repairs:
+            break  # every host is healthy: the failure is the trial's own
+        if healing.link:
+            return record, worker, None, healing.link
+        guard = shaping_guard(lab, rate)
+        if attempt == 1:
+            first = (healing.parts, record.get("error"))
+    if first:
+        parts, error = first
+        record["repair"] = f"{parts} repaired after the first attempt failed: {error}"
+    return record, worker, guard, None
+
+
+def validate_or_heal(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:
+    """Shape and validate a rate; if it fails, ask the hosts for their health, and if something was
+    broken and repaired, validate again. Why the rate cannot be used, or None."""
+    reason = shape_and_validate(lab, exp, rate_mbps, manifest)
+    if reason is None:
+        return None
+    healing = heal(lab, exp, rate_mbps, manifest, reason, [], grpc=GRPC in exp.methods, iperf3=True)
+    if not healing.repairs:
+        return reason  # every host is healthy: the link cannot be emulated at this rate
+    if any(r.part == "switch" for r in healing.repairs):
+        return healing.link  # validated again after the switch's restart
+    return shape_and_validate(lab, exp, rate_mbps, manifest)
+
+
+def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, phase: list[Trial]) -> WorkerLink:
+    """Untimed trials at each op's smallest size, per method, before the phase's timed ones."""
+    if not exp.warmup:
+        return worker
+    seen = {}
+    for t in phase:
+        seen.setdefault((t.op, t.method, t.server), t)
+    for (op, method, server), t in seen.items():
+        probe = Trial(-1, op, min(exp.sizes), t.dtype, t.rate_mbps, method, -1, server)
+        for _ in range(exp.warmup):
+            _, worker = run_trial(lab, exp, worker, run_dir, probe)
+    return worker
+
+
+def unusable_cells(trials: list[Trial], records: Iterable[TrialRecord]) -> list[tuple[str, str]]:
+    """The cells of the plan without a single ok trial, each with why: how many of its trials failed
+    and their most common error, or that none ran. In the plan's order."""
+    rows = {r.trial: r for r in records if r.trial is not None}
+    by_cell: dict[tuple, list[Trial]] = {}
+    for t in trials:
+        by_cell.setdefault(t.cell, []).append(t)
+    unusable = []
+    for cell_trials in by_cell.values():
+        ran = [rows[t.trial] for t in cell_trials if t.trial in rows]
+        if any(r.ok for r in ran):
+            continue
+        if not ran:
+            why = "no trial ran"
+        else:
+            error, _ = Counter(r.error or "no error recorded" for r in ran).most_common(1)[0]
+            why = f"{len(ran)} trial(s), all failed; most common error: {error}"
+        unusable.append((cell_label(cell_trials[0]), why))
+    return unusable
+
+
+def run_threads(threads: list[threading.Thread], stop: Callable[[], None]) -> None:
+    """Start the threads and wait for them all. Ctrl-C reaches this thread between joins: then `stop`
+    (which ends what is in flight), a minute at most for each thread to end, and the interrupt goes on."""
+    for thread in threads:
+        thread.start()
+    try:
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(timeout=0.2)
+    except BaseException:
+        stop()
+        for thread in threads:
+            thread.join(timeout=60)
+        raise
