@@ -1,8 +1,9 @@
 """`testbed`: parse arguments, turn them into typed configuration, call the library, print.
 
-Each command group (`commands`: the testbed itself; `sweep_cli`: sweep and analyze; `bench_cli`:
-bench) registers its subcommands here with their handlers (`set_defaults(handler=...)`); a handler
-imports what is heavy (the lab, the sweep, the analysis, the benchmarks) only when it runs.
+Each command family has its module here (`lab`: up, down, status, exec; `link`: shape and traces,
+validate; `calibrate`: calibrate, speed-table; `sweep`; `analysis`: analyze, compare, predict;
+`stream`; `bench`), which registers its subcommands with their handlers (`set_defaults(handler=...)`);
+a handler imports what is heavy (the lab, the sweep, the analysis, the benchmarks) only when it runs.
 
 Errors a user can fix (UserError) are printed as one line with the fix and exit status 2; anything
 else is a bug and keeps its traceback.
@@ -16,12 +17,9 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
-from testbed.cli import bench as bench_cli
-from testbed.cli import lab as commands
-from testbed.cli import stream as stream_cli
-from testbed.cli import sweep as sweep_cli
+from testbed.cli import analysis, bench, calibrate, lab, link, stream, sweep
 
-GROUPS = (commands, sweep_cli, stream_cli, bench_cli)
+GROUPS = (lab, link, calibrate, sweep, analysis, stream, bench)  # in the order `testbed --help` lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,7 @@
 import pytest
 
 from contracts.errors import UserError
-from testbed.cli.lab import held_rates
+from testbed.cli.link import held_rates
 
 ASKED = {"up": ("tb-a-s", 20_000_000), "down": ("tb-a-c", 40_000_000)}
 

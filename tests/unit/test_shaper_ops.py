@@ -18,7 +18,7 @@ from contracts.profiles import LinkSpec
 from contracts.units import parse_rate
 from testbed import cli
 from testbed.backends.netns import NetnsLab
-from testbed.cli import lab as commands
+from testbed.cli import link as link_cli
 from testbed.inventory import load_inventory
 from tests.fakes import FakeHost
 
@@ -335,7 +335,7 @@ def test_shape_dry_run_prints_what_shape_then_applies(monkeypatch, capsys):
     )
     kernel = Kernel(**{lab.up_if: SHAPED, lab.down_if: WITH_NETEM})
     monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=kernel))
-    monkeypatch.setattr(commands, "open_lab", lambda inv: lab)
+    monkeypatch.setattr(link_cli, "open_lab", lambda inv: lab)
 
     assert cli.main(["--inventory", str(inventory), "shape", "--rate", "30", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -355,7 +355,7 @@ def test_shape_dry_run_says_when_a_port_is_not_there(monkeypatch, capsys):
     appliance = FakeHost(lab.hosts["appliance"].spec)
     lab.hosts["appliance"] = appliance.reply("shape.plan", verbs.shape_plan)
     monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=Kernel()))
-    monkeypatch.setattr(commands, "open_lab", lambda inv: lab)
+    monkeypatch.setattr(link_cli, "open_lab", lambda inv: lab)
 
     assert cli.main(["--inventory", str(inventory), "shape", "--rate", "30", "--dry-run"]) == 0
     out = capsys.readouterr().out
