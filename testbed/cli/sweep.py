@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from contracts.errors import UserError
-from contracts.trials import PYTHON
 from testbed.cli.args import RESULTS, always, inventories, open_lab, require_root
 
 EXIT_UNUSABLE = 4  # the sweep finished, but some cells have no usable (ok) trial
@@ -90,89 +87,25 @@ def register(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from contracts.run import MANIFEST_FILE
     from testbed.backends.replicas import sweep_inventories
     from testbed.bookkeeping import start_run
-    from testbed.estimate import format_duration, model_for, replica_hint
-    from testbed.experiment import FLAGS, load_experiment, override, trial_range
-    from testbed.inventory import load_inventory
+    from testbed.estimate import format_duration, replica_hint
+    from testbed.experiment import FLAGS
     from testbed.lock import held
-    from testbed.results import ManifestFile, new_run_id
-    from testbed.sweep.device_emulation import client_cpu as emulation_cpu
-    from testbed.sweep.device_emulation import resolve_client_devices, resolve_device, resolve_server_device
     from testbed.sweep.phases import run_sweep
-    from testbed.sweep.plan import device_names
+    from testbed.sweep.setup import resolve_setup
 
-    invs = [load_inventory(path) for path in inventories(args)]
-    inv = invs[0]
     flags = {k: getattr(args, k) for k in FLAGS}
-    if args.resume:
-        if args.experiment or any(v is not None for v in flags.values()) or args.no_validate:
-            raise UserError(
-                "--resume takes the run's own experiment; other settings cannot change it",
-                "drop the experiment file and flags when resuming",
-            )
-        manifest = ManifestFile.load(args.resume / MANIFEST_FILE)
-        exp = manifest.manifest.experiment
-        run_dir = args.resume
-    else:
-        base = load_experiment(args.experiment) if args.experiment else None
-        exp = override(base, {**flags, "no_validate": args.no_validate})
-        run_id = new_run_id(exp.name)
-        run_dir = args.results / run_id
-    device = resolve_device(exp, inv, manifest if args.resume else None)
-    server_device = resolve_server_device(exp, inv, manifest if args.resume else None)
-    if device:
-        invs = [i.with_client_cpu(emulation_cpu(device, exp.mode)) for i in invs]
-    elif exp.client_cpu:
-        invs = [i.with_client_cpu(exp.client_cpu) for i in invs]
-    if server_device:  # its processes compute with the device's BLAS threads
-        invs = [i.with_server_blas(server_device.blas_threads) for i in invs]
-    further = resolve_client_devices(exp, manifest if args.resume else None)
-    for other in further.values():  # the client hosts' BLAS threads are one setting (the inventory's)
-        if device and other.blas_threads != device.blas_threads:
-            raise UserError(
-                f"devices {device.name} and {other.name} compute with {device.blas_threads} and "
-                f"{other.blas_threads} BLAS threads, and the client hosts share one setting",
-                "give the clients' profiles the same blas_threads",
-            )
-    if exp.clients > 1:  # several clients on the (one) testbed
-        invs = [i.with_clients(exp.clients) for i in invs]
-    inv = invs[0]
+    setup = resolve_setup(
+        inventories(args), args.experiment, flags, args.no_validate, args.resume, args.results
+    )
+    exp, run_dir, device, server_device = setup.exp, setup.run_dir, setup.device, setup.server_device
     require_root()
-    labs = [open_lab(i) for i in sweep_inventories(invs, exp.replicas)]
-    if not args.resume:
-        manifest = start_run(run_dir, run_id, exp, labs[0])
-    client = f"device {device.name} ({exp.mode})" if device else f"CPU {inv.client_cpu.describe()}"
-    if exp.client_devices:
-        counts = Counter(device_names(exp))
-        client = f"devices {', '.join(f'{n} x{k}' for n, k in counts.items())} ({exp.mode})"
-    paced = exp.together  # requests queue at the server: it lasts the device's times
-    server = (
-        f"device {server_device.name} ({'paced' if paced else 'scaled'})" if server_device else "this host"
-    )
-    model = model_for(exp, device, None if device else inv.client_cpu.cpu_quota, server_device)
+    labs = [open_lab(i) for i in sweep_inventories(setup.inventories, exp.replicas)]
+    manifest = setup.manifest or start_run(run_dir, setup.run_id, exp, labs[0])
+    model = setup.model()
     low, high = model.duration_s()
-    print(
-        f"sweep {manifest.manifest.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
-        f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s)"
-        + (f" (grpc on {', '.join(exp.servers)})" if exp.servers != (PYTHON,) else "")
-        + f" x {exp.describe_reps()} = "
-        f"{_count(trial_range(exp))} trials (local baseline included); client {client}; server {server}; "
-        + (f"on {len(labs)} testbeds side by side; " if len(labs) > 1 else "")
-        + (
-            f"{exp.clients} clients, {'/'.join(map(str, exp.contention))} offloading at once, "
-            f"{exp.server_workers} server worker(s); "
-            if exp.clients > 1
-            else ""
-        )
-        + (
-            f"{'/'.join(map(str, exp.concurrency))} request(s) outstanding per client; "
-            if exp.concurrency
-            else ""
-        )
-        + f"results in {run_dir}"
-    )
+    print(setup.headline(len(labs)))
     span = format_duration(high) if low == high else f"{format_duration(low)}..{format_duration(high)}"
     whole = " for the whole grid" if args.resume else ""
     print(
@@ -233,8 +166,3 @@ def unusable_report(unusable: list[tuple[str, str]], run_dir: Path, shown: int =
 def _clip(text: str, width: int = 200) -> str:
     line = " ".join(text.split())  # a traceback's lines on one
     return line if len(line) <= width else line[: width - 3] + "..."
-
-
-def _count(span: tuple[int, int]) -> str:
-    low, high = span
-    return f"{low}" if low == high else f"{low}..{high}"
