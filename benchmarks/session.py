@@ -38,26 +38,19 @@ class BenchError(Exception):
 def bench_lab(inv: Inventory, progress: Callable[[str], None] = print) -> Iterator[Lab]:
     require_root()
     lab = open_lab(inv.with_client_cpu(replace(inv.client_cpu, cpu_quota=None)))
-    brought_up = started_server = False
-    before = None
+    started_server = False
     with sigterm_as_interrupt():
-        try:
-            if lab.is_up():
-                before = lab.link_in_force()
-                progress(f"testbed {inv.prefix} is up: using it, shaping restored afterwards")
-            else:
-                progress(f"bringing testbed {inv.prefix} up (taken down afterwards)")
-                brought_up = lab.up()
-            if not lab.server_alive():
-                lab.start_offload_server()
-                started_server = not brought_up
-            yield lab
-        finally:
-            if brought_up:
-                lab.down()
-            else:
-                if before is not None:
-                    lab.shape(before)
+        if lab.is_up():
+            progress(f"testbed {inv.prefix} is up: using it, shaping restored afterwards")
+        else:
+            progress(f"bringing testbed {inv.prefix} up (taken down afterwards)")
+        with lab.use() as use:
+            try:
+                if not lab.server_alive():
+                    lab.start_offload_server()
+                    started_server = not use.brought_up
+                yield lab
+            finally:
                 if started_server:
                     lab.host("server").stop("offload")
 

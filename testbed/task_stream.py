@@ -338,7 +338,7 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     session = start_session(manifest, 0)
     status = "interrupted"
     lab.server_stack = exp.server_stack
-    brought_up = lab.up()
+    use = lab.use().open()  # left as found: down again, or its link restored
     writer = TaskWriter(run_dir / TASKS_FILE)
     worker = None
     try:
@@ -366,6 +366,5 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
         if worker is not None:
             worker.close()
         end_session(manifest, session, status)
-        if brought_up:
-            lab.down()
+        use.close(failing=status != "complete")
     return run_dir

@@ -24,6 +24,7 @@ from contracts.profiles import LinkSpec
 from contracts.trace import ReplayPlan
 from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
 from testbed.backends.host import Host
+from testbed.backends.life_cycle import LabUse
 from testbed.inventory import Inventory
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
@@ -217,6 +218,11 @@ class Lab(ABC):
                 failure.add_note(f"taking the testbed down again also failed: {cleanup!r}")
             raise
         return True
+
+    def use(self, keep_up: bool = False, start_server: bool = True) -> LabUse:
+        """One use of this testbed, left as it was found (`testbed.backends.life_cycle`): `with
+        lab.use() as use:`, or `open()` and `close()` where the end is a phase of its own."""
+        return LabUse(self, keep_up, start_server)
 
     # ---------------------------------------------------------------- services
     def start_services(self, start_server: bool = True) -> None:

@@ -202,11 +202,10 @@ class Sweep(Together):
         if exp.together:  # the server the requests share: its work slots, and the device in real time
             lab.work_slots, lab.pace = exp.server_workers, self.server_device
         lab.parts = max(exp.parallelism or (1,)) * max(exp.concurrency or (1,))  # connections per client
-        tb.brought_up = lab.up()
-        tb.was_up = not tb.brought_up
+        tb.use = lab.use(self.keep_up).open()
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
         if not lab.server_alive(grpc=GRPC in exp.methods) or (
-            tb.was_up
+            tb.use.was_up
             and (
                 lab.running_stack() != exp.server_stack  # up with the other stack
                 or lab.inv.server_blas_threads is not None  # started before the device's BLAS threads
@@ -405,16 +404,9 @@ class Sweep(Together):
         # the manifest cannot be written: it keeps saying "running", which reads as interrupted
         # once this process is gone (`Manifest.killed`)
         late = _quietly(lambda: end_session(self.manifest, self.session, self.status)) or late
-        for tb in self.testbeds:
-            lab, restore = tb.lab, None
-            if tb.brought_up and not self.keep_up:
-                restore = lab.down
-            elif tb.was_up or tb.brought_up:
-                restore = lambda lab=lab: lab.shape(lab.inv.link)  # noqa: E731 - as the inventory has it
-            if restore is not None and finished:
-                restore()
-            elif restore is not None:  # a stop under way (say a broken switch) stays the error reported
-                _quietly(restore)
+        for tb in self.testbeds:  # a stop under way (say a broken switch) stays the error reported
+            if tb.use is not None:
+                tb.use.close(failing=not finished)
         if late is not None and finished:  # no other error is under way: this one is the stop
             raise late
 

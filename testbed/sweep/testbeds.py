@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from contracts.cpu_lock import CpuLock
 from testbed.backends.lab import Lab
+from testbed.backends.life_cycle import LabUse
 from testbed.quiet import NoQuiet, Quiet
 from testbed.sweep.worker_link import WorkerLink
 
@@ -25,8 +26,7 @@ class Testbed:
     # each further client host that calibrates (`Sweep.calibrated_clients`): its calibration and the
     # trials it marks, by the host's role
     emulations: dict = field(default_factory=dict)
-    brought_up: bool = False
-    was_up: bool = False
+    use: LabUse | None = None  # brought up or found up: left as found at the end
     cpu_lock: CpuLock = field(init=False)  # the replicas' host-wide lock, this testbed's own open file
     quiet: Quiet | NoQuiet = field(default_factory=NoQuiet)  # trials shared, validations alone
 
