@@ -63,9 +63,7 @@ def device_lines(manifest: Manifest | None) -> list[str]:
         if not device.calibrations:
             lines.append(f"  not calibrated ({role} host)")
             continue
-        # the last calibration of each host that calibrated for the device (an SSH lab's client
-        # machines each do: `Calibration.client`)
-        last = {cal.client: (i, cal) for i, cal in enumerate(device.calibrations, 1)}
+        last = last_calibrations(device)
         for host, (i, cal) in last.items():
             table = calibration_table(cal)
             bad = table[table["flagged"].astype(bool)]
@@ -74,13 +72,19 @@ def device_lines(manifest: Manifest | None) -> list[str]:
             told += f"{cal.tolerance_pct:g}%"
             if len(bad):
                 told += ": " + "; ".join(
-                    f"{_work(r)} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False)
+                    f"{work_name(r)} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False)
                 )
             lines.append(told)
     return lines
 
 
-def _work(row) -> str:
+def last_calibrations(device: Device) -> dict[str | None, tuple[int, Calibration]]:
+    """The last calibration of each host that calibrated for the device (an SSH lab's client machines
+    each do: `Calibration.client`), with its number among the device's (from 1), by host."""
+    return {cal.client: (i, cal) for i, cal in enumerate(device.calibrations, 1)}
+
+
+def work_name(row) -> str:
     """A calibration row's work as a reader names it: `mul 500 json decode`, or the stack's own
     (`server_start`, for any op and size; its size column is empty, so the column reads as floats)."""
     if row.op == "any" or pd.isna(row.size):

@@ -184,9 +184,9 @@ def analyze_stream(run_dir: Path) -> Path:
 
 
 def write_report(out: Path, metrics: pd.DataFrame, figures: list[str], plan: ReplayPlan | None) -> None:
-    from analysis.report import CSS, _e, _table
+    from analysis.report_html import CSS, e, table
 
-    trace = _e(plan.source) if plan is not None else "(no stream.json)"
+    trace = e(plan.source) if plan is not None else "(no stream.json)"
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>Decisions over time</title><style>{CSS}</style></head><body>",
         "<h1>Decisions over time</h1>",
@@ -196,9 +196,9 @@ def write_report(out: Path, metrics: pd.DataFrame, figures: list[str], plan: Rep
         "method). total_s: the policy's device times, its probes' (probe_s) included; regret_s = total_s - "
         "oracle_s; wrong: decisions unlike the oracle's; completion_s: from arrival to end, waiting "
         "included.</p>",
-        _table(metrics),
+        table(metrics),
         "<h2>Over time</h2>",
-        *(f'<figure><img src="{_e(f)}" alt="{_e(f)}"></figure>' for f in figures),
+        *(f'<figure><img src="{e(f)}" alt="{e(f)}"></figure>' for f in figures),
         "</body></html>",
     ]
     (out / "report.html").write_text("\n".join(parts) + "\n")

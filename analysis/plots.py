@@ -47,6 +47,9 @@ class Plot:
     title: str
     png: Path
     svg: Path
+    # what it is of, for the report to find its data: stages (op, size, device), map (op, method),
+    # decisions, servers and contention (op,), ratios (op, device), fidelity (role, device key)
+    about: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Job:
     stem: str
     title: str
     kind: str
+    about: tuple = ()  # Plot.about
 
 
 def make_plots(
@@ -81,7 +85,7 @@ def make_plots(
             "{}: completion time, communication and server queueing against the clients offloading at once"
         )
         jobs += [
-            Job("contention", (contention, op), f"contention-{op}", title.format(op), "contention")
+            Job("contention", (contention, op), f"contention-{op}", title.format(op), "contention", (op,))
             for op in dict.fromkeys(contention["op"])
         ]
     workers = min(workers or _usable_cpus(), 8, len(jobs))
@@ -135,6 +139,7 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
                 f"stages-{op}-{size}" + (f"-{device}" if device else ""),
                 f"{op}, size {size}{_on(device)}: completion time by stage",
                 "stages",
+                (op, size, device),
             )
         )
     for op, g in cells.groupby("op", sort=True):
@@ -151,6 +156,7 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
                 f"decisions-{op}",
                 f"{op}: offloading decisions and cumulative penalty",
                 "decisions",
+                (op,),
             )
         )
         for method in methods:
@@ -161,6 +167,7 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
                     f"decision-map-{op}-{method}",
                     f"{op}, {method}: decision map",
                     "map",
+                    (op, method),
                 )
             )
         for device, mine in g.groupby("device", sort=True):
@@ -171,11 +178,12 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
                     f"ratios-{op}" + (f"-{device}" if device else ""),
                     f"{op}{_on(device)}: marshalling-to-completion and method-to-JSON ratios",
                     "ratios",
+                    (op, device),
                 )
             )
         if len(servers := server_labels(methods)) > 1:
             title = f"{op}: the gRPC servers' decode, compute and encode"
-            jobs.append(Job("servers", (g, op, servers), f"servers-{op}", title, "servers"))
+            jobs.append(Job("servers", (g, op, servers), f"servers-{op}", title, "servers", (op,)))
     return jobs
 
 
@@ -194,9 +202,8 @@ def fidelity_jobs(manifest: Manifest | None) -> list[Job]:
         name = device.profile["name"]
         args = (pd.DataFrame(cal.rows), name, device.mode, cal.tolerance_pct, role)
         title = f"{role} device {name}: target vs achieved ({device.mode})"
-        jobs.append(
-            Job("fidelity", args, f"fidelity-{device_key(role, device, manifest)}", title, "fidelity")
-        )
+        key = device_key(role, device, manifest)
+        jobs.append(Job("fidelity", args, f"fidelity-{key}", title, "fidelity", (role, key)))
     return jobs
 
 
@@ -210,7 +217,7 @@ def render(job: Job, out_dir: Path) -> Plot:
         fig.set_layout_engine(None)
         fig.savefig(png, dpi=PNG_DPI, metadata={"Software": None})
         fig.savefig(svg, metadata={"Date": None})
-    return Plot(job.kind, job.title, png, svg)
+    return Plot(job.kind, job.title, png, svg, job.about)
 
 
 def safe_name(text: str) -> str:

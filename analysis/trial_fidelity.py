@@ -107,20 +107,32 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
     return pd.DataFrame(rows, columns=columns)
 
 
+def by_device(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(role, client device name or "", its rows): per role, and per client device with clients of
+    several, in the table's order."""
+    names = table["device"].where(table["role"] == "client", "") if "device" in table else ""
+    groups = table.assign(_name=names).groupby(["role", "_name"], sort=False)
+    return [(role, name, group.drop(columns="_name")) for (role, name), group in groups]
+
+
+def worst(rows: pd.DataFrame) -> pd.Series:
+    """The row furthest from its target (flagged, if any row is)."""
+    return rows.loc[rows["error_pct"].abs().idxmax()]
+
+
 def fidelity_lines(table: pd.DataFrame) -> list[str]:
     """The summary's line per role (per client device, with clients of several): how many kinds of work
     the trials kept within tolerance, the worst."""
     lines = []
-    names = table["device"].where(table["role"] == "client", "") if "device" in table else ""
-    for (role, name), group in table.assign(_name=names).groupby(["role", "_name"], sort=False):
+    for role, name, group in by_device(table):
         bad = group[group["flagged"]]
         who = f"{role} device {name}" if name else f"{role} device"
         line = f"{who} in the trials: {len(bad)} of {len(group)} kinds of work outside tolerance"
         if len(bad):
-            worst = bad.loc[bad["error_pct"].abs().idxmax()]
+            worst_ = worst(group)
             line += (
-                f" (worst: {worst['op']} {worst['size']} {worst['method']} {worst['work']} "
-                f"{worst['error_pct']:+.0f}%; analysis/trial_fidelity.csv)"
+                f" (worst: {worst_['op']} {worst_['size']} {worst_['method']} {worst_['work']} "
+                f"{worst_['error_pct']:+.0f}%; analysis/trial_fidelity.csv)"
             )
         lines.append(line)
     return lines

@@ -7,11 +7,12 @@
 # The screenshot defaults to RUN_DIR/analysis/report-screenshot.png; WINDOW=1400,4000 (the default)
 # sets its size in pixels (the top of the page that fits is captured). Installs Debian's `chromium`
 # with apt-get if it is missing (needs root for that). Run `python -m analysis RUN_DIR` first.
-# Not part of the pytest suite: it needs a browser.
+# The suite checks the page in the same browser (tests/browser: at 1280x800 the first screen holds a
+# figure and no long table, and every figure and link loads); this script is for looking at it.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 run_dir=$1

@@ -129,7 +129,7 @@ def section(page: str, start: str, end: str) -> str:
 def test_the_report_shows_both_devices_each_with_its_calibration_table(both):
     _, page, _ = both
     client = section(page, "device-client", "device-server")
-    server = section(page, "device-server", "energy")
+    server = section(page, "device-server", "summary")
     for part, name in ((client, CLIENT), (server, SERVER)):
         profile = load_device(name)
         assert f'<td class="k">{name}</td>' in part
@@ -177,7 +177,7 @@ def test_the_summary_names_both_devices_and_their_flagged_work(both):
 
 def test_the_stage_plots_are_explained_as_the_server_devices_times(both):
     _, page, _ = both
-    stages = page[page.index("Completion time by stage") :]
+    stages = page[page.index('id="stages"') :]
     stages = stages[: stages.index("<figure")]
     assert f"the server device {SERVER}&#x27;s times (scaled mode)" in stages
     assert "wall_server_* and cpu_server_*" in stages
@@ -188,7 +188,7 @@ def test_a_run_without_a_server_device_says_the_server_ran_as_its_host(tmp_path)
     text = StringIO()
     out = analyze(run_dir, out=text)
     page = (out / "report.html").read_text()
-    assert "The server ran as its host (no device profile)." in section(page, "device-server", "energy")
+    assert "The server ran as its host (no device profile)." in section(page, "device-server", "summary")
     assert "server: the server ran as its host (no device profile)" in text.getvalue().splitlines()
     assert sorted(p.name for p in out.glob("fidelity*")) == ["fidelity-client.png", "fidelity-client.svg"]
     assert "are the server host&#x27;s measured times" in page
@@ -205,7 +205,7 @@ def test_the_stored_v1_run_shows_its_client_device_and_a_server_that_ran_as_its_
     out = analyze(run_dir, out=text)
     page = (out / "report.html").read_text()
     assert "Calibration 1" in section(page, "device-client", "device-server")
-    assert "The server ran as its host (no device profile)." in section(page, "device-server", "energy")
+    assert "The server ran as its host (no device profile)." in section(page, "device-server", "summary")
     lines = text.getvalue().splitlines()
     stored = read_manifest(V1 / "manifest.json").device.profile  # as it was then, not today's paper-p4
     assert f"client device {stored['name']} (scaled): {stored['description']}" in lines

@@ -145,12 +145,12 @@ def test_a_run_at_other_rates_states_nothing_of_the_paper(tmp_path):
 
 
 def test_the_paper_section_shows_its_figures_in_the_papers_form(tmp_path):
-    """Fig. 5's form (offloading counts and cumulative penalties) in the section, each size's Fig. 4 form
-    (stages by rate and method) linked to where Plots shows it."""
+    """Fig. 5's form (offloading counts and cumulative penalties) and each size's Fig. 4 form (stages by
+    rate and method) linked from the section to where the results show them, each figure shown once."""
     run = write_synthetic_run(tmp_path / "paper", sizes=(400, 500), rates=RATES, reps=3)
     out = analyze(run, plots=True, out=io.StringIO())
     page = (out / "report.html").read_text()
-    section = page.split('<h2 id="paper">', 1)[1].split('<h2 id="manifest">', 1)[0]
-    assert "as the paper's Fig. 5</h3>" in section and section.count("<img ") == 1  # one op: one figure
-    for size in (400, 500):
-        assert f'href="#fig-stages-mul-{size}"' in section and f'id="fig-stages-mul-{size}"' in page
+    section = page.split('<h2 id="paper">', 1)[1].split("<h2 ", 1)[0]
+    assert "as the paper's Fig. 5: " in section and "<img " not in section
+    for stem in ("decisions-mul", "stages-mul-400", "stages-mul-500"):
+        assert f'href="#fig-{stem}"' in section and page.count(f'id="fig-{stem}"') == 1
