@@ -14,7 +14,6 @@ import argparse
 import io
 import itertools
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -26,9 +25,9 @@ from analysis.load import load_run, output_dir
 from analysis.predict_model import fit, model_parameters, predict_cells
 from contracts.device import work
 from contracts.errors import UserError
+from contracts.grid import parse_rates, parse_sizes
 from contracts.run import Manifest
 from contracts.trials import LOCAL
-from contracts.units import parse_rate
 
 COLUMNS = [
     "op",
@@ -55,7 +54,6 @@ FILES = {
     "validation": "prediction_validation.csv",
 }
 FINE = 10  # sizes and rates of the finer grid
-_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
 
 
 def predict(
@@ -165,28 +163,6 @@ def _list(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def parse_sizes(text: str) -> list[int]:
-    """400,800 or 400-1200:100 (inclusive; step 100 when omitted)."""
-    sizes: set[int] = set()
-    for part in _list(text):
-        if m := _RANGE.match(part):
-            sizes.update(range(int(m.group(1)), int(m.group(2)) + 1, int(m.group(3) or 100)))
-        elif part.isdigit():
-            sizes.add(int(part))
-        else:
-            raise UserError(f"--sizes: {part!r} is not a matrix size", "give integers or FROM-TO:STEP")
-    if not sizes or min(sizes) < 2:
-        raise UserError(f"--sizes {text!r} gives no size of at least 2", "give e.g. 400,800 or 400-1200:100")
-    return sorted(sizes)
-
-
-def parse_rates(text: str) -> list[float]:
-    rates = sorted({parse_rate(p, "--rates") / 1e6 for p in _list(text)})
-    if not rates:
-        raise UserError("--rates gives no rate", "give Mbit/s, e.g. 10,20,40")
-    return rates
-
-
 def parse_ops(text: str) -> list[str]:
     ops = _list(text)
     for op in ops:
@@ -217,8 +193,8 @@ def run_from_args(args: argparse.Namespace) -> Path:
     return predict(
         args.run_dir,
         ops=parse_ops(args.ops) if args.ops else None,
-        sizes=parse_sizes(args.sizes) if args.sizes else None,
-        rates=parse_rates(args.rates) if args.rates else None,
+        sizes=list(parse_sizes(args.sizes, "--sizes")) if args.sizes else None,
+        rates=list(parse_rates(args.rates, "--rates")) if args.rates else None,
         methods=_list(args.methods) if args.methods else None,
         plots=not args.no_plots,
     )

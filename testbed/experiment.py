@@ -9,6 +9,7 @@ from pathlib import Path
 from contracts.config import Section, load_yaml
 from contracts.device import MODES
 from contracts.errors import UserError
+from contracts.grid import parse_rates, parse_sizes
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment, Validation
 from contracts.transfer import MAX_PARALLELISM
@@ -22,11 +23,8 @@ from contracts.trials import (
     SERVER_STACKS,
     offloads,
 )
-from contracts.units import parse_rate
 from testbed.devices import load_device
 from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
-
-_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
 
 
 def known_ops() -> tuple[str, ...]:
@@ -41,39 +39,6 @@ def known_methods() -> tuple[str, ...]:
     from contracts.trials import TRANSPORTS
 
     return (*CODECS, *TRANSPORTS)
-
-
-def parse_sizes(value, where: str = "sizes") -> tuple[int, ...]:
-    """A list of sizes, or a range 'FROM-TO:STEP' (inclusive), e.g. 400-1200:100."""
-    items: list = []
-    parts = value if isinstance(value, list) else str(value).split(",")
-    for part in parts:
-        if isinstance(part, str) and (m := _RANGE.match(part)):
-            lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 100)
-            if lo > hi or step < 1:
-                raise UserError(f"{where}: range {part!r} is empty", "write FROM-TO:STEP with FROM <= TO")
-            items += list(range(lo, hi + 1, step))
-        else:
-            try:
-                n = int(str(part).strip())
-            except ValueError:
-                raise UserError(
-                    f"{where}: {part!r} is not a matrix size", "give integers or FROM-TO:STEP"
-                ) from None
-            items.append(n)
-    if not items:
-        raise UserError(f"{where}: no sizes given")
-    bad = [n for n in items if not 2 <= n <= 20000]
-    if bad:
-        raise UserError(f"{where}: size {bad[0]} is out of range", "give sizes between 2 and 20000")
-    return tuple(sorted(set(items)))
-
-
-def parse_rates(value, where: str = "rates") -> tuple[float, ...]:
-    parts = value if isinstance(value, list) else [p for p in str(value).split(",") if p.strip()]
-    if not parts:
-        raise UserError(f"{where}: no rates given")
-    return tuple(sorted({parse_rate(p, where) / 1e6 for p in parts}))
 
 
 _REPS = re.compile(r"^\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?$")

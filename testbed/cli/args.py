@@ -91,13 +91,6 @@ def resolve_link(base: LinkSpec, args: argparse.Namespace) -> LinkSpec:
     return link
 
 
-def parse_rate_list(text: str) -> list[int]:
-    items = [t for t in text.split(",") if t.strip()]
-    if not items:
-        raise UserError(f"no rates in {text!r}", "give e.g. --rates 10,20,40")
-    return [parse_rate(t, "rate") for t in items]
-
-
 def print_json(data) -> None:
     json.dump(data, sys.stdout, indent=2, default=str)
     print()

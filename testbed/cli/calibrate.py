@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from contracts.errors import UserError
+from contracts.grid import parse_sizes
 from contracts.profiles import MIN_CPU_QUOTA
 from contracts.trials import SERVER_START
 from testbed.cli.args import (
@@ -53,7 +54,7 @@ def register(sub) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    return calibrate_device(args, _sizes(args.sizes))
+    return calibrate_device(args, list(parse_sizes(args.sizes, "--sizes")))
 
 
 def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
@@ -119,20 +120,10 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     return 0
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 2:
-        raise UserError(f"--sizes {text!r} must be matrix sizes of at least 2", "e.g. --sizes 200,400,800")
-    return sizes
-
-
 def cmd_speed_table(args: argparse.Namespace) -> int:
     from testbed.speed_table import format_speed_table, speed_table
 
-    sizes = _sizes(args.sizes)
+    sizes = list(parse_sizes(args.sizes, "--sizes"))
     require_root()
     lab = open_lab(load(args))
     lab.require_up()

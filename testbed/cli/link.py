@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from contracts.errors import UserError
+from contracts.grid import parse_rates
 from contracts.units import format_rate
 from testbed.cli.args import (
     RESULTS,
@@ -15,7 +16,6 @@ from testbed.cli.args import (
     always,
     load,
     open_lab,
-    parse_rate_list,
     require_root,
     resolve_link,
 )
@@ -184,7 +184,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from testbed.results import new_run_id
 
     inv = load(args)
-    rates = parse_rate_list(args.rates) if args.rates else sorted({inv.link.up_rate, inv.link.down_rate})
+    rates = (
+        [int(round(r * 1e6)) for r in parse_rates(args.rates, "--rates")]
+        if args.rates
+        else sorted({inv.link.up_rate, inv.link.down_rate})
+    )
     if args.duration < 1:
         raise UserError("--duration must be at least 1 second")
     require_root()

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import UserError
-from testbed.experiment import Experiment, load_experiment, override, parse_sizes, trial_range
+from contracts.grid import parse_sizes
+from testbed.experiment import Experiment, load_experiment, override, trial_range
 from tests.helpers import write_experiment
 
 REPO = Path(__file__).resolve().parents[2]
