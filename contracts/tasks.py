@@ -29,7 +29,9 @@ from contracts.run import _FALSE, _TRUE, RowWriter, repair
 from contracts.trials import LOCAL
 
 TASKS_FILE = "tasks.csv"
-STREAM_FILE = "stream.json"  # the stream run's spec, trace plan, tasks and replays (testbed.task_stream)
+STREAM_FILE = (
+    "stream.json"  # the stream run's spec, trace plan, tasks and replays (testbed.online.task_stream)
+)
 TASKS_MARK = "# offload-testbed tasks format "
 TASKS_VERSION = 2
 DECISIONS = ("local", "remote")

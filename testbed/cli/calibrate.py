@@ -121,7 +121,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
 
 
 def cmd_speed_table(args: argparse.Namespace) -> int:
-    from testbed.speed_table import format_speed_table, speed_table
+    from testbed.sweep.speed_table import format_speed_table, speed_table
 
     sizes = list(parse_sizes(args.sizes, "--sizes"))
     require_root()

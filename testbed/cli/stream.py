@@ -1,5 +1,5 @@
 """`testbed stream`: a task stream against a replayed link trace, once per decision policy, then its
-analysis (`testbed.task_stream`, `analysis.online`)."""
+analysis (`testbed.online.task_stream`, `analysis.online`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from testbed.task_stream import load_stream, run_stream
+    from testbed.online.task_stream import load_stream, run_stream
 
     spec = load_stream(args.stream)
     require_root()

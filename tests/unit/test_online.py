@@ -17,8 +17,8 @@ from contracts.errors import UserError
 from contracts.tasks import TASKS_FILE, TaskRecord, TaskWriter, read_tasks
 from contracts.trials import LOCAL
 from testbed.link.trace import load_trace
-from testbed.policies import MIN_WIRE_S, AlwaysRemote, Decision, Online, Policy, make_policies
-from testbed.task_stream import PROBE_TRIAL, StreamSpec, load_stream, run_stream, task_stream
+from testbed.online.policies import MIN_WIRE_S, AlwaysRemote, Decision, Online, Policy, make_policies
+from testbed.online.task_stream import PROBE_TRIAL, StreamSpec, load_stream, run_stream, task_stream
 
 SPEC = StreamSpec(
     name="s", trace=None, count=6, mean_gap_s=1.0, ops=("mul",), sizes=(400, 800), methods=("raw",), seed=5
@@ -192,7 +192,7 @@ def test_a_stream_runs_each_policy_on_the_replayed_trace_and_is_analysed(
     """Every policy gets the same tasks on the trace from its start; a task starts at its arrival or
     when the device is free, ends its completion time later, and its row has the trace's rate then.
     The strict fake host answers the replay (one pass per call) and the worker."""
-    from testbed import task_stream as stream_mod
+    from testbed.online import task_stream as stream_mod
 
     def shape_replay(plan, link, up_if, down_if, start):
         time.sleep(0.01)

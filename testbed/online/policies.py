@@ -1,4 +1,4 @@
-"""Offloading decision policies for a task stream (`testbed.task_stream`): each decides per task, when the
+"""Offloading decision policies for a task stream (`testbed.online.task_stream`): each decides per task, when the
 device starts it, whether to run it locally or offload it with its method.
 
 - `local` and `remote-METHOD` always decide the same; the analysis's hindsight oracle is built from

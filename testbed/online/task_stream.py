@@ -1,7 +1,7 @@
 """Decisions over time: a seeded task stream run against a replayed link trace, once per policy.
 
 A device decides per task whether to offload, on a network whose bandwidth moves (the paper's
-"systems that support a dynamic computation offloading decision"). Each policy (`testbed.policies`)
+"systems that support a dynamic computation offloading decision"). Each policy (`testbed.online.policies`)
 gets the same stream on the same trace, replayed from its start for it (`testbed.link.trace_replay`), so the
 analysis can compare them task by task and build the hindsight oracle from the always-local and
 always-remote runs (`analysis.online`).
@@ -38,7 +38,7 @@ from testbed.backends.lab import Lab
 from testbed.experiment import known_methods, known_ops
 from testbed.link.trace import DEFAULT_GRANULARITY_MS, load_trace
 from testbed.link.trace_replay import LEAD_S, replay
-from testbed.policies import KINDS, Decision, Policy
+from testbed.online.policies import KINDS, Decision, Policy
 from testbed.sweep.plan import Trial
 from testbed.sweep.progress import Progress
 
@@ -310,7 +310,7 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     from contracts.device import DeviceProfile
     from contracts.tasks import TASKS_FILE
     from testbed.bookkeeping import end_session, start_run, start_session
-    from testbed.policies import make_policies
+    from testbed.online.policies import make_policies
     from testbed.results import new_run_id
     from testbed.sweep.calibration import calibrate_devices
     from testbed.sweep.trials import warm_up
