@@ -457,8 +457,8 @@ class Sweep:
                             moved[key] += record.get(key) or 0
                         check = lab.appliance_check()
                         guard = ShapingGuard(rate_bps, lab.up_if, lab.down_if, start)
-                        wrong = guard.check(check["classes"], moved) or ""
-                        switch = "; ".join(check["switch"])
+                        wrong = guard.check(check.classes, moved) or ""
+                        switch = "; ".join(check.switch)
                         if wrong or switch:
                             broken.append((wrong, switch))
                             record = not_kept(record, wrong or f"the switch was down: {switch}")
@@ -791,8 +791,8 @@ def run_checked(
     for attempt in (1, 2):
         record, worker = run_trial(lab, exp, worker, run_dir, t)
         reading = lab.appliance_check()
-        wrong = guard.check(reading["classes"], record)
-        broken = reading["switch"]
+        wrong = guard.check(reading.classes, record)
+        broken = reading.switch
         if record.get("ok") and not wrong and not broken:
             break
         if wrong and not broken:
