@@ -58,7 +58,8 @@ def test_one_agent_in_the_namespace_answers_every_verb_and_is_gone_after_close(n
     assert host.agent(ServiceStatus(dir=str(tmp_path), name="none")) is None
     (inside,) = host.agents
     assert inside.starts == 1 and pids_in(netns) == [inside.pid]
-    assert host.agent(CpuRead(name=f"{netns}-none")) == CpuLimitReading()  # outside: the cgroup fs is hidden inside
+    # outside: the cgroup fs is hidden inside
+    assert host.agent(CpuRead(name=f"{netns}-none")) == CpuLimitReading()
     (here,) = (link for link in host.agents if link is not inside)
     inside_pid, here_pid = inside.pid, here.pid
     assert here_pid != inside_pid and inside.starts == 1 and pids_in(netns) == [inside_pid]
