@@ -4,11 +4,14 @@ Starting an interpreter costs ~200 ms, so the orchestrator starts the agent once
 after verb. The protocol is JSON lines:
 
 - the agent first says `{"ready": true, "pid": PID}`;
-- each request is one line `{"verb": VERB, "args": {...}}`, each answer one line: `{"ok": true,
-  "result": ...}`, `{"ok": false, "verb": VERB, "error": ..., "fix": ...}` for a problem the user can
-  fix (a UserError), or `{"ok": false, "verb": VERB, "bug": TRACEBACK}` for anything else, a request
-  that is not one included, so the orchestrator recognises errors by structure, never by their text,
-  and a bug keeps its traceback;
+- each request is one line `{"verb": VERB, "args": {...}}`, its arguments the fields of the verb's
+  request type (`contracts.agent_api`), decoded into it before the verb is called;
+- each answer is one line: `{"ok": true, "result": ...}` (the verb's typed answer, encoded by
+  `contracts.message`), `{"ok": false, "verb": VERB, "error": ..., "fix": ...}` for a problem the
+  user can fix (a UserError), or `{"ok": false, "verb": VERB, "bug": TRACEBACK}` for anything else,
+  a request that is not one included (an argument its request type lacks is a TypeError: a bug),
+  so the orchestrator recognises errors by structure, never by their text, and a bug keeps its
+  traceback;
 - EOF on stdin ends the agent, so it never outlives the orchestrator that started it.
 
 The answers go to a private copy of stdout; fd 1 becomes stderr and fd 0 /dev/null, so nothing a verb
@@ -24,7 +27,9 @@ import traceback
 from typing import TextIO
 
 from agent.verbs import VERBS
+from contracts.agent_api import VERB_TYPES
 from contracts.errors import UserError
+from contracts.message import decode, encode
 
 USAGE = 'usage: python -m agent --serve (JSON lines: {"verb": ..., "args": {...}} in, one answer each out)'
 
@@ -55,7 +60,8 @@ def handle(line: str) -> dict:
             "bug": f"the arguments of {verb} must be a JSON object, not {args!r}",
         }
     try:
-        answer = {"ok": True, "result": VERBS[verb](**args)}
+        typed = decode(VERB_TYPES[verb][0], args)  # a ReplayPlan is validated here: a UserError
+        answer = {"ok": True, "result": encode(VERBS[verb](typed))}
         json.dumps(answer)  # a result that is not JSON is the verb's bug, answered as one
     except UserError as exc:
         return {"ok": False, "verb": verb, "error": exc.message, "fix": exc.fix}

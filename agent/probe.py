@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from client.cpulimit import detect_version
+from contracts.agent_answers import ProbeReport
 from contracts.errors import UserError
 
 # what the roles import on a host (the orchestrator's own dependencies are not needed there)
@@ -34,8 +35,8 @@ def _installed(module: str) -> bool:
         return False
 
 
-def probe(programs: list[str], interfaces: list[str], cgroup: bool) -> dict:
-    out = {
+def probe(programs: list[str], interfaces: list[str], cgroup: bool) -> ProbeReport:
+    out: dict = {
         "root": os.geteuid() == 0,
         "programs": {p: shutil.which(p) for p in programs},
         "interfaces": {i: Path(f"/sys/class/net/{i}").exists() for i in interfaces},
@@ -51,4 +52,4 @@ def probe(programs: list[str], interfaces: list[str], cgroup: bool) -> dict:
         except UserError as exc:
             out["cgroup"] = None
             out["cgroup_error"] = exc.message
-    return out
+    return ProbeReport(**out)

@@ -1,9 +1,10 @@
 """The host agent's verbs: everything the orchestrator asks of a host, one function each.
 
-Arguments and results are JSON values, so the same verbs serve the embedded backend (`ip netns
-exec NS python -m agent --serve`) and a real lab (the same over SSH). Each verb builds what it needs on
-the host with the host's own facts (its kernel's HZ for a shaping plan, its cgroup version, its Open
-vSwitch), so what `--dry-run` prints is what the host applies.
+Each verb takes its request (`contracts.agent_api`, decoded from JSON by `agent.__main__`) and answers
+with its answer type (`contracts.agent_answers`), so the same verbs serve the embedded backend (`ip
+netns exec NS python -m agent --serve`) and a real lab (the same over SSH). Each verb builds what it
+needs on the host with the host's own facts (its kernel's HZ for a shaping plan, its cgroup version,
+its Open vSwitch), so what `--dry-run` prints is what the host applies.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from agent import probe as probe_mod
 from agent import services
@@ -22,14 +24,28 @@ from appliance.shaper import PortShaping, Shaper, plan_shaping
 from appliance.switch import SCHEMA, Switch
 from appliance.tc_ops import TcOp
 from client.cpulimit import CpuLimit, detect_version
+from contracts import agent_api as api
+from contracts.agent_answers import (
+    ApplianceReading,
+    BridgeSnapshot,
+    CounterSnapshot,
+    CpuLimitReading,
+    HtbClass,
+    PortPlan,
+    ProbeReport,
+    ReplayDone,
+    ReplayStepPlan,
+    ShapingInForce,
+    TcOperation,
+)
 from contracts.errors import UserError
-from contracts.profiles import LinkSpec
+from contracts.message import decode
 from contracts.trace import ReplayPlan
 from contracts.units import kernel_hz
 
 
-def probe(programs: list[str] = (), interfaces: list[str] = (), cgroup: bool = False) -> dict:
-    return probe_mod.probe(list(programs), list(interfaces), cgroup)
+def probe(request: api.Probe) -> ProbeReport:
+    return probe_mod.probe(list(request.programs), list(request.interfaces), request.cgroup)
 
 
 # ------------------------------------------------------------------ shaping (appliance)
@@ -46,78 +62,86 @@ def _shaper() -> Shaper:
     return Shaper(connect=lambda: contextlib.nullcontext(_netlink[0]), local=True)
 
 
-def _shape_answer(plan: list[PortShaping], ops: list[TcOp], missing: set[str] = frozenset()) -> list[dict]:
+def _shape_answer(
+    plan: list[PortShaping], ops: list[TcOp], missing: set[str] = frozenset()
+) -> list[PortPlan]:
     """Per port: its plan, whether it exists, and its operations (`ops`, and as `tc` `commands`)."""
     out = []
     for port in plan:
         mine = [op for op in ops if op.ifname == port.ifname]
         out.append(
-            {
+            PortPlan(
                 **asdict(port),
-                "exists": port.ifname not in missing,
-                "ops": [op.as_dict() for op in mine],
-                "commands": [op.tc() for op in mine],
-            }
+                exists=port.ifname not in missing,
+                ops=[TcOperation(**op.as_dict()) for op in mine],
+                commands=[op.tc() for op in mine],
+            )
         )
     return out
 
 
-def shape_plan(link: dict, up_if: str, down_if: str) -> list[dict]:
+def _ports(request: api.LinkOnPorts) -> list[PortShaping]:
+    return plan_shaping(request.link, request.up_if, request.down_if)
+
+
+def shape_plan(request: api.ShapePlan) -> list[PortPlan]:
     """What `shape.apply` would do now: the operations planned from the ports' state in the kernel."""
-    plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
+    plan = _ports(request)
     shaper = _shaper()
     states = shaper.states(plan)
     missing = {name for name, state in states.items() if not state.exists}
     return _shape_answer(plan, shaper.plan(plan, states), missing)
 
 
-def shape_apply(link: dict, up_if: str, down_if: str) -> list[dict]:
+def shape_apply(request: api.ShapeApply) -> list[PortPlan]:
     """Apply the link; the answer carries the operations executed (what `shape.plan` prints)."""
-    plan = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
+    plan = _ports(request)
     return _shape_answer(plan, _shaper().apply(plan))
 
 
-def _replay_ops(plan: dict, link: dict, up_if: str, down_if: str) -> tuple[ReplayPlan, list[TimedOps]]:
-    """The trace (validated here, where it enters the host) and its timed operations from the
-    ports' state now, with this host's HZ: what `shape.replay` executes."""
-    trace = ReplayPlan.from_dict(plan)
-    ports = plan_shaping(LinkSpec.from_dict(link), up_if, down_if)
-    shaper = _shaper()
-    return trace, plan_replay(
-        trace, LinkSpec.from_dict(link), up_if, down_if, shaper.states(ports), kernel_hz()
-    )
+def _replay_ops(request: api.ShapeReplayPlan | api.ShapeReplay) -> list[TimedOps]:
+    """The trace's timed operations from the ports' state now, with this host's HZ: what
+    `shape.replay` executes (the trace was validated as the request was decoded, on the host)."""
+    states = _shaper().states(_ports(request))
+    return plan_replay(request.plan, request.link, request.up_if, request.down_if, states, kernel_hz())
 
 
-def shape_replay_plan(plan: dict, link: dict, up_if: str, down_if: str) -> list[dict]:
+def shape_replay_plan(request: api.ShapeReplayPlan) -> list[ReplayStepPlan]:
     """What `shape.replay` would do now, step by step: `t_s` and the `tc` commands (the dry run)."""
-    return [step.as_dict() for step in _replay_ops(plan, link, up_if, down_if)[1]]
+    return [ReplayStepPlan(**step.as_dict()) for step in _replay_ops(request)]
 
 
-def shape_replay(plan: dict, link: dict, up_if: str, down_if: str, start: float) -> dict:
+def shape_replay(request: api.ShapeReplay) -> ReplayDone:
     """Replay a trace: each step's in-place class change at `start + t_s` (`start` in wall-clock
     seconds, the instant every row refers to), both ports' counters sampled at each step; returns
     when the trace has been played, with what was applied and when (`appliance.replay`)."""
     shaper = _shaper()
-    shaper.indexes([up_if, down_if])  # a missing port is refused before anything changes
-    trace, timed = _replay_ops(plan, link, up_if, down_if)
+    ifs = [request.up_if, request.down_if]
+    shaper.indexes(ifs)  # a missing port is refused before anything changes
+    trace: ReplayPlan = request.plan
+    timed = _replay_ops(request)
     if trace.needs_netem:
         shaper.check_netem()
-    start_mono = time.monotonic() + (start - time.time())  # the one conversion between the clocks
-    answer = replay(shaper, timed, trace.end_s, [up_if, down_if], start_mono)
-    return {"start": start, **answer}
+    start_mono = time.monotonic() + (request.start - time.time())  # the one conversion between the clocks
+    answer = replay(shaper, timed, trace.end_s, ifs, start_mono)
+    return decode(ReplayDone, {"start": request.start, **answer})
 
 
-def shape_classes(ifs: list[str]) -> dict:
+def _classes(ifs: tuple[str, ...]) -> dict[str, HtbClass]:
     """Our HTB class per port: rate, ceil and counters (the sweep's check after every trial)."""
-    return _shaper().classes(ifs)
+    return decode(dict[str, HtbClass], _shaper().classes(list(ifs)))
 
 
-def shape_read(ifs: list[str]) -> dict:
-    return _shaper().read(ifs)
+def shape_classes(request: api.ShapeClasses) -> dict[str, HtbClass]:
+    return _classes(request.ifs)
 
 
-def shape_clear(ifs: list[str]) -> None:
-    _shaper().clear(ifs)
+def shape_read(request: api.ShapeRead) -> dict[str, ShapingInForce]:
+    return decode(dict[str, ShapingInForce], _shaper().read(list(request.ifs)))
+
+
+def shape_clear(request: api.ShapeClear) -> None:
+    _shaper().clear(list(request.ifs))
 
 
 # ------------------------------------------------------------------ client CPU limit
@@ -125,46 +149,47 @@ def _cgroup(name: str, quota: float = 1.0) -> CpuLimit:
     return CpuLimit(name, quota)
 
 
-def cpu_apply(name: str, quota: float) -> dict:
-    limit = _cgroup(name, quota)
+def cpu_apply(request: api.CpuApply) -> CpuLimitReading:
+    limit = _cgroup(request.name, request.quota)
     limit.apply()
-    return limit.read()
+    return decode(CpuLimitReading, limit.read())
 
 
-def cpu_read(name: str) -> dict:
-    """The limit in force, or {} where there is none (also on a host without a cpu controller)."""
+def cpu_read(request: api.CpuRead) -> CpuLimitReading:
+    """The limit in force, or an empty reading where there is none (also on a host without a cpu
+    controller)."""
     try:
         detect_version()
     except UserError:
-        return {}
-    return _cgroup(name).read()
+        return CpuLimitReading()
+    return decode(CpuLimitReading, _cgroup(request.name).read())
 
 
-def cpu_remove(name: str) -> bool:
+def cpu_remove(request: api.CpuRemove) -> bool:
     try:
         detect_version()
     except UserError:
         return False
-    limit = _cgroup(name)
+    limit = _cgroup(request.name)
     existed = limit.exists()
     limit.remove()
     return existed
 
 
 # ------------------------------------------------------------------ services
-def service_start(dir: str, name: str, argv: list[str], env: dict | None = None) -> int:
-    return services.start(Path(dir), name, argv, env)
+def service_start(request: api.ServiceStart) -> int:
+    return services.start(Path(request.dir), request.name, request.argv, request.env)
 
 
-def service_stop(dir: str, name: str) -> bool:
-    return services.stop(Path(dir), name)
+def service_stop(request: api.ServiceStop) -> bool:
+    return services.stop(Path(request.dir), request.name)
 
 
-def service_status(dir: str, name: str) -> int | None:
-    return services.pid_of(Path(dir), name)
+def service_status(request: api.ServiceStatus) -> int | None:
+    return services.pid_of(Path(request.dir), request.name)
 
 
-def grpc_ready(target: str, wait: float = 2.0) -> bool:
+def grpc_ready(request: api.GrpcReady) -> bool:
     """Whether this host completes an HTTP/2 handshake with the gRPC server at `target` (HOST:PORT).
 
     Imported here: gRPC, NumPy and requests would add half a second to every other verb (a rate
@@ -172,92 +197,77 @@ def grpc_ready(target: str, wait: float = 2.0) -> bool:
     """
     from client.grpc_offload import ready
 
-    return ready(target, wait)
+    return ready(request.target, request.wait)
 
 
 # ------------------------------------------------------------------ bridge (appliance)
-def _switch(
-    bridge: str,
-    rundir: str,
-    ports: list[str] = (),
-    datapath: str = "netdev",
-    own: bool = True,
-    more: list[list] = (),
-) -> Switch:
-    """`more`: further bridges as [name, [ports]] (several clients: the server's bridge)."""
-    extra = tuple((str(name), tuple(p)) for name, p in more)
-    return Switch(bridge, tuple(ports), Path(rundir), datapath, own, extra)
+def _switch(at: api.SwitchRef, layout: api.Layout | None = None, datapath: str = "netdev") -> Switch:
+    """The switch of `at`, with the bridges of `layout` (what building or checking it needs)."""
+    ports, more = (layout.ports, layout.more) if layout is not None else ((), ())
+    extra = tuple((name, tuple(p)) for name, p in more)
+    return Switch(at.bridge, tuple(ports), Path(at.rundir), datapath, at.own, extra)
 
 
-def bridge_up(
-    bridge: str,
-    ports: list[str],
-    rundir: str,
-    datapath: str = "netdev",
-    own: bool = True,
-    more: list[list] = (),
-) -> dict:
-    _switch(bridge, rundir, ports, datapath, own, more).up()
-    return bridge_status(bridge, rundir, own)
+def _built(
+    request: api.BridgeUp | api.BridgeRestart, build: Callable[[Switch], Any]
+) -> BridgeSnapshot | None:
+    """`build` (up, or a restart) the switch as the request lays it out; the bridge as it is then."""
+    build(_switch(request, request, request.datapath))
+    return _bridge_status(request)
 
 
-def bridge_down(bridge: str, rundir: str, own: bool = True) -> None:
+def bridge_up(request: api.BridgeUp) -> BridgeSnapshot | None:
+    return _built(request, Switch.up)
+
+
+def bridge_restart(request: api.BridgeRestart) -> BridgeSnapshot | None:
+    """The sweep's repair of a broken switch: `bridge.down`, a fresh database, `bridge.up`."""
+    return _built(request, Switch.restart)
+
+
+def bridge_down(request: api.BridgeDown) -> None:
     """Returns once our OVS daemons have exited; refuses if one outlived SIGKILL."""
-    switch = _switch(bridge, rundir, own=own)
+    switch = _switch(request)
     if not switch.down():
         raise UserError(
-            f"Open vSwitch daemons of {rundir} still run after SIGKILL: pids "
+            f"Open vSwitch daemons of {request.rundir} still run after SIGKILL: pids "
             + ", ".join(map(str, switch.daemons())),
             "a process stuck in the kernel: see `ps -o pid,stat,wchan -p PIDS`, then run testbed down again",
         )
 
 
-def bridge_restart(
-    bridge: str,
-    ports: list[str],
-    rundir: str,
-    datapath: str = "netdev",
-    own: bool = True,
-    more: list[list] = (),
-) -> dict:
-    """The sweep's repair of a broken switch: `bridge.down`, a fresh database, `bridge.up`."""
-    _switch(bridge, rundir, ports, datapath, own, more).restart()
-    return bridge_status(bridge, rundir, own)
-
-
-def bridge_health(
-    bridge: str,
-    rundir: str,
-    ports: list[str] = (),
-    own: bool = True,
-    deep: bool = True,
-    more: list[list] = (),
-) -> list[str]:
+def bridge_health(request: api.BridgeHealth) -> list[str]:
     """What is wrong with the switch (empty: healthy): daemons, and with `deep` the bridge and ports."""
-    return _switch(bridge, rundir, ports, own=own, more=more).problems(deep)
+    return _switch(request, request).problems(request.deep)
 
 
-def appliance_check(ifs: list[str], bridge: str, rundir: str, own: bool = True) -> dict:
+def appliance_check(request: api.ApplianceCheck) -> ApplianceReading:
     """What the sweep reads after every shaped trial, in one request: the HTB classes (as
     `shape.classes`) and whether the switch's daemons still run (a quick `bridge.health`)."""
-    return {"classes": _shaper().classes(ifs), "switch": _switch(bridge, rundir, own=own).problems()}
+    return ApplianceReading(classes=_classes(request.ifs), switch=_switch(request).problems())
 
 
-def bridge_status(bridge: str, rundir: str, own: bool = True) -> dict | None:
-    return read_bridge(_switch(bridge, rundir, own=own).sock, bridge, SCHEMA)
+def _bridge_status(at: api.SwitchRef) -> BridgeSnapshot | None:
+    return decode(BridgeSnapshot | None, read_bridge(_switch(at).sock, at.bridge, SCHEMA))
 
 
-def counters(bridge: str, rundir: str, ifs: list[str], own: bool = True) -> dict:
+def bridge_status(request: api.BridgeStatus) -> BridgeSnapshot | None:
+    return _bridge_status(request)
+
+
+def counters(request: api.ApplianceCounters) -> CounterSnapshot:
     """The appliance's counters now: per port HTB (exact) and OVS interface statistics (up to 5 s old)."""
-    snapshot = bridge_status(bridge, rundir, own) or {}
-    return {
-        "at": time.time(),
-        "htb": _shaper().classes(ifs),  # per port: rate, ceil and counters
-        "ovs": {i: s for i, s in (snapshot.get("interfaces") or {}).items() if i in ifs},
-    }
+    snapshot = _bridge_status(request)
+    interfaces = snapshot.interfaces if snapshot is not None else {}
+    return CounterSnapshot(
+        at=time.time(),
+        htb=_classes(request.ifs),  # per port: rate, ceil and counters
+        ovs={i: s for i, s in interfaces.items() if i in request.ifs},
+    )
 
 
-VERBS: dict[str, Callable] = {
+# the verbs by name (each takes its request type, `contracts.agent_api.VERB_TYPES`)
+VERBS: dict[str, Callable[[Any], Any]] = {
     "probe": probe,
     "shape.plan": shape_plan,
     "shape.apply": shape_apply,

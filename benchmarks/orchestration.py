@@ -108,7 +108,7 @@ def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> list[Row]:
                 round_trips.append(time.perf_counter() - start - record["t_total"])
                 start = time.perf_counter()
                 reading = lab.appliance_check()  # the sweep's check: the shaping and the switch's daemons
-                wrong = guard.check(reading["classes"], record) or "; ".join(reading["switch"])
+                wrong = guard.check(reading.classes, record) or "; ".join(reading.switch)
                 checks.append(time.perf_counter() - start)
                 if wrong:
                     raise BenchError(f"the testbed broke during a bookkeeping trial: {wrong}")

@@ -98,7 +98,7 @@ def counters_before(manifest: ManifestFile, lab: Lab, rate_mbps: float) -> Count
     """
     entry = Counters(rate_mbps=rate_mbps, ports={"up": lab.up_if, "down": lab.down_if}, replica=lab.replica)
     try:
-        entry.before = lab.counters()
+        entry.before = lab.counters().to_json()
     except UserError as exc:
         entry.error = exc.message
     manifest.manifest.counters.append(entry)
@@ -110,7 +110,7 @@ def counters_after(manifest: ManifestFile, entry: Counters, lab: Lab, trial_ids:
     entry.trials = trial_ids
     if entry.before is not None:
         try:
-            entry.after = lab.counters()
+            entry.after = lab.counters().to_json()
         except UserError as exc:
             entry.error = exc.message
     manifest.save()

@@ -2,6 +2,11 @@
 and answers from a script, through the same JSON protocol and `Host` code paths as a real host; its
 `popen` starts a scripted trial worker (`FakeWorker`) that speaks `client.worker`'s protocol.
 
+As the agent does, it decodes each request into its verb's type (`contracts.agent_api`; a key the
+type lacks is answered as a bug) and encodes the script's answer, which `Host.agent` decodes into
+the verb's answer type: a script answers what the agent would, complete (`tests.fake_answers`
+builds the usual ones).
+
 It is strict, like invoke's `MockContext`: an agent verb, a command or a process nobody scripted
 raises `Unscripted`, and is kept (in the fake's `unscripted` and in `UNSCRIPTED`), so code that
 swallows the exception still fails its test: `tests/unit/conftest.py` checks after each one)."""
@@ -19,8 +24,10 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from contracts.agent_api import VERB_TYPES
 from contracts.command import Result
 from contracts.errors import UserError
+from contracts.message import decode, encode
 from contracts.units import expected_goodput
 from testbed.backends.host import Host
 from testbed.experiment import Experiment, Validation
@@ -177,8 +184,9 @@ class FakeHost(Host):
 
     # ---------------------------------------------------------------- scripting
     def reply(self, verb: str, value: AgentReply) -> FakeHost:
-        """The agent verb `verb` answers `value` (or `value(**args)`; a UserError it raises is the
-        agent's refusal). A verb nobody scripted raises `Unscripted`."""
+        """The agent verb `verb` answers `value` (or `value(**args)`, the arguments sent, as the
+        request's typed fields: tuples, a LinkSpec; a UserError it raises is the agent's refusal). A
+        verb nobody scripted raises `Unscripted`."""
         self.replies[verb] = value
         return self
 
@@ -220,16 +228,22 @@ class FakeHost(Host):
     def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
         args = json.loads(payload)
         self.calls.append(("agent", verb, args))
+        try:
+            request = decode(VERB_TYPES[verb][0], args)
+        except (KeyError, TypeError):  # as the agent answers a request that is not its verb's type
+            return self._answer(verb, {"ok": False, "verb": verb, "bug": traceback.format_exc()}, 1)
         if verb not in self.replies:
             raise self._unscripted(
                 "agent verb", f"{verb} {json.dumps(args, sort_keys=True)}", sorted(self.replies)
             )
         reply = self.replies[verb]
         try:
-            result = reply(**args) if callable(reply) else reply
-            answer, status = {"ok": True, "result": result}, 0
+            result = reply(**{key: getattr(request, key) for key in args}) if callable(reply) else reply
+            return self._answer(verb, {"ok": True, "result": encode(result)}, 0)
         except UserError as exc:
-            answer, status = {"ok": False, "error": exc.message, "fix": exc.fix}, 2
+            return self._answer(verb, {"ok": False, "error": exc.message, "fix": exc.fix}, 2)
+
+    def _answer(self, verb: str, answer: dict, status: int) -> Result:
         return Result(self.name, self.python("agent", verb), status, json.dumps(answer) + "\n", "")
 
     def _exec(self, argv, *, timeout, env, input) -> Result:

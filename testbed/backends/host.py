@@ -15,11 +15,15 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
+from contracts.agent_api import Request, ServiceStart, ServiceStatus, ServiceStop
 from contracts.command import Result
 from contracts.errors import AgentBug, UserError
+from contracts.message import decode
 from testbed.inventory import HostSpec
+
+A = TypeVar("A")
 
 
 class Host(ABC):
@@ -85,11 +89,12 @@ class Host(ABC):
         env = {**self.env, **(kwargs.pop("env", None) or {})}
         return self._popen(self.limited(argv, limited), env, **kwargs)
 
-    def agent(self, verb: str, *, timeout: float = 120.0, **args: Any) -> Any:
-        """Ask the host's resident agent (`python -m agent --serve`); its answer's result, a UserError
-        for the user's problem, an AgentBug for a bug."""
-        result = self._agent_exec(verb, json.dumps(args, default=str), timeout)
-        return agent_answer(self.name, result)
+    def agent(self, request: Request[A], *, timeout: float = 120.0) -> A:
+        """Ask the host's resident agent (`python -m agent --serve`) one request (a type of
+        `contracts.agent_api`); its typed answer, a UserError for the user's problem, an AgentBug for
+        a bug (an answer that is not of the verb's answer type is one too)."""
+        result = self._agent_exec(request.VERB, json.dumps(request.to_json()), timeout)
+        return typed_answer(self.name, request, agent_answer(self.name, result))
 
     @abstractmethod
     def _agent_exec(self, verb: str, payload: str, timeout: float) -> Result:
@@ -104,18 +109,19 @@ class Host(ABC):
     def start(self, service: str, argv: Sequence[str]) -> int:
         """A background service (never CPU-limited) in its own session; `stop` finds it after a crash."""
         return self.agent(
-            "service.start",
-            dir=str(self.state_dir),
-            name=f"{self.name}-{service}",
-            argv=[str(a) for a in argv],
-            env=self.env,
+            ServiceStart(
+                dir=str(self.state_dir),
+                name=f"{self.name}-{service}",
+                argv=tuple(str(a) for a in argv),
+                env=self.env,
+            )
         )
 
     def stop(self, service: str) -> bool:
-        return self.agent("service.stop", dir=str(self.state_dir), name=f"{self.name}-{service}")
+        return self.agent(ServiceStop(dir=str(self.state_dir), name=f"{self.name}-{service}"))
 
     def service_pid(self, service: str) -> int | None:
-        return self.agent("service.status", dir=str(self.state_dir), name=f"{self.name}-{service}")
+        return self.agent(ServiceStatus(dir=str(self.state_dir), name=f"{self.name}-{service}"))
 
 
 def agent_answer(host: str, result: Result) -> Any:
@@ -136,6 +142,14 @@ def agent_answer(host: str, result: Result) -> Any:
     if "bug" in answer:
         raise AgentBug(host, answer.get("verb") or verb, answer["bug"])
     raise UserError(f"on {host}: {answer['error']}", answer.get("fix"))
+
+
+def typed_answer(host: str, request: Request[A], result: Any) -> A:
+    """The agent's result as the request's answer type; one that does not fit is the agent's bug."""
+    try:
+        return decode(request.ANSWER, result)
+    except (TypeError, ValueError) as exc:
+        raise AgentBug(host, request.VERB, f"an answer that is not a {request.ANSWER}: {exc}") from None
 
 
 def project_path() -> str:

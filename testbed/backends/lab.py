@@ -18,8 +18,11 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
 
+from contracts import agent_answers as answers
+from contracts import agent_api as api
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
+from contracts.message import encode
 from contracts.profiles import LinkSpec
 from contracts.trace import ReplayPlan
 from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
@@ -45,30 +48,30 @@ def require_root() -> None:
         )
 
 
-def probe_problems(role: str, probe: dict, needs_cgroup: bool) -> list[str]:
+def probe_problems(role: str, probe: answers.ProbeReport, needs_cgroup: bool) -> list[str]:
     """What a host's probe (the agent's `probe` verb) says would stop `up`, in words with the fix."""
     problems = []
-    if not probe["root"]:
+    if not probe.root:
         problems.append(
             "commands do not run as root (run testbed as root; over SSH, log in as root or give the user password-less sudo)"
         )
-    missing = [p for p, path in probe["programs"].items() if not path]
+    missing = [p for p, path in probe.programs.items() if not path]
     if missing:
         problems.append(f"programs missing: {', '.join(missing)} (run scripts/setup.sh)")
-    absent = [i for i, present in probe["interfaces"].items() if not present]
+    absent = [i for i, present in probe.interfaces.items() if not present]
     if absent:
         problems.append(f"no interface {', '.join(absent)}")
-    modules = [m for m, ok in probe["python_modules"].items() if not ok]
+    modules = [m for m, ok in probe.python_modules.items() if not ok]
     if modules:
         problems.append(
             f"Python modules missing: {', '.join(modules)} (pip install the project's dependencies)"
         )
-    if needs_cgroup and probe.get("cgroup") is None:
-        problems.append(probe.get("cgroup_error", "no cgroup cpu controller"))
+    if needs_cgroup and probe.cgroup is None:
+        problems.append(probe.cgroup_error or "no cgroup cpu controller")
     if role == "appliance":
-        if not probe["ovs_kernel_module"] and not probe["tun"]:
+        if not probe.ovs_kernel_module and not probe.tun:
             problems.append("/dev/net/tun missing: the userspace OVS bridge needs the tun device")
-        if not probe["ovs_schema"]:
+        if not probe.ovs_schema:
             problems.append("the Open vSwitch schema is missing (reinstall openvswitch-common)")
     return problems
 
@@ -80,7 +83,7 @@ class Lab(ABC):
     up_if: str  # appliance port facing the server: client->server traffic leaves here
     down_if: str  # appliance port facing the client: server->client traffic leaves here
     cgroup: str  # the client's CPU limit
-    probes: dict[str, dict]  # the hosts' answers to `probe`, by role, from the last preflight
+    probes: dict[str, answers.ProbeReport]  # the hosts' answers to `probe`, by role, from the last preflight
     replica: int | None = None  # which of a sweep's testbeds this is (None: the sweep has one)
     # how the offload server runs requests (contracts.trials.SERVER_STACKS): what `up` and a restart
     # start; a sweep sets its experiment's, `testbed up --server-stack` the one asked for
@@ -119,7 +122,8 @@ class Lab(ABC):
 
     @abstractmethod
     def switch_args(self) -> dict:
-        """The bridge as the agent's bridge verbs take it: bridge, rundir, own."""
+        """The bridge as the agent's bridge verbs take it (`contracts.agent_api.SwitchRef`): bridge,
+        rundir, own."""
 
     @abstractmethod
     def datapath(self) -> str:
@@ -131,9 +135,10 @@ class Lab(ABC):
         return {self.bridge: [self.down_if, self.up_if]}
 
     def _bridges(self) -> dict:
-        """The layout as the agent's bridge verbs take it: `ports` of `bridge`, and `more` bridges."""
+        """The layout as the agent's bridge verbs take it (`contracts.agent_api.Layout`): `ports` of
+        `bridge`, and `more` bridges."""
         (_, ports), *more = self.bridge_layout().items()
-        return {"ports": ports, **({"more": [[b, p] for b, p in more]} if more else {})}
+        return {"ports": tuple(ports), "more": tuple((b, tuple(p)) for b, p in more)}
 
     @property
     def client_roles(self) -> tuple[str, ...]:
@@ -193,7 +198,7 @@ class Lab(ABC):
             *(STACK_PROGRAMS[self.server_stack] if role == "server" else ()),
         ]
         probe = self.host(role).agent(
-            "probe", programs=programs, interfaces=list(interfaces), cgroup=needs_cgroup
+            api.Probe(programs=tuple(programs), interfaces=tuple(interfaces), cgroup=needs_cgroup)
         )
         self.probes[role] = probe  # what `_up` needs to know of the host (its Open vSwitch, say)
         return probe_problems(role, probe, needs_cgroup)
@@ -314,7 +319,7 @@ class Lab(ABC):
     def grpc_answers(self, timeout: float = 2.0, server: str = PYTHON) -> bool:
         """Whether the client host completes an HTTP/2 handshake with a gRPC server's port."""
         return self.host("client").agent(
-            "grpc.ready", target=self.grpc_target_of(server), wait=timeout, timeout=timeout + 30
+            api.GrpcReady(target=self.grpc_target_of(server), wait=timeout), timeout=timeout + 30
         )
 
     def server_alive(self, grpc: bool = False) -> bool:
@@ -333,62 +338,61 @@ class Lab(ABC):
     def _ports(self) -> dict:
         return {"up_if": self.up_if, "down_if": self.down_if}
 
-    def shape(self, link: LinkSpec, dry_run: bool = False) -> list[dict]:
-        """Shape both directions; the plan (one dict per port, with its `commands`) is the appliance's own."""
-        verb = "shape.plan" if dry_run else "shape.apply"
-        return self.host("appliance").agent(verb, link=link.as_dict(), **self._ports())
+    def _ifs(self) -> tuple[str, str]:
+        return (self.up_if, self.down_if)
+
+    def shape(self, link: LinkSpec, dry_run: bool = False) -> list[answers.PortPlan]:
+        """Shape both directions; the plan (per port, with its `commands`) is the appliance's own."""
+        request = api.ShapePlan if dry_run else api.ShapeApply
+        return self.host("appliance").agent(request(link=link, **self._ports()))
 
     def set_rate(self, rate_bps: int) -> None:
         """The sweep's in-place rate change between cells: both directions, nothing else altered."""
         self.shape(replace(self.inv.link, up_rate=rate_bps, down_rate=rate_bps, ceil=None, burst=None))
 
-    def replay_plan(self, plan: ReplayPlan) -> list[dict]:
+    def replay_plan(self, plan: ReplayPlan) -> list[answers.ReplayStepPlan]:
         """The appliance's timed operations for a trace, from its ports' state now (the dry run)."""
         return self.host("appliance").agent(
-            "shape.replay.plan", plan=plan.as_dict(), link=self.inv.link.as_dict(), **self._ports()
+            api.ShapeReplayPlan(plan=plan, link=self.inv.link, **self._ports())
         )
 
-    def replay_trace(self, plan: ReplayPlan, start: float) -> dict:
+    def replay_trace(self, plan: ReplayPlan, start: float) -> answers.ReplayDone:
         """One pass of a trace from `start` (wall-clock seconds), in place on both ports; returns
         when it has been played, with the times each step was applied and the counters at each."""
         return self.host("appliance").agent(
-            "shape.replay",
-            plan=plan.as_dict(),
-            link=self.inv.link.as_dict(),
-            start=start,
+            api.ShapeReplay(plan=plan, link=self.inv.link, start=start, **self._ports()),
             timeout=max(0.0, start - time.time()) + plan.end_s + 60,
-            **self._ports(),
         )
 
-    def shaping_classes(self) -> dict[str, dict]:
+    def shaping_classes(self) -> dict[str, answers.HtbClass]:
         """The appliance's HTB class per port now: rate, ceil (bits/s) and counters (bytes sent...)."""
-        return self.host("appliance").agent("shape.classes", ifs=[self.up_if, self.down_if])
+        return self.host("appliance").agent(api.ShapeClasses(ifs=self._ifs()))
 
-    def read_shaping(self) -> dict[str, dict]:
-        return self.host("appliance").agent("shape.read", ifs=[self.up_if, self.down_if])
+    def read_shaping(self) -> dict[str, answers.ShapingInForce]:
+        return self.host("appliance").agent(api.ShapeRead(ifs=self._ifs()))
 
     def clear_shaping(self) -> None:
         """No qdisc of ours on the appliance's ports (a later `shape` puts HTB back)."""
-        self.host("appliance").agent("shape.clear", ifs=[self.up_if, self.down_if])
+        self.host("appliance").agent(api.ShapeClear(ifs=self._ifs()))
 
     def link_in_force(self) -> LinkSpec:
         """The inventory's link with the rates the kernel has now (what a temporary change restores)."""
         shaping = self.read_shaping()
-        up = (shaping.get(self.up_if) or {}).get("htb")
-        down = (shaping.get(self.down_if) or {}).get("htb")
+        up = shaping.get(self.up_if, answers.ShapingInForce()).htb
+        down = shaping.get(self.down_if, answers.ShapingInForce()).htb
         link = self.inv.link
         if up and down:
             link = replace(
                 link,
-                up_rate=up["rate"],
-                down_rate=down["rate"],
-                ceil=max(up["ceil"], down["ceil"]) if link.ceil else None,
+                up_rate=up.rate,
+                down_rate=down.rate,
+                ceil=max(up.ceil, down.ceil) if link.ceil else None,
             )
         return link
 
-    def counters(self) -> dict:
+    def counters(self) -> answers.CounterSnapshot:
         """The appliance's counters now: HTB per port (exact) and OVS per interface (refreshed every 5 s)."""
-        return self.host("appliance").agent("counters", ifs=[self.up_if, self.down_if], **self.switch_args())
+        return self.host("appliance").agent(api.ApplianceCounters(ifs=self._ifs(), **self.switch_args()))
 
     # ---------------------------------------------------------------- client CPU limit (the client's agent)
     def client_cgroups(self) -> dict[str, str]:
@@ -400,45 +404,42 @@ class Lab(ABC):
         quota = self.inv.client_cpu.cpu_quota
         if quota:
             for role, cgroup in self.client_cgroups().items():
-                self.host(role).agent("cpu.apply", name=cgroup, quota=quota)
+                self.host(role).agent(api.CpuApply(name=cgroup, quota=quota))
 
-    def set_client_quota(self, fraction: float) -> dict:
+    def set_client_quota(self, fraction: float) -> answers.CpuLimitReading:
         """A new CPU quota for the client (throttled device emulation); the limit now in force."""
         self.inv = self.inv.with_client_cpu(replace(self.inv.client_cpu, cpu_quota=fraction))
         self.apply_cpu_limit()
         return self.cpu_in_force()
 
-    def cpu_in_force(self) -> dict:
+    def cpu_in_force(self) -> answers.CpuLimitReading:
         try:
-            return self.host("client").agent("cpu.read", name=self.cgroup)
+            return self.host("client").agent(api.CpuRead(name=self.cgroup))
         except UserError:
-            return {}
+            return answers.CpuLimitReading()
 
     # ---------------------------------------------------------------- the switch's health (the appliance's agent)
-    def appliance_check(self) -> dict:
+    def appliance_check(self) -> answers.ApplianceReading:
         """What the sweep reads after every shaped trial, in one request: `classes` (as
         `shaping_classes`) and `switch`, what is wrong with the switch's daemons (empty: they run)."""
-        return self.host("appliance").agent(
-            "appliance.check", ifs=[self.up_if, self.down_if], **self.switch_args()
-        )
+        return self.host("appliance").agent(api.ApplianceCheck(ifs=self._ifs(), **self.switch_args()))
 
     def switch_problems(self) -> list[str]:
         """What is wrong with the switch (empty: healthy): its daemons, the bridge and its ports."""
-        return self.host("appliance").agent("bridge.health", **self._bridges(), **self.switch_args())
+        return self.host("appliance").agent(api.BridgeHealth(**self._bridges(), **self.switch_args()))
 
-    def restart_switch(self) -> dict:
+    def restart_switch(self) -> answers.BridgeSnapshot | None:
         """Open vSwitch and the bridge afresh, as `up` built them; the shaping must follow (`shape`)."""
         return self.host("appliance").agent(
-            "bridge.restart", **self._bridges(), datapath=self.datapath(), **self.switch_args()
+            api.BridgeRestart(**self._bridges(), datapath=self.datapath(), **self.switch_args())
         )
 
     # ---------------------------------------------------------------- status
-    def bridge_status(self) -> dict:
-        return self.host("appliance").agent("bridge.status", **self.switch_args()) or {
-            "name": self.bridge,
-            "datapath_type": None,
-            "ports": [],
-        }
+    def bridge_status(self, bridge: str | None = None) -> answers.BridgeSnapshot | None:
+        """The bridge `bridge` (default: the testbed's) as OVSDB has it; None where there is none."""
+        return self.host("appliance").agent(
+            api.BridgeStatus(**{**self.switch_args(), "bridge": bridge or self.bridge})
+        )
 
     def status(self) -> dict:
         up = self.is_up()
@@ -455,21 +456,25 @@ class Lab(ABC):
             "backend": self.inv.backend,
             "inventory": str(self.inv.path),
             "hosts": hosts,
-            "client_cpu": {"profile": self.inv.client_cpu.as_dict(), "in_force": self.cpu_in_force()},
+            "client_cpu": {
+                "profile": self.inv.client_cpu.as_dict(),
+                "in_force": self.cpu_in_force().to_json(),
+            },
         }
         if not up:
             return status
-        status["bridge"] = self.bridge_status()
+        status["bridge"] = encode(self.bridge_status()) or {
+            "name": self.bridge,
+            "datapath_type": None,
+            "ports": [],
+        }
         more = list(self.bridge_layout())[1:]
         if more:  # several clients: the server's bridge, joined to the clients' by the trunk
-            status["bridges"] = [
-                self.host("appliance").agent("bridge.status", **{**self.switch_args(), "bridge": b})
-                for b in more
-            ]
-        shaping = self.read_shaping()
+            status["bridges"] = [encode(self.bridge_status(b)) for b in more]
+        shaping = encode(self.read_shaping())
         status["shaping"] = {
-            "up (client->server)": {"port": self.up_if, **(shaping.get(self.up_if) or {})},
-            "down (server->client)": {"port": self.down_if, **(shaping.get(self.down_if) or {})},
+            "up (client->server)": {"port": self.up_if, **shaping.get(self.up_if, {})},
+            "down (server->client)": {"port": self.down_if, **shaping.get(self.down_if, {})},
         }
         status["services"] = {
             svc: bool(self.host("server").service_pid(svc)) for svc in ("iperf3", "offload")

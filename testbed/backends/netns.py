@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from contracts import agent_api as api
 from contracts.command import Result, run
 from contracts.cpu_lock import ENV as CPU_LOCK_ENV
 from contracts.errors import UserError
@@ -214,7 +215,7 @@ class NetnsLab(Lab):
         for ns, ifname in topology.ports(n):
             self.host(roles[ns]).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
         self.host("appliance").agent(
-            "bridge.up", **self._bridges(), datapath=self.datapath(), **self.switch_args()
+            api.BridgeUp(**self._bridges(), datapath=self.datapath(), **self.switch_args())
         )
         self.apply_cpu_limit()
 
@@ -257,7 +258,7 @@ class NetnsLab(Lab):
         # also when the inventory no longer asks for a limit; the namespace is gone, so the agent
         # runs here, where the cgroup is
         for client in everything.clients:
-            if self.host("client").agent("cpu.remove", name=client.cgroup):
+            if self.host("client").agent(api.CpuRemove(name=client.cgroup)):
                 removed.append(f"cgroup {client.cgroup}")
         if stuck:  # the state stays: its pid files name the daemons for the next `down`
             raise UserError(

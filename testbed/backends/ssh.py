@@ -14,6 +14,8 @@ import json
 import tarfile
 from pathlib import Path, PurePosixPath
 
+from contracts import agent_api as api
+from contracts.agent_answers import PortPlan
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec, blas_env
 from testbed.backends.lab import Lab
@@ -98,7 +100,8 @@ class SshLab(Lab):
         record = self._switch_record or {}
         if "datapath" in record:
             return record["datapath"]
-        return "system" if self.probes.get("appliance", {}).get("ovs_kernel_module") else "netdev"
+        probe = self.probes.get("appliance")
+        return "system" if probe and probe.ovs_kernel_module else "netdev"
 
     # ---------------------------------------------------------------- records of what up did
     def _record_path(self, host: SshHost) -> str:
@@ -170,19 +173,20 @@ class SshLab(Lab):
     # ---------------------------------------------------------------- up
     def _up(self) -> None:
         appliance = self.host("appliance")
-        probe = self.probes.get("appliance", {})
-        datapath = "system" if probe.get("ovs_kernel_module") else "netdev"
+        probe = self.probes.get("appliance")
+        datapath = "system" if probe and probe.ovs_kernel_module else "netdev"
         # an appliance that runs Open vSwitch already keeps its daemons: the bridge joins its database
-        own = not probe.get("system_ovs")
+        own = not (probe and probe.system_ovs)
         # how many client machines: `down` must reach those, and the others it only tries
         self._record(appliance, own_ovs=own, system_ovs=not own, clients=len(self.client_roles))
         appliance.agent(
-            "bridge.up",
-            bridge=self.bridge,
-            ports=[self.down_if, self.up_if],
-            rundir=self.rundir,
-            datapath=datapath,
-            own=own,
+            api.BridgeUp(
+                bridge=self.bridge,
+                ports=(self.down_if, self.up_if),
+                rundir=self.rundir,
+                datapath=datapath,
+                own=own,
+            )
         )
         self._record(appliance, bridge=self.bridge, datapath=datapath)
         if datapath == "netdev":
@@ -267,7 +271,7 @@ class SshLab(Lab):
             self.clear_shaping()
             removed.append(f"{host.name}: qdiscs on {self.up_if}, {self.down_if}")
             own = bool(record.get("own_ovs"))
-            host.agent("bridge.down", bridge=self.bridge, rundir=self.rundir, own=own)
+            host.agent(api.BridgeDown(bridge=self.bridge, rundir=self.rundir, own=own))
             removed.append(
                 f"{host.name}: bridge {self.bridge}" + (", ovsdb-server, ovs-vswitchd" if own else "")
             )
@@ -276,7 +280,7 @@ class SshLab(Lab):
             removed.append(f"{host.name}: address {address} on {ifname}")
         for ifname in record.get("tx_offload_off", []):
             host.run(["ethtool", "-K", ifname, "tx", "on"], limited=False, check=False)
-        if record.get("cgroup") and code_there and host.agent("cpu.remove", name=record["cgroup"]):
+        if record.get("cgroup") and code_there and host.agent(api.CpuRemove(name=record["cgroup"])):
             removed.append(f"{host.name}: cgroup {record['cgroup']}")
         host.run(["rm", "-rf", str(host.state_dir), str(host.code_dir.parent)], limited=False, check=False)
         host.run(
@@ -287,7 +291,7 @@ class SshLab(Lab):
         return removed
 
     # ---------------------------------------------------------------- shaping and CPU limit
-    def shape(self, link: LinkSpec, dry_run: bool = False) -> list[dict]:
+    def shape(self, link: LinkSpec, dry_run: bool = False) -> list[PortPlan]:
         """As everywhere; a plan asked for while the lab is down comes from the appliance all the same."""
         if not dry_run or self.is_up():
             return super().shape(link, dry_run)

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from contracts.agent_answers import ShapingInForce
 from contracts.errors import UserError
 from contracts.grid import parse_rates
 from contracts.units import format_rate
@@ -94,9 +95,9 @@ def cmd_shape(args: argparse.Namespace) -> int:
         # the appliance's own plan from its ports' state now: exactly what `shape` would apply
         where = lab.host("appliance").where
         for port in lab.shape(link, dry_run=True):
-            if not port.get("exists", True):
-                print(f"# {port['ifname']} does not exist on {where} (testbed down): shaped as `up` would")
-            for cmd in port["commands"]:
+            if not port.exists:
+                print(f"# {port.ifname} does not exist on {where} (testbed down): shaped as `up` would")
+            for cmd in port.commands:
                 print(f"on {where}: {cmd}")
         return 0
     require_root()
@@ -162,12 +163,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def held_rates(shaping: dict[str, dict], asked: dict[str, tuple[str, int]]) -> dict[str, int]:
+def held_rates(shaping: dict[str, ShapingInForce], asked: dict[str, tuple[str, int]]) -> dict[str, int]:
     """The rates the kernel holds per direction, refused unless they are what was asked (to HTB's byte/s)."""
     held = {}
     for direction, (port, want) in asked.items():
-        htb = (shaping.get(port) or {}).get("htb")
-        got = htb["rate"] if htb else None
+        htb = shaping[port].htb if port in shaping else None
+        got = htb.rate if htb else None
         if got is None or abs(got - want) > 8:
             holds = format_rate(got) if got is not None else "no HTB class"
             raise UserError(

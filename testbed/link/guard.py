@@ -11,6 +11,7 @@ was measured, and the sweep repairs the shaping (`testbed.sweep.phases`).
 
 from __future__ import annotations
 
+from contracts.agent_answers import HtbClass
 from contracts.units import format_rate
 
 RATE_TOLERANCE = 0.01  # the kernel keeps rates in bytes/s: a rate asked in bits/s rounds
@@ -19,12 +20,12 @@ RATE_TOLERANCE = 0.01  # the kernel keeps rates in bytes/s: a rate asked in bits
 class ShapingGuard:
     """The shaping of one rate group: `check` compares the classes now with the last reading."""
 
-    def __init__(self, rate_bps: int, up_if: str, down_if: str, classes: dict[str, dict]) -> None:
+    def __init__(self, rate_bps: int, up_if: str, down_if: str, classes: dict[str, HtbClass]) -> None:
         self.rate_bps = rate_bps
         self.ports = (("up", up_if, "bytes_up"), ("down", down_if, "bytes_down"))
         self.last = classes
 
-    def check(self, classes: dict[str, dict], record: dict) -> str | None:
+    def check(self, classes: dict[str, HtbClass], record: dict) -> str | None:
         """What was wrong with the shaping while the trial of `record` ran, or None; `classes` becomes
         the reading the next trial is checked against."""
         problems = []
@@ -33,13 +34,13 @@ class ShapingGuard:
             if now is None:
                 problems.append(f"{port} ({direction}) has no HTB class 1:10: the link was not shaped")
                 continue
-            if abs(now["rate"] - self.rate_bps) > RATE_TOLERANCE * self.rate_bps:
+            if abs(now.rate - self.rate_bps) > RATE_TOLERANCE * self.rate_bps:
                 problems.append(
-                    f"{port} ({direction}) is shaped at {format_rate(now['rate'])}, not {format_rate(self.rate_bps)}"
+                    f"{port} ({direction}) is shaped at {format_rate(now.rate)}, not {format_rate(self.rate_bps)}"
                 )
             if before is None:
                 continue  # the class came back since the last reading: its counters say nothing yet
-            sent = now["bytes"] - before["bytes"]
+            sent = now.bytes - before.bytes
             payload = record.get(payload_key)
             if sent < 0:
                 problems.append(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from contracts.agent_answers import ReplayDone
 from contracts.trace import ReplayPlan
 from contracts.units import expected_goodput
 
@@ -59,21 +60,20 @@ class IntervalCheck:
 
 
 def htb_intervals(
-    plan: ReplayPlan, answer: dict, ports: dict[str, str], pass_index: int = 0
+    plan: ReplayPlan, answer: ReplayDone, ports: dict[str, str], pass_index: int = 0
 ) -> list[IntervalCheck]:
     """Per step and direction (`ports`: direction -> the appliance port its traffic leaves by), the
     bytes the class sent between this step's sample and the next one's, over the actual time."""
-    samples = [(s["sampled_s"], s["counters"]) for s in answer["steps"]]
-    samples.append((answer["end"]["sampled_s"], answer["end"]["counters"]))
+    samples = [(s.sampled_s, s.counters) for s in [*answer.steps, answer.end]]
     out = []
     for i, step in enumerate(plan.steps):
         t0, t1 = plan.interval(i)
         (s0, c0), (s1, c1) = samples[i], samples[i + 1]
         for direction, port in ports.items():
-            sent = c1[port]["bytes"] - c0[port]["bytes"]
+            sent = c1[port].bytes - c0[port].bytes
             rate = step.up_bps if direction == "up" else step.down_bps
             # overlimits count the packets HTB held back: none means the flow, not the link, set the pace
-            held_back = c1[port].get("overlimits", 1) - c0[port].get("overlimits", 0)
+            held_back = c1[port].overlimits - c0[port].overlimits
             out.append(
                 IntervalCheck(
                     "htb",

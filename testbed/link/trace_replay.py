@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from contracts.agent_answers import ReplayDone
 from contracts.command import Result
 from contracts.errors import UserError
 from contracts.trace import ReplayPlan
@@ -37,16 +38,14 @@ class Replay:
 
     plan: ReplayPlan
     start: float  # wall-clock seconds: trace_t 0
-    passes: list[dict] = field(default_factory=list)
+    passes: list[ReplayDone] = field(default_factory=list)
     checks: list[IntervalCheck] = field(default_factory=list)
     flow: dict | None = None  # the check's iperf3 flow: direction, and its result or error
 
     def lateness(self) -> float:
         """The latest any step (or end sample) came after its time, in seconds."""
         late = [
-            s["applied_s"] - (k * self.plan.end_s + s["t_s"])
-            for k, p in enumerate(self.passes)
-            for s in p["steps"]
+            s.applied_s - (k * self.plan.end_s + s.t_s) for k, p in enumerate(self.passes) for s in p.steps
         ]
         return max(late, default=0.0)
 
@@ -54,7 +53,7 @@ class Replay:
         return {
             "plan": self.plan.as_dict(),
             "start": self.start,
-            "passes": self.passes,
+            "passes": [p.to_json() for p in self.passes],
             "flow": self.flow,
             "checks": [c.as_dict() for c in self.checks],
         }
@@ -65,7 +64,7 @@ def dry_run(lab: Lab, plan: ReplayPlan) -> list[str]:
     where = lab.host("appliance").where
     lines = []
     for step in lab.replay_plan(plan):
-        lines += [f"at trace_t {step['t_s']:g} s on {where}: {cmd}" for cmd in step["commands"]]
+        lines += [f"at trace_t {step.t_s:g} s on {where}: {cmd}" for cmd in step.commands]
     lines.append(f"at trace_t {plan.end_s:g} s: end of the trace")
     return lines
 
@@ -75,7 +74,7 @@ def replay(
     plan: ReplayPlan,
     loops: int = 1,
     lead_s: float = LEAD_S,
-    on_pass: Callable[[int, dict], None] = lambda k, answer: None,
+    on_pass: Callable[[int, ReplayDone], None] = lambda k, answer: None,
     clock: Callable[[], float] = time.time,
     start: float | None = None,
     stop: threading.Event | None = None,

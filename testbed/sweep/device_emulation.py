@@ -158,13 +158,13 @@ def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: f
     if slow_host is not None:
         if mode != "scaled":
             raise UserError("a slower host is emulated for the scaled mode only", "use --mode scaled")
-        before = lab.cpu_in_force().get("fraction") or 1.0
+        before = lab.cpu_in_force().fraction or 1.0
         limit = lab.set_client_quota(slow_host)
         try:
             calibration = _calibration(lab, "client", device, grid, limited=True)
         finally:
             lab.set_client_quota(before)
-        return {**calibration, "slow_host": limit.get("fraction", slow_host)}
+        return {**calibration, "slow_host": limit.fraction or slow_host}
     calibration = _calibration(lab, "client", device, grid, limited=False)
     if mode == "scaled":
         return calibration

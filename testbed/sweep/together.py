@@ -97,8 +97,8 @@ class Together:
                             moved[key] += record.get(key) or 0
                         check = lab.appliance_check()
                         guard = ShapingGuard(rate_bps, lab.up_if, lab.down_if, start)
-                        wrong = guard.check(check["classes"], moved) or ""
-                        switch = "; ".join(check["switch"])
+                        wrong = guard.check(check.classes, moved) or ""
+                        switch = "; ".join(check.switch)
                         if wrong or switch:
                             broken.append((wrong, switch))
                             record = not_kept(record, wrong or f"the switch was down: {switch}")

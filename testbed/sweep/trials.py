@@ -74,8 +74,8 @@ def run_checked(
     for attempt in (1, 2):
         record, worker = run_trial(lab, exp, worker, run_dir, t)
         reading = lab.appliance_check()
-        wrong = guard.check(reading["classes"], record)
-        broken = reading["switch"]
+        wrong = guard.check(reading.classes, record)
+        broken = reading.switch
         if record.get("ok") and not wrong and not broken:
             break
         if wrong and not broken:

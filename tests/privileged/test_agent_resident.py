@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from contracts.agent_answers import CpuLimitReading, ShapingInForce
+from contracts.agent_api import CpuRead, ServiceStatus, ShapeRead
 from testbed.backends.netns import NetnsHost
 from testbed.inventory import HostSpec
 
@@ -52,11 +54,12 @@ def netns():
 
 def test_one_agent_in_the_namespace_answers_every_verb_and_is_gone_after_close(netns, tmp_path):
     host = NetnsHost(HostSpec("appliance", "appliance", None), netns, tmp_path)
-    assert host.agent("shape.read", ifs=["lo"]) == {"lo": {"htb": None, "netem": None}}
-    assert host.agent("service.status", dir=str(tmp_path), name="none") is None
+    assert host.agent(ShapeRead(ifs=("lo",))) == {"lo": ShapingInForce(htb=None, netem=None)}
+    assert host.agent(ServiceStatus(dir=str(tmp_path), name="none")) is None
     (inside,) = host.agents
     assert inside.starts == 1 and pids_in(netns) == [inside.pid]
-    assert host.agent("cpu.read", name=f"{netns}-none") == {}  # outside: the cgroup fs is hidden inside
+    # outside: the cgroup fs is hidden inside
+    assert host.agent(CpuRead(name=f"{netns}-none")) == CpuLimitReading()
     (here,) = (link for link in host.agents if link is not inside)
     inside_pid, here_pid = inside.pid, here.pid
     assert here_pid != inside_pid and inside.starts == 1 and pids_in(netns) == [inside_pid]
@@ -67,12 +70,12 @@ def test_one_agent_in_the_namespace_answers_every_verb_and_is_gone_after_close(n
 def test_a_namespace_made_anew_gets_a_new_agent(netns, tmp_path):
     host = NetnsHost(HostSpec("appliance", "appliance", None), netns, tmp_path)
     try:
-        host.agent("shape.read", ifs=["lo"])
+        host.agent(ShapeRead(ifs=("lo",)))
         (old,) = host.agents
         old_pid = old.pid
         ip("netns", "delete", netns)  # the namespace lives on while its agent does; the name is free
         ip("netns", "add", netns)
-        assert host.agent("shape.read", ifs=["lo"]) == {"lo": {"htb": None, "netem": None}}
+        assert host.agent(ShapeRead(ifs=("lo",))) == {"lo": ShapingInForce(htb=None, netem=None)}
         assert gone(old_pid)
         (new,) = host.agents
         assert pids_in(netns) == [new.pid] != [old_pid]

@@ -9,11 +9,14 @@ from dataclasses import replace
 
 import pytest
 
+from contracts.agent_answers import ApplianceReading, BridgeSnapshot, HtbClass, PortPlan
 from contracts.errors import UserError
+from contracts.profiles import LinkSpec
 from testbed.backends import netns as lab_mod
 from testbed.backends.netns import NetnsLab
 from testbed.bookkeeping import start_run
 from testbed.inventory import load_inventory
+from tests.fake_answers import bridge_snapshot, htb_class, port_plan
 from tests.fakes import (
     FAKE_SWEEP,
     UNSCRIPTED,
@@ -69,18 +72,14 @@ class FakeShaping:
         self.sent = itertools.count(step=10**9)
         self.broken: set[str] = set()
 
-    def apply(self, link: dict, up_if: str, down_if: str) -> list[dict]:
-        self.rates = {up_if: link["up_rate"], down_if: link["down_rate"]}
+    def apply(self, link: LinkSpec, up_if: str, down_if: str) -> list[PortPlan]:
+        self.rates = {up_if: link.up_rate, down_if: link.down_rate}
         self.broken.clear()
-        return [{"ifname": i, "commands": []} for i in (up_if, down_if)]
+        return [port_plan(i) for i in (up_if, down_if)]
 
-    def classes(self, ifs: list[str]) -> dict[str, dict]:
+    def classes(self, ifs: tuple[str, ...]) -> dict[str, HtbClass]:
         sent = next(self.sent)
-        return {
-            i: {"rate": self.rates[i], "ceil": self.rates[i], "bytes": sent}
-            for i in ifs
-            if i not in self.broken
-        }
+        return {i: htb_class(self.rates[i], sent) for i in ifs if i not in self.broken}
 
 
 class FakeSwitch:
@@ -93,19 +92,21 @@ class FakeSwitch:
         self.unrepairable: str | None = None
         self.restarts = 0
 
-    def check(self, ifs: list[str], bridge: str, rundir: str, own: bool) -> dict:
-        return {"classes": self.shaping.classes(ifs), "switch": list(self.problems)}
+    def check(self, ifs: tuple[str, ...], bridge: str, rundir: str, own: bool) -> ApplianceReading:
+        return ApplianceReading(classes=self.shaping.classes(ifs), switch=list(self.problems))
 
     def health(self, bridge: str, rundir: str, ports: list[str], own: bool, more=()) -> list[str]:
         return list(self.problems)
 
-    def restart(self, bridge: str, ports: list[str], rundir: str, datapath: str, own: bool, more=()) -> dict:
+    def restart(
+        self, bridge: str, ports: tuple, rundir: str, datapath: str, own: bool, more=()
+    ) -> BridgeSnapshot:
         self.restarts += 1
         if self.unrepairable:
             raise UserError(self.unrepairable)
         self.problems = []
         self.shaping.broken = {*ports, *(p for _, each in more for p in each)}
-        return {"name": bridge, "datapath_type": datapath, "ports": sorted(ports)}
+        return bridge_snapshot(bridge, sorted(ports), datapath)
 
 
 def fake_netns_lab(inv, state_dir, monkeypatch, wiring: dict) -> NetnsLab:
@@ -129,9 +130,9 @@ def fake_netns_lab(inv, state_dir, monkeypatch, wiring: dict) -> NetnsLab:
     lab.services = services(server)
     shaping = lab.shaping = FakeShaping()
 
-    def bridge(**args):
+    def bridge(**args) -> BridgeSnapshot:
         name = args.get("bridge", names.bridge)
-        return {"name": name, "datapath_type": "netdev", "ports": names.bridges[name]}
+        return bridge_snapshot(name, names.bridges[name])
 
     appliance.reply("bridge.up", bridge).reply("bridge.status", bridge)
     appliance.reply("shape.apply", shaping.apply).reply("shape.classes", shaping.classes)
@@ -206,7 +207,7 @@ def sweep_ready(lab: NetnsLab) -> NetnsLab:
 
     def counters(ifs, bridge, rundir, own):
         n = next(ticks)
-        return {"at": n, "htb": {i: {"bytes": 1000 * n} for i in ifs}, "ovs": {i: {} for i in ifs}}
+        return {"at": n, "htb": {i: htb_class(10**7, 1000 * n) for i in ifs}, "ovs": {i: {} for i in ifs}}
 
     lab.hosts["appliance"].reply("counters", counters)
     return lab

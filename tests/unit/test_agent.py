@@ -104,7 +104,7 @@ def test_a_wrong_call_is_a_bug_with_its_traceback():
 
 
 def test_a_result_that_is_not_json_is_the_verbs_bug(monkeypatch):
-    monkeypatch.setitem(VERBS, "cpu.read", lambda name: {1, 2})
+    monkeypatch.setitem(VERBS, "cpu.read", lambda request: {1, 2})
     answer = ask("cpu.read", {"name": "x"})
     assert answer["ok"] is False and "not JSON serializable" in answer["bug"]
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from contracts.agent_answers import CpuLimitReading
 from contracts.device import Grid, key
 from contracts.errors import UserError
 from contracts.profiles import quota_period
@@ -72,7 +73,7 @@ def scripted(netns):
 
     netns.fake_ineff, netns.fake_follows_quota = {500: 1.2}, True
     client.on("python", answer=answer)
-    client.reply("cpu.apply", lambda name, quota: None)
+    client.reply("cpu.apply", lambda name, quota: CpuLimitReading())
     client.reply("cpu.read", lambda name: {"fraction": 0.05, "period_us": 100_000, "quota_us": 5000})
     return netns, device, seen
 
@@ -185,7 +186,7 @@ def test_a_slower_host_holds_the_whole_scaled_calibration_under_a_quota_and_puts
     lab, device, seen = scripted
     lab.hosts["client"].cgroup = lab.cgroup
     applied = []
-    lab.hosts["client"].reply("cpu.apply", lambda name, quota: applied.append(quota))
+    lab.hosts["client"].reply("cpu.apply", lambda name, quota: applied.append(quota) or CpuLimitReading())
     lab.hosts["client"].reply("cpu.read", lambda name: {"fraction": applied[-1] if applied else None})
     result = device_emulation.emulate(
         lab, device, "scaled", Grid.of(["mul"], [500, 1200], ["raw"]), slow_host=0.3

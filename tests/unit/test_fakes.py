@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from contracts.agent_api import CpuApply, CpuRead, ServiceStatus, ShapeClear
 from contracts.errors import UserError
 from testbed.inventory import HostSpec
 from tests.fakes import UNSCRIPTED, FakeHost, Unscripted
@@ -23,7 +24,7 @@ def host():
 def test_an_unscripted_agent_verb_raises_naming_the_host_verb_arguments_and_the_script(host):
     host.reply("probe", {}).reply("cpu.read", {})
     with pytest.raises(Unscripted) as exc:
-        host.agent("cpu.apply", name="tbf-client", quota=0.25)
+        host.agent(CpuApply(name="tbf-client", quota=0.25))
     message = str(exc.value)
     assert "fake host client" in message and "agent verb cpu.apply" in message
     assert '{"name": "tbf-client", "quota": 0.25}' in message
@@ -56,16 +57,16 @@ def test_a_scripted_none_and_a_refusal_are_answers(host):
         raise UserError(f"no cgroup {name}", "run testbed up")
 
     host.reply("cpu.read", refuse)
-    assert host.agent("shape.clear", ifs=["a0"]) is None
+    assert host.agent(ShapeClear(ifs=("a0",))) is None
     with pytest.raises(UserError, match="on client: no cgroup x"):
-        host.agent("cpu.read", name="x")
+        host.agent(CpuRead(name="x"))
     assert host.unscripted == []
 
 
 def test_an_error_the_code_swallows_is_kept_for_the_check_after_the_test(host):
     """`nothing_unscripted` (tests/unit/conftest.py) fails the test from what the fake kept."""
     try:
-        host.agent("service.status", dir="/run", name="client-offload")
+        host.agent(ServiceStatus(dir="/run", name="client-offload"))
     except Exception:
         pass  # as careless code might
     (kept,) = host.unscripted

@@ -12,6 +12,7 @@ import pytest
 from contracts.errors import UserError
 from testbed.backends.ssh import SshLab
 from testbed.inventory import load_inventory
+from tests.fake_answers import bridge_snapshot, port_plan
 from tests.fakes import FakeHost, cgroups, healthy, probe_reply, services, shell
 
 
@@ -149,8 +150,8 @@ def fake_ssh_lab(tmp_path, text: str = SSH_INVENTORY, clients: int = 1) -> SshLa
     lab = SshLab(load_inventory(path).with_clients(clients))
     lab.hosts = {role: fake_ssh_host(host) for role, host in lab.hosts.items()}
     appliance, server = lab.hosts["appliance"], lab.hosts["server"]
-    appliance.reply("bridge.up", lambda **args: {"name": args["bridge"], "ports": args["ports"]})
-    appliance.reply("shape.apply", lambda link, up_if, down_if: [{"ifname": up_if}, {"ifname": down_if}])
+    appliance.reply("bridge.up", lambda **args: bridge_snapshot(args["bridge"], args["ports"]))
+    appliance.reply("shape.apply", lambda link, up_if, down_if: [port_plan(up_if), port_plan(down_if)])
     appliance.reply("shape.clear", None).reply("bridge.down", None)
     # the server has its data-plane address already
     server.on("ip", "-o", "-4", "addr", answer=(0, "2: eth1    inet 10.77.0.2/24 brd ...\n"))
@@ -214,9 +215,9 @@ def test_ssh_preflight_reports_every_host_and_takes_back_the_code(ssh):
 
 def test_ssh_dry_run_plan_comes_from_the_appliance_even_when_down(ssh):
     appliance = ssh.hosts["appliance"]
-    appliance.reply("shape.plan", lambda link, up_if, down_if: [{"ifname": up_if, "commands": ["tc ..."]}])
+    appliance.reply("shape.plan", lambda link, up_if, down_if: [port_plan(up_if, commands=["tc ..."])])
     plan = ssh.shape(ssh.inv.link, dry_run=True)
-    assert plan == [{"ifname": "eth2", "commands": ["tc ..."]}]
+    assert [(port.ifname, port.commands) for port in plan] == [("eth2", ["tc ..."])]
     assert appliance.verbs() == ["shape.plan"]
     assert appliance.ran("python3", "-m", "tarfile", "-e")  # the agent was brought for the question
     assert appliance.ran("rm", "-rf", str(appliance.code_dir.parent))  # and taken away again

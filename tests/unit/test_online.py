@@ -19,6 +19,7 @@ from contracts.trials import LOCAL
 from testbed.link.trace import load_trace
 from testbed.online.policies import MIN_WIRE_S, AlwaysRemote, Decision, Online, Policy, make_policies
 from testbed.online.task_stream import PROBE_TRIAL, StreamSpec, load_stream, run_stream, task_stream
+from tests.fake_answers import replay_done
 
 SPEC = StreamSpec(
     name="s", trace=None, count=6, mean_gap_s=1.0, ops=("mul",), sizes=(400, 800), methods=("raw",), seed=5
@@ -196,7 +197,7 @@ def test_a_stream_runs_each_policy_on_the_replayed_trace_and_is_analysed(
 
     def shape_replay(plan, link, up_if, down_if, start):
         time.sleep(0.01)
-        return {"start": start, "steps": [{"t_s": 0.0, "applied_s": 0.001}], "end": {}}
+        return replay_done(start, [(0.0, {})], 0.5, {}, late_s=0.001)
 
     lab.hosts["appliance"].reply("shape.replay", shape_replay)
 

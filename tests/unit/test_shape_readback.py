@@ -2,16 +2,17 @@
 
 import pytest
 
+from contracts.agent_answers import HtbRates, ShapingInForce
 from contracts.errors import UserError
 from testbed.cli.link import held_rates
 
 ASKED = {"up": ("tb-a-s", 20_000_000), "down": ("tb-a-c", 40_000_000)}
 
 
-def shaping(up: int | None, down: int | None) -> dict:
+def shaping(up: int | None, down: int | None) -> dict[str, ShapingInForce]:
     return {
-        "tb-a-s": {"htb": {"rate": up, "ceil": up} if up else None, "netem": None},
-        "tb-a-c": {"htb": {"rate": down, "ceil": down} if down else None, "netem": None},
+        "tb-a-s": ShapingInForce(htb=HtbRates(rate=up, ceil=up) if up else None, netem=None),
+        "tb-a-c": ShapingInForce(htb=HtbRates(rate=down, ceil=down) if down else None, netem=None),
     }
 
 

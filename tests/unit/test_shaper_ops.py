@@ -13,6 +13,7 @@ import pytest
 from agent import verbs
 from appliance.shaper import Shaper, plan_shaping
 from appliance.tc_ops import CLASS_ID, ROOT_ID, PortState, port_ops
+from contracts.agent_api import ShapeApply, ShapePlan
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
 from contracts.units import parse_rate
@@ -297,10 +298,10 @@ def test_rates_print_exactly():
 def test_the_agents_plan_answer_is_what_its_apply_executes(monkeypatch):
     kernel = Kernel(**{"tb-a1": WITH_NETEM, "tb-a0": FRESH_PORT})
     monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=kernel))
-    args = {"link": LinkSpec(30_000_000, 40_000_000).as_dict(), "up_if": "tb-a1", "down_if": "tb-a0"}
-    planned = verbs.shape_plan(**args)
-    assert [p["exists"] for p in planned] == [True, True]
-    commands = [c for port in planned for c in port["commands"]]
+    args = {"link": LinkSpec(30_000_000, 40_000_000), "up_if": "tb-a1", "down_if": "tb-a0"}
+    planned = verbs.shape_plan(ShapePlan(**args))
+    assert [p.exists for p in planned] == [True, True]
+    commands = [c for port in planned for c in port.commands]
     assert [c.split(" dev ")[0] for c in commands] == [
         "tc class change",
         "tc qdisc del",
@@ -308,30 +309,35 @@ def test_the_agents_plan_answer_is_what_its_apply_executes(monkeypatch):
         "tc class add",
     ]
     kernel.calls.clear()
-    applied = verbs.shape_apply(**args)
-    assert [c for port in applied for c in port["commands"]] == commands
+    applied = verbs.shape_apply(ShapeApply(**args))
+    assert [c for port in applied for c in port.commands] == commands
     assert kernel.port_calls() == [tc_to_call(c) for c in commands]
-    assert applied[0]["ops"][0]["params"]["rate"] == 30_000_000
+    assert applied[0].ops[0].params["rate"] == 30_000_000
 
 
 def test_the_agents_plan_for_a_port_that_is_not_there_says_so(monkeypatch):
     kernel = Kernel(**{"tb-a0": SHAPED})
     monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=kernel))
-    up, down = verbs.shape_plan(LinkSpec(10**7, 10**7).as_dict(), "tb-a1", "tb-a0")
-    assert (up["exists"], down["exists"]) == (False, True)
-    assert up["commands"][0] == "tc qdisc replace dev tb-a1 root handle 1: htb default 10"
+    up, down = verbs.shape_plan(ShapePlan(link=LinkSpec(10**7, 10**7), up_if="tb-a1", down_if="tb-a0"))
+    assert (up.exists, down.exists) == (False, True)
+    assert up.commands[0] == "tc qdisc replace dev tb-a1 root handle 1: htb default 10"
     assert kernel.calls == []
 
 
 # ------------------------------------------------------------------ the CLI's dry run
+def the_agents(request_type):
+    """A fake host's script that is the agent's own verb (a script takes the request's fields)."""
+    return lambda **fields: verbs.VERBS[request_type.VERB](request_type(**fields))
+
+
 def test_shape_dry_run_prints_what_shape_then_applies(monkeypatch, capsys):
     """`testbed shape --dry-run` through the lab and the appliance's agent verbs (on a fake host over
     the kernel double): each printed line is one request that `testbed shape` then sends."""
     inventory = REPO / "inventory.yaml"
     lab = NetnsLab(load_inventory(inventory))
     appliance = FakeHost(lab.hosts["appliance"].spec)
-    lab.hosts["appliance"] = appliance.reply("shape.plan", verbs.shape_plan).reply(
-        "shape.apply", verbs.shape_apply
+    lab.hosts["appliance"] = appliance.reply("shape.plan", the_agents(ShapePlan)).reply(
+        "shape.apply", the_agents(ShapeApply)
     )
     kernel = Kernel(**{lab.up_if: SHAPED, lab.down_if: WITH_NETEM})
     monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=kernel))
@@ -353,7 +359,7 @@ def test_shape_dry_run_says_when_a_port_is_not_there(monkeypatch, capsys):
     inventory = REPO / "inventory.yaml"
     lab = NetnsLab(load_inventory(inventory))
     appliance = FakeHost(lab.hosts["appliance"].spec)
-    lab.hosts["appliance"] = appliance.reply("shape.plan", verbs.shape_plan)
+    lab.hosts["appliance"] = appliance.reply("shape.plan", the_agents(ShapePlan))
     monkeypatch.setattr(verbs, "_shaper", lambda: Shaper(connect=Kernel()))
     monkeypatch.setattr(link_cli, "open_lab", lambda inv: lab)
 

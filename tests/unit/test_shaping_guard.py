@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from contracts.agent_answers import HtbClass
 from testbed.link.guard import ShapingGuard
+from tests.fake_answers import htb_class
 
 RATE = 20_000_000
 
 
-def classes(up_bytes: int, down_bytes: int, up_rate: int = RATE, down_rate: int = RATE) -> dict:
-    return {
-        "a1": {"rate": up_rate, "ceil": up_rate, "bytes": up_bytes},
-        "a0": {"rate": down_rate, "ceil": down_rate, "bytes": down_bytes},
-    }
+def classes(
+    up_bytes: int, down_bytes: int, up_rate: int = RATE, down_rate: int = RATE
+) -> dict[str, HtbClass]:
+    return {"a1": htb_class(up_rate, up_bytes), "a0": htb_class(down_rate, down_bytes)}
 
 
 def guard() -> ShapingGuard:

@@ -15,6 +15,7 @@ from appliance import replay as replay_appliance
 from appliance import shaper as shaper_mod
 from appliance.replay import plan_replay
 from appliance.tc_ops import CLASS_ID, FRESH, ROOT_ID, PortState
+from contracts.agent_api import ShapeReplay, ShapeReplayPlan
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
 from contracts.trace import OUTAGE_BPS, ReplayPlan, TraceStep
@@ -22,6 +23,7 @@ from contracts.units import expected_goodput
 from testbed import cli
 from testbed.link import trace_replay as replay_mod
 from testbed.link.trace_check import htb_intervals, iperf3_intervals, iperf3_samples, summary
+from tests.fake_answers import class_counters, replay_done
 from tests.fakes import IPERF
 
 HZ = 250
@@ -166,17 +168,24 @@ def agent_socket(monkeypatch):
     return clock, kernel
 
 
+def replay_verb(plan: ReplayPlan, down_if: str, start: float):
+    """The agent's `shape.replay` of `plan` on the double's ports, from `start` (wall clock)."""
+    return verbs.VERBS["shape.replay"](
+        ShapeReplay(plan=plan, link=BASE, up_if="up0", down_if=down_if, start=start)
+    )
+
+
 def test_agent_replay_applies_each_step_at_its_time_and_samples_the_counters(agent_socket):
     clock, kernel = agent_socket
     start = clock.now + 1_000_000.0 + 2.0  # in wall-clock time, 2 s from now
-    answer = verbs.VERBS["shape.replay"](PLAN.as_dict(), BASE.as_dict(), "up0", "down0", start)
-    assert answer["start"] == start
+    answer = replay_verb(PLAN, "down0", start)
+    assert answer.start == start
     # each step's requests went out at start + t_s on the monotonic clock (the start was 2 s ahead)
     at = sorted({t for t, *_ in kernel.requests})
     assert at == pytest.approx([102.0, 102.1, 102.2])
-    assert [s["applied_s"] for s in answer["steps"]] == pytest.approx([0.0, 0.1, 0.2])
-    assert answer["end"]["sampled_s"] == pytest.approx(0.5)
-    assert [len(s["commands"]) for s in answer["steps"]] == [4, 2, 2]  # root+class per port, then in place
+    assert [s.applied_s for s in answer.steps] == pytest.approx([0.0, 0.1, 0.2])
+    assert answer.end.sampled_s == pytest.approx(0.5)
+    assert [len(s.commands) for s in answer.steps] == [4, 2, 2]  # root+class per port, then in place
     # the counters show what each step let through: e.g. down at 40 Mbit/s for 0.1 s
     checks = htb_intervals(PLAN, answer, {"up": "up0", "down": "down0"})
     down = [round(c.achieved_bps) for c in checks if c.direction == "down"]
@@ -191,10 +200,10 @@ def test_a_late_step_is_applied_at_once_and_its_time_recorded(agent_socket):
     clock, kernel = agent_socket
     clock.cost = 0.03  # every request takes 30 ms: steps fall behind
     start = clock.now + 1_000_000.0
-    answer = verbs.VERBS["shape.replay"](PLAN.as_dict(), BASE.as_dict(), "up0", "down0", start)
-    late = [s["applied_s"] - s["t_s"] for s in answer["steps"]]
+    answer = replay_verb(PLAN, "down0", start)
+    late = [s.applied_s - s.t_s for s in answer.steps]
     assert all(x > 0 for x in late)  # recorded as they happened, not as planned
-    assert answer["steps"][0]["sampled_s"] >= answer["steps"][0]["applied_s"]  # counters after the change
+    assert answer.steps[0].sampled_s >= answer.steps[0].applied_s  # counters after the change
 
 
 def test_agent_refuses_delay_without_netem_before_changing_anything(agent_socket):
@@ -202,24 +211,26 @@ def test_agent_refuses_delay_without_netem_before_changing_anything(agent_socket
     kernel.netem = False
     plan = ReplayPlan((TraceStep(0, 10**7, 10**7, 20.0, None),), 1.0)
     with pytest.raises(UserError, match="no sch_netem") as refused:
-        verbs.VERBS["shape.replay"](plan.as_dict(), BASE.as_dict(), "up0", "down0", clock.now + 1e6)
+        replay_verb(plan, "down0", clock.now + 1e6)
     assert "\n" not in str(refused.value) and kernel.requests == []
 
 
 def test_agent_refuses_a_missing_port(agent_socket):
     with pytest.raises(UserError, match="appliance port gone0 does not exist"):
-        verbs.VERBS["shape.replay"](PLAN.as_dict(), BASE.as_dict(), "up0", "gone0", 0.0)
+        replay_verb(PLAN, "gone0", 0.0)
 
 
 def test_dry_run_verb_is_what_the_replay_applies(agent_socket):
     clock, kernel = agent_socket
-    steps = verbs.VERBS["shape.replay.plan"](PLAN.as_dict(), BASE.as_dict(), "up0", "down0")
+    steps = verbs.VERBS["shape.replay.plan"](
+        ShapeReplayPlan(plan=PLAN, link=BASE, up_if="up0", down_if="down0")
+    )
     timed = plan_replay(PLAN, BASE, "up0", "down0", {"up0": FRESH, "down0": FRESH}, HZ)
-    assert steps == [t.as_dict() for t in timed]
+    assert [s.to_json() for s in steps] == [t.as_dict() for t in timed]
     assert kernel.requests == []  # the dry run changed nothing
-    answer = verbs.VERBS["shape.replay"](PLAN.as_dict(), BASE.as_dict(), "up0", "down0", clock.now + 1e6)
-    assert [s["commands"] for s in answer["steps"]] == [s["commands"] for s in steps]
-    assert len(kernel.requests) == sum(len(s["commands"]) for s in steps)  # one request per command
+    answer = replay_verb(PLAN, "down0", clock.now + 1e6)
+    assert [s.commands for s in answer.steps] == [s.commands for s in steps]
+    assert len(kernel.requests) == sum(len(s.commands) for s in steps)  # one request per command
 
 
 def test_replay_loop_on_one_time_axis_and_the_link_restored(netns):
@@ -227,7 +238,7 @@ def test_replay_loop_on_one_time_axis_and_the_link_restored(netns):
 
     def shape_replay(plan, link, up_if, down_if, start):
         answers.append(start)
-        return {"start": start, "steps": [{"t_s": 0.0, "applied_s": 0.001}], "end": {}}
+        return replay_done(start, [(0.0, {})], 0.5, {}, late_s=0.001)
 
     appliance = netns.hosts["appliance"].reply("shape.replay", shape_replay)
     done = replay_mod.replay(netns, PLAN, loops=3, lead_s=0.5, clock=lambda: 1000.0)
@@ -258,15 +269,9 @@ def test_checked_replay_with_a_captured_iperf3_flow(netns):
 
     def shape_replay(plan, link, up_if, down_if, start):
         sent = [0, 2_500_000, 2_500_000 + 4_550_000]  # 20 Mbit/s for 1 s, then 36.4 of 40 Mbit/s
-        steps = [
-            {"t_s": t, "sampled_s": t, "applied_s": t, "counters": {down: {"bytes": sent[i]}}}
-            for i, t in enumerate((0, 1))
-        ]
-        return {
-            "start": start,
-            "steps": steps,
-            "end": {"sampled_s": 2.0, "counters": {down: {"bytes": sent[2]}}},
-        }
+        # HTB held packets back in every interval: the link, not the flow, set the pace
+        steps = [(t, {down: class_counters(sent[i], i)}) for i, t in enumerate((0, 1))]
+        return replay_done(start, steps, 2.0, {down: class_counters(sent[2], 2)})
 
     netns.hosts["appliance"].reply("shape.replay", shape_replay)
     done = replay_mod.checked_replay(netns, plan, loops=1, direction="down")
@@ -339,14 +344,11 @@ def test_only_busy_intervals_are_judged_and_short_ones_flagged():
     )
 
     def sample(t, sent, over):
-        return {"t_s": t, "sampled_s": t, "counters": {"d": {"bytes": sent, "overlimits": over}}}
+        return (t, {"d": class_counters(sent, over)})
 
     # 1 s at exactly 10 Mbit/s (busy); 1 s at 8 (busy: fails); 1 s at 5 (idle); 0.19 s at 10 (busy)
     steps = [sample(0, 0, 0), sample(1, 1_250_000, 40), sample(2, 2_250_000, 90), sample(3, 2_875_000, 90)]
-    answer = {
-        "steps": steps,
-        "end": {"sampled_s": 3.19, "counters": {"d": {"bytes": 3_112_500, "overlimits": 95}}},
-    }
+    answer = replay_done(0.0, steps, 3.19, {"d": class_counters(3_112_500, 95)})
     checks = htb_intervals(plan, answer, {"down": "d"})
     assert [round(c.error_pct, 6) for c in checks] == [0.0, -20.0, -50.0, 0.0]
     assert [c.idle for c in checks] == [False, False, True, False]
