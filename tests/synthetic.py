@@ -2,7 +2,7 @@
 
 Plots, the report and `scripts/check-report.sh` need a run of realistic shape without a testbed; the
 numbers only have to look plausible (marshalling grows with size^2 and falls with rate, compute grows
-with size^3), not to be right. `python -m analysis.synthetic RUN_DIR` writes one.
+with size^3), not to be right. `python -m tests.synthetic RUN_DIR` writes one.
 
 With `devices`, the run's clients are of several devices (one client each, all offloading every cell
 at once, as a sweep's `clients: [{device, count}, ...]` does by default): each device's client work
@@ -181,7 +181,7 @@ def write_synthetic_run(
         run_id=run_id,
         status="synthetic",
         experiment=experiment,
-        environment={"generator": "analysis.synthetic"},
+        environment={"generator": "tests.synthetic"},
         validation=validation,
         started_at="2026-01-01T00:00:00",
         ended_at="2026-01-01T01:00:00",
@@ -211,7 +211,7 @@ def _noise(rng: np.random.Generator) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.synthetic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument(
         "--paper", action="store_true", help="the paper's grid: 3 ops x 9 sizes x 6 rates x 3 methods"
