@@ -18,8 +18,9 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   experiment's `server_stack` and `replicas`; a calibration's `replicas` (the testbeds on one machine
   that share it; absent: its own testbed's), and later within version 4 its `scale` (the slowdowns
   the trials applied), `machine` (the facts of the host it ran on) and `reused` (the later sessions
-  that used it again; absent in older files, whose resumed sessions calibrate). Runs of versions 1 to 3 load with the column empty and the stack `wsgi` (the only
-  one they had); resuming one rewrites its trials.csv in version 4's columns first.
+  that used it again; absent in older files, whose resumed sessions calibrate). Runs of versions 1
+  to 3 load with the column empty and the stack `wsgi` (the only one they had); resuming one
+  rewrites its trials.csv in version 4's columns first.
 - 5: the column `server` (the language of the gRPC server a `grpc` row offloaded to, of
   `contracts.trials.GRPC_SERVERS`; `python` for every HTTP row; empty for local rows) and the
   experiment's `servers`. Older runs load with the column empty, which means Python (their only
