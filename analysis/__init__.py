@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # `import analysis` stays light: pandas and matplotlib load when `analyze` runs
+    from analysis.load import Run
+    from contracts.power import Power
 
 __all__ = ["analyze"]
 
@@ -40,19 +44,11 @@ def analyze(
         from analysis.online import analyze_stream  # a stream run (testbed stream): its own analysis
 
         return analyze_stream(run_dir)
-    from analysis.cells import cell_table
-    from analysis.contention import borders, contention_lines, contention_table, has_contention
-    from analysis.decisions import cumulative_penalties, decision_vectors
-    from analysis.energy import as_decision_cells, energy_cells, given_powers, run_powers
-    from analysis.link_counters import link_counters
+    from analysis.energy import given_powers, run_powers
     from analysis.load import load_run, output_dir
-    from analysis.paper_checks import held_out_summary, judged, paper_checks
     from analysis.plots import make_plots, remove_plots
-    from analysis.replicas import has_replicas, replica_effect, replica_summary
     from analysis.report import write_report
-    from analysis.summary import summary_text
     from analysis.tables import write_tables
-    from analysis.trial_fidelity import fidelity_lines, trial_fidelity
     from contracts.power import load_power
     from contracts.run import MANIFEST_FILE
 
@@ -62,6 +58,49 @@ def analyze(
         if power
         else run_powers(run.manifest, run.trials, run.run_dir / MANIFEST_FILE)
     )
+    tables = _tables(run, figures_of)
+    out_dir = output_dir(run)
+    write_tables(tables, out_dir)
+    remove_plots(out_dir)
+    figures = []
+    if plots:
+        figures = make_plots(
+            tables["cells"],
+            tables["decision_vectors"],
+            tables["cumulative_penalty"],
+            out_dir,
+            manifest=run.manifest,
+            contention=tables.get("contention"),
+        )
+    run_id = (run.manifest.run_id if run.manifest else None) or _run_id(run.trials) or run.run_dir.name
+    summary = _summary(run_id, run, tables)
+    write_report(
+        out_dir / "report.html",
+        run_id=run_id,
+        summary=summary,
+        manifest=run.manifest,
+        tables=tables,
+        plots=figures,
+        power=figures_of,
+        embed=embed,
+    )
+    print(summary, file=out or sys.stdout)
+    return out_dir
+
+
+def _tables(run: Run, figures_of: dict[str, Power]) -> dict:
+    """The run's tables by name, each written as NAME.csv: the cells and their decision vectors and
+    penalties always; the rest where the run has what they need. With power figures (`figures_of`)
+    the cells gain their energy columns, and the energy's vectors and penalties join."""
+    from analysis.cells import cell_table
+    from analysis.contention import borders, contention_table, has_contention
+    from analysis.decisions import cumulative_penalties, decision_vectors
+    from analysis.energy import as_decision_cells, energy_cells
+    from analysis.link_counters import link_counters
+    from analysis.paper_checks import judged, paper_checks
+    from analysis.replicas import has_replicas, replica_effect
+    from analysis.trial_fidelity import trial_fidelity
+
     cells = cell_table(run.trials, run.manifest)
     tables = {
         "cells": cells,
@@ -84,22 +123,25 @@ def analyze(
     if has_contention(run.trials):  # several clients at once: the border against their number
         tables["contention"] = contention_table(run.trials, cells)
         tables["contention_borders"] = borders(tables["contention"])
-    out_dir = output_dir(run)
-    write_tables(tables, out_dir)
-    remove_plots(out_dir)
-    figures = []
-    if plots:
-        figures = make_plots(
-            cells,
-            tables["decision_vectors"],
-            tables["cumulative_penalty"],
-            out_dir,
-            manifest=run.manifest,
-            contention=tables.get("contention"),
-        )
-    run_id = (run.manifest.run_id if run.manifest else None) or _run_id(run.trials) or run.run_dir.name
+    return tables
+
+
+def _summary(run_id: str, run: Run, tables: dict) -> str:
+    """What the terminal shows (and the report's top): the decisions, then a line or a block for each
+    optional table that has something to say."""
+    from analysis.contention import contention_lines
+    from analysis.paper_checks import held_out_summary
+    from analysis.replicas import replica_summary
+    from analysis.summary import summary_text
+    from analysis.trial_fidelity import fidelity_lines
+
     summary = summary_text(
-        run_id, run.trials, cells, tables["decision_vectors"], tables["cumulative_penalty"], run.manifest
+        run_id,
+        run.trials,
+        tables["cells"],
+        tables["decision_vectors"],
+        tables["cumulative_penalty"],
+        run.manifest,
     )
     if "trial_fidelity" in tables:
         summary += "\n" + "\n".join(fidelity_lines(tables["trial_fidelity"]))
@@ -111,18 +153,7 @@ def analyze(
         summary += (
             f"\nagainst the paper: {held_out_summary(tables['paper_checks'])} (analysis/paper_checks.csv)"
         )
-    write_report(
-        out_dir / "report.html",
-        run_id=run_id,
-        summary=summary,
-        manifest=run.manifest,
-        tables=tables,
-        plots=figures,
-        power=figures_of,
-        embed=embed,
-    )
-    print(summary, file=out or sys.stdout)
-    return out_dir
+    return summary
 
 
 def _run_id(trials) -> str | None:

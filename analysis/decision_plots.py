@@ -28,6 +28,8 @@ MARKS = [OFFLOAD, STAY, UNDECIDED, MISSING]
 def decisions_figure(
     vectors: pd.DataFrame, penalties: pd.DataFrame, op: str, methods: list[str], n_rates: int
 ) -> Figure:
+    """One op's decision vectors summed (how many rates offloading pays at, per size and method) over
+    its cumulative penalties."""
     sizes = sorted(vectors["size"].unique())
     methods = [m for m in methods if m in set(vectors["method"])]
     styles = method_styles(methods)
@@ -35,7 +37,6 @@ def decisions_figure(
     fig = Figure(figsize=(max(8.0, 2.0 + 0.35 * len(sizes) * len(methods)), 6.4), layout="constrained")
     ax_count, ax_pen = fig.subplots(2, 1, sharex=True)
     incomplete = False
-    undecided = (vectors["undecided_rates"] > 0).any()
     for j, method in enumerate(methods):
         x = np.arange(len(sizes)) - 0.4 + width * (j + 0.5)
         v = vectors[vectors["method"] == method].set_index("size").reindex(sizes)
@@ -43,66 +44,91 @@ def decisions_figure(
         style = dict(
             color=styles[method]["color"], hatch=styles[method]["hatch"], edgecolor="black", linewidth=0.4
         )
-        counts = v["offload_count"].fillna(0).to_numpy(dtype=float)
-        open_ = v["undecided_rates"].fillna(0).to_numpy(dtype=float)
-        ax_count.bar(x, counts, width, label=method, **style)
-        # undecided rates on top, in the undecided colour edged in the method's: offloading may pay there
-        some = open_ > 0
-        ax_count.bar(
-            x[some],
-            open_[some],
-            width,
-            bottom=counts[some],
-            color=UNDECIDED_COLOR,
-            edgecolor=style["color"],
-            linewidth=1.0,
+        _count_bars(ax_count, x, width, v, method, style)
+        incomplete = _penalty_bars(ax_pen, x, width, p, method, style) or incomplete
+    _count_axes(ax_count, vectors, op, n_rates)
+    _penalty_axes(ax_pen, sizes, incomplete)
+    for ax in (ax_count, ax_pen):
+        ax.grid(axis="y", linewidth=0.4, alpha=0.5)
+        ax.set_axisbelow(True)
+    return fig
+
+
+def _count_bars(ax, x: np.ndarray, width: float, v: pd.DataFrame, method: str, style: dict) -> None:
+    """A method's rates where offloading pays, a bar per size (`v`: its vectors by size), its undecided
+    rates stacked on top in the undecided colour, and the count over each (`>=` where rates are missing)."""
+    counts = v["offload_count"].fillna(0).to_numpy(dtype=float)
+    open_ = v["undecided_rates"].fillna(0).to_numpy(dtype=float)
+    ax.bar(x, counts, width, label=method, **style)
+    # undecided rates on top, in the undecided colour edged in the method's: offloading may pay there
+    some = open_ > 0
+    ax.bar(
+        x[some],
+        open_[some],
+        width,
+        bottom=counts[some],
+        color=UNDECIDED_COLOR,
+        edgecolor=style["color"],
+        linewidth=1.0,
+    )
+    for xi, count, more, gaps in zip(x, counts, open_, v["missing_rates"].fillna(0), strict=True):
+        ax.text(
+            xi,
+            count + more,
+            ("\u2265" if gaps else "") + f"{count:.0f}" + (f"+{more:.0f}?" if more else ""),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            in_layout=False,
         )
-        for xi, count, more, gaps in zip(x, counts, open_, v["missing_rates"].fillna(0), strict=True):
-            ax_count.text(
-                xi,
-                count + more,
-                ("\u2265" if gaps else "") + f"{count:.0f}" + (f"+{more:.0f}?" if more else ""),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                in_layout=False,
-            )
-        full = p["cumulative_penalty"].to_numpy(dtype=float)
-        ax_pen.bar(x, np.nan_to_num(full), width, label=method, **style)
-        partial = np.where(np.isnan(full), p["partial_penalty"].to_numpy(dtype=float), np.nan)
-        if not np.isnan(partial).all():
-            incomplete = True
-            ax_pen.bar(
-                x,
-                np.nan_to_num(partial),
-                width,
-                fill=False,
-                edgecolor=styles[method]["color"],
-                linestyle="--",
-                linewidth=1.0,
-            )
-    ax_count.set_ylim(0, n_rates + 0.6)
-    ax_count.set_yticks(range(n_rates + 1))
-    ax_count.set_ylabel(f"rates where offloading pays\n(of {n_rates})")
+
+
+def _penalty_bars(ax, x: np.ndarray, width: float, p: pd.DataFrame, method: str, style: dict) -> bool:
+    """A method's cumulative penalty, a bar per size (`p`: its penalties by size); where rates are
+    missing, a dashed outline of the sum over the known ones. Returns whether it drew such an outline."""
+    full = p["cumulative_penalty"].to_numpy(dtype=float)
+    ax.bar(x, np.nan_to_num(full), width, label=method, **style)
+    partial = np.where(np.isnan(full), p["partial_penalty"].to_numpy(dtype=float), np.nan)
+    if np.isnan(partial).all():
+        return False
+    ax.bar(
+        x,
+        np.nan_to_num(partial),
+        width,
+        fill=False,
+        edgecolor=style["color"],
+        linestyle="--",
+        linewidth=1.0,
+    )
+    return True
+
+
+def _count_axes(ax, vectors: pd.DataFrame, op: str, n_rates: int) -> None:
+    """The counts' scale (0 to every rate), the figure's title and the methods' legend."""
+    ax.set_ylim(0, n_rates + 0.6)
+    ax.set_yticks(range(n_rates + 1))
+    ax.set_ylabel(f"rates where offloading pays\n(of {n_rates})")
     title = f"{op}: offloading decision vectors (sum) and cumulative penalty per size"
     if (vectors["missing_rates"] > 0).any():
         title += "\n\u2265 = some rates missing (the count is a lower bound)"
-    ax_count.set_title(title)
-    handles, _ = ax_count.get_legend_handles_labels()
-    if undecided:  # +N? over a bar: N more rates undecided, drawn in the undecided colour
+    ax.set_title(title)
+    handles, _ = ax.get_legend_handles_labels()
+    if (vectors["undecided_rates"] > 0).any():  # +N? over a bar: N more rates undecided, in their colour
         handles.append(
             Patch(facecolor=UNDECIDED_COLOR, edgecolor="black", linewidth=0.4, label=f"+N? {UNDECIDED_LABEL}")
         )
     # beside the axes, not over the bars (a bar may reach every rate)
-    ax_count.legend(
-        handles=handles, title="method", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
-    )
-    ax_pen.axhline(0, color="black", linewidth=0.8)
-    ax_pen.set_ylabel("cumulative penalty (s)\n< 0: offloading saves time")
-    ax_pen.set_xlabel("matrix size")
-    ax_pen.set_xticks(np.arange(len(sizes)), [str(s) for s in sizes])
+    ax.legend(handles=handles, title="method", loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+
+
+def _penalty_axes(ax, sizes: list, incomplete: bool) -> None:
+    """The penalties' zero line, the sizes under the bars, and what a dashed outline means if any."""
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylabel("cumulative penalty (s)\n< 0: offloading saves time")
+    ax.set_xlabel("matrix size")
+    ax.set_xticks(np.arange(len(sizes)), [str(s) for s in sizes])
     if incomplete:
-        ax_pen.legend(
+        ax.legend(
             handles=[
                 Patch(
                     fill=False,
@@ -114,10 +140,6 @@ def decisions_figure(
             loc="best",
             frameon=False,
         )
-    for ax in (ax_count, ax_pen):
-        ax.grid(axis="y", linewidth=0.4, alpha=0.5)
-        ax.set_axisbelow(True)
-    return fig
 
 
 def category(cells: pd.DataFrame) -> np.ndarray:

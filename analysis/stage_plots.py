@@ -43,67 +43,10 @@ def stage_figure(cells: pd.DataFrame, op: str, size, methods: list[str]) -> Figu
     for j, method in enumerate(methods):
         c = by_key.xs(method, level="method").reindex(rates)
         x = np.arange(len(rates)) - GROUP_WIDTH / 2 + width * (j + 0.5)
-        hatch = styles[method]["hatch"]
-        bottom = np.zeros(len(rates))
-        for stage in STAGES:
-            value = np.nan_to_num(c[f"{stage}_mean"].to_numpy(dtype=float)).clip(min=0)
-            _bars(ax, x, bottom, value, width, STAGE_COLORS[stage], hatch)
-            bottom += value
-        mean = c["mean"].to_numpy(dtype=float)
-        other = np.where(mean - bottom > OTHER_MIN * mean, mean - bottom, 0.0)
-        if other.any():
-            _bars(ax, x, bottom, other, width, OTHER_COLOR, hatch)
-            other_used = True
-        ci = c["ci95"].to_numpy(dtype=float)
-        has_ci = ~np.isnan(ci)  # n < 2: no whisker rather than a misleading zero-width one
-        ax.errorbar(
-            x[has_ci],
-            mean[has_ci],
-            yerr=ci[has_ci],
-            fmt="none",
-            ecolor="black",
-            capsize=2,
-            elinewidth=0.8,
-            capthick=0.8,
-        )
-        ci = np.nan_to_num(ci)
-        for xi in x[c["missing"].to_numpy(dtype=bool)]:
-            ax.text(
-                xi,
-                0,
-                " missing",
-                rotation=90,
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                color="#AA0000",
-                in_layout=False,
-            )
-        top = max(top, np.nanmax(np.append(mean + ci, bottom + other)))
-    local_mean, local_ci = cells["local_mean"].iloc[0], cells["local_ci95"].iloc[0]
-    handles = []
-    if not math.isnan(local_mean):
-        ax.axhline(local_mean, color="black", linestyle="--", linewidth=1.0, zorder=3)
-        if not math.isnan(local_ci) and local_ci > 0:
-            ax.axhspan(
-                local_mean - local_ci,
-                local_mean + local_ci,
-                color="black",
-                alpha=0.08,
-                linewidth=0,
-                zorder=0.5,
-            )
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="black",
-                linestyle="--",
-                linewidth=1.0,
-                label=f"local: {local_mean:.3g} s" + (" (band: 95% CI)" if local_ci > 0 else ""),
-            )
-        )
-        top = max(top, local_mean + (0 if math.isnan(local_ci) else local_ci))
+        used, reach = _method_bars(ax, c, x, width, styles[method]["hatch"])
+        other_used = other_used or used
+        top = max(top, reach)
+    handles, top = _local_baseline(ax, cells, top)
     handles += [Patch(facecolor=STAGE_COLORS[s], label=STAGE_LABELS[s]) for s in STAGES]
     if other_used:
         handles.append(Patch(facecolor=OTHER_COLOR, label="other (total - stages)"))
@@ -117,20 +60,94 @@ def stage_figure(cells: pd.DataFrame, op: str, size, methods: list[str]) -> Figu
         title="whiskers: 95% CI of the mean",
         title_fontsize=7,
     )
-    bar_x = [i - GROUP_WIDTH / 2 + width * (j + 0.5) for i in range(len(rates)) for j in range(len(methods))]
-    ax.xaxis.remove_overlapping_locs = False  # a middle bar sits on its group's major tick; keep its label
-    ax.set_xticks(bar_x, methods * len(rates), minor=True, rotation=90, fontsize=7)
-    ax.set_xticks(np.arange(len(rates)), [rate_label(r) for r in rates])
-    ax.tick_params(axis="x", which="major", length=0, pad=6 + 4.2 * max(len(m) for m in methods or ["x"]))
-    ax.set_xlim(-0.5, len(rates) - 0.5)
+    _rate_axis(ax, rates, methods, width)
     ax.set_ylim(0, top * 1.08 if top > 0 else 1)
-    ax.set_xlabel("link rate (Mbit/s)")
     ax.set_ylabel("completion time (s)")
     on = f"{DEVICE_MARK}{device}" if device else ""
     ax.set_title(f"{op}, size {size}{on}: remote completion time by stage vs. local execution")
     ax.grid(axis="y", linewidth=0.4, alpha=0.5)
     ax.set_axisbelow(True)
     return fig
+
+
+def _method_bars(ax, c: pd.DataFrame, x: np.ndarray, width: float, hatch: str) -> tuple[bool, float]:
+    """One method's bars, a bar per rate (`c`: its cells by rate): its stages stacked, the remainder
+    as "other" where they fall short of the mean, the mean's 95% CI as a whisker, and "missing" where
+    a cell has no trial. Returns whether it drew an "other" and the height its bars and whiskers reach."""
+    bottom = np.zeros(len(x))
+    for stage in STAGES:
+        value = np.nan_to_num(c[f"{stage}_mean"].to_numpy(dtype=float)).clip(min=0)
+        _bars(ax, x, bottom, value, width, STAGE_COLORS[stage], hatch)
+        bottom += value
+    mean = c["mean"].to_numpy(dtype=float)
+    other = np.where(mean - bottom > OTHER_MIN * mean, mean - bottom, 0.0)
+    other_used = bool(other.any())
+    if other_used:
+        _bars(ax, x, bottom, other, width, OTHER_COLOR, hatch)
+    ci = c["ci95"].to_numpy(dtype=float)
+    has_ci = ~np.isnan(ci)  # n < 2: no whisker rather than a misleading zero-width one
+    ax.errorbar(
+        x[has_ci],
+        mean[has_ci],
+        yerr=ci[has_ci],
+        fmt="none",
+        ecolor="black",
+        capsize=2,
+        elinewidth=0.8,
+        capthick=0.8,
+    )
+    ci = np.nan_to_num(ci)
+    for xi in x[c["missing"].to_numpy(dtype=bool)]:
+        ax.text(
+            xi,
+            0,
+            " missing",
+            rotation=90,
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="#AA0000",
+            in_layout=False,
+        )
+    return other_used, np.nanmax(np.append(mean + ci, bottom + other))
+
+
+def _local_baseline(ax, cells: pd.DataFrame, top: float) -> tuple[list, float]:
+    """The local completion time as a dashed line across the figure, its 95% CI as a band: its legend
+    entry, and `top` raised to what it reaches (neither, for cells without a local baseline)."""
+    local_mean, local_ci = cells["local_mean"].iloc[0], cells["local_ci95"].iloc[0]
+    if math.isnan(local_mean):
+        return [], top
+    ax.axhline(local_mean, color="black", linestyle="--", linewidth=1.0, zorder=3)
+    if not math.isnan(local_ci) and local_ci > 0:
+        ax.axhspan(
+            local_mean - local_ci,
+            local_mean + local_ci,
+            color="black",
+            alpha=0.08,
+            linewidth=0,
+            zorder=0.5,
+        )
+    line = Line2D(
+        [],
+        [],
+        color="black",
+        linestyle="--",
+        linewidth=1.0,
+        label=f"local: {local_mean:.3g} s" + (" (band: 95% CI)" if local_ci > 0 else ""),
+    )
+    return [line], max(top, local_mean + (0 if math.isnan(local_ci) else local_ci))
+
+
+def _rate_axis(ax, rates: list, methods: list[str], width: float) -> None:
+    """A group of bars per rate, labelled with the rate under the group and each method under its bar."""
+    bar_x = [i - GROUP_WIDTH / 2 + width * (j + 0.5) for i in range(len(rates)) for j in range(len(methods))]
+    ax.xaxis.remove_overlapping_locs = False  # a middle bar sits on its group's major tick; keep its label
+    ax.set_xticks(bar_x, methods * len(rates), minor=True, rotation=90, fontsize=7)
+    ax.set_xticks(np.arange(len(rates)), [rate_label(r) for r in rates])
+    ax.tick_params(axis="x", which="major", length=0, pad=6 + 4.2 * max(len(m) for m in methods or ["x"]))
+    ax.set_xlim(-0.5, len(rates) - 0.5)
+    ax.set_xlabel("link rate (Mbit/s)")
 
 
 def _bars(ax, x, bottom, height, width: float, color: str, hatch: str) -> None:

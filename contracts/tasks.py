@@ -1,6 +1,6 @@
 """A stream run's `tasks.csv`: one row per task of a task stream run against a replayed link trace,
 under one decision policy. The typed, versioned contract between `testbed stream` and the analysis
-(`analysis.online`), written row by row as `trials.csv` is (`contracts.run.RowWriter`).
+(`analysis.online`), written row by row as `trials.csv` is (`contracts.row_file.RowWriter`).
 
 Times on one axis, the trace's (`trace_t`: seconds from the replay's start instant): a task arrives
 at `arrival_s`, starts when the device is free (`start_s`, at or after its arrival) and ends at
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import UserError
-from contracts.run import _FALSE, _TRUE, RowWriter, repair
+from contracts.row_file import FALSE_WORDS, TRUE_WORDS, RowWriter, repair
+from contracts.stage_times import StageTimes
 from contracts.trials import LOCAL
 
 TASKS_FILE = "tasks.csv"
@@ -39,8 +40,8 @@ _FIX = "tasks.csv needs the columns written by `testbed stream` (see contracts/t
 
 
 @dataclass(frozen=True)
-class TaskRecord:
-    """One task of a stream under one policy, as its row in tasks.csv holds it."""
+class _TaskHead:
+    """A task's columns before its stage times (`StageTimes`): which task, when, and what was decided."""
 
     policy: str  # local, remote-METHOD, online-METHOD
     task: int
@@ -53,13 +54,13 @@ class TaskRecord:
     ok: bool
     end_s: float | None = None
     error: str | None = None
-    t_total: float | None = None
-    t_client_encode: float | None = None
-    t_comm: float | None = None
-    t_server_decode: float | None = None
-    t_server_compute: float | None = None
-    t_server_encode: float | None = None
-    t_client_decode: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskRecord(StageTimes, _TaskHead):
+    """One task of a stream under one policy, as its row in tasks.csv holds it: the columns of
+    `_TaskHead`, then the stage times (the trial it ran, as trials.csv has them), then these."""
+
     bytes_up: int | None = None
     bytes_down: int | None = None
     trace_up_mbps: float | None = None  # the trace's rates in force at the task's start
@@ -145,9 +146,9 @@ def _value(name: str, text: str, path: Path, line: int) -> Any:
             raise UserError(f"{path} line {line}: {name} is empty", _FIX)
         return None
     if kind.startswith("bool"):
-        if text.lower() not in _TRUE | _FALSE:
+        if text.lower() not in TRUE_WORDS | FALSE_WORDS:
             raise UserError(f"{path} line {line}: {name} is {text!r}, expected true or false", _FIX)
-        return text.lower() in _TRUE
+        return text.lower() in TRUE_WORDS
     if kind.startswith(("int", "float")):
         try:
             number = float(text)

@@ -26,6 +26,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from analysis.decisions import cumulative_penalties, decision_vectors  # noqa: E402
 from analysis.paper_checks import held_out_summary, paper_checks  # noqa: E402
 from contracts.trials import LOCAL  # noqa: E402
 from testbed.devices import load_device  # noqa: E402
@@ -108,20 +109,26 @@ def predict(model: Model) -> list[Cell]:
 
 
 class Grid:
-    """Lookups over the predicted cells."""
+    """Lookups over the predicted cells, with their decision vectors and cumulative penalties as the
+    analysis makes them from a measured run's cells (`analysis.decisions`), so the model and a run are
+    judged by one piece of code."""
 
     def __init__(self, cells: list[Cell]):
         self.cells = {(c.op, c.size, c.rate, c.method): c for c in cells}
+        table, key = model_cells(cells), ["op", "size", "method"]
+        self.vectors = decision_vectors(table).set_index(key)["vector"]
+        self.penalties = cumulative_penalties(table).set_index(key)["cumulative_penalty"]
 
     def cell(self, size: int, rate: int, method: str, op: str = "mul") -> Cell:
         return self.cells[(op, size, rate, method)]
 
     def vector(self, size: int, method: str, op: str = "mul") -> str:
-        return "".join("1" if self.cell(size, r, method, op).offload else "0" for r in RATES)
+        """The decision vector over the six rates, a mark per rate (`1`: offloading pays), unspaced."""
+        return self.vectors[(op, size, method)].replace(" ", "")
 
     def penalty(self, size: int, method: str, op: str = "mul") -> float:
-        """The cumulative penalty: remote less local, summed over the six rates (as `analysis`)."""
-        return sum(self.cell(size, r, method, op).penalty for r in RATES)
+        """The cumulative penalty: remote less local, summed over the six rates."""
+        return float(self.penalties[(op, size, method)])
 
 
 def model_cells(cells: list[Cell]) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import threading
 
-from flask import Flask, Request, Response, request
+from flask import Flask, Request, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
 from contracts.device import DeviceProfile
@@ -86,38 +86,22 @@ def read_body(req: Request, max_body: int) -> bytes:
     return buf.getvalue()
 
 
-def create_app(
-    max_body_mb: float = 256.0,
-    read_timeout: float = 20.0,
-    timeout: float = 900.0,
-    work_slots: int = 1,
-    pace: DeviceProfile | None = None,
-) -> Flask:
-    """`work_slots`: requests that decode, compute and encode at once (the others wait, in `queue`);
-    `pace`: the server device every stage lasts the time of (`server.timing.StageClock`)."""
-    app = Flask("server")
-    limits = Limits.from_mb(max_body_mb)
-    max_body = limits.max_body
-    app.config["MAX_CONTENT_LENGTH"] = max_body
-    slots = threading.BoundedSemaphore(work_slots)
-    rendezvous = Rendezvous(max_body, timeout)  # requests sent over several connections
+class _OpRequests:
+    """What `POST /v1/ops/<op>` needs besides the request, made once per application: the limits, the
+    work slots (`--work-slots`), the rendezvous of requests sent over several connections, the device
+    every stage is paced to, and the timeouts its 408 names."""
 
-    @app.get("/v1/health")
-    def health() -> Response:
-        return to_response(
-            handler.health(
-                limits,
-                "wsgi",
-                work_slots=work_slots,
-                pace=pace.name if pace else None,
-                read_timeout_s=read_timeout,
-                timeout_s=timeout,
-            )
-        )
+    def __init__(
+        self, limits: Limits, work_slots: int, pace: DeviceProfile | None, read_timeout: float, timeout: float
+    ) -> None:
+        self.limits, self.pace = limits, pace
+        self.read_timeout, self.timeout = read_timeout, timeout
+        self.slots = threading.BoundedSemaphore(work_slots)
+        self.rendezvous = Rendezvous(limits.max_body, timeout)  # requests sent over several connections
 
-    @app.post("/v1/ops/<op>")
-    def run_op(op: str) -> Response:
-        clock = StageClock(pace)
+    def run_op(self, op: str) -> Response:
+        """The route: one request, or one part of a request sent over several connections."""
+        clock = StageClock(self.pace)
         try:
             part = parse_part(request.headers.get(TRANSFER_HEADER), request.headers.get(PART_HEADER))
         except ValueError as exc:
@@ -128,28 +112,29 @@ def create_app(
                 reply = handler.handle_op(
                     op,
                     request.headers,
-                    lambda: read_body(request, max_body),
-                    limits,
+                    lambda: read_body(request, self.limits.max_body),
+                    self.limits,
                     clock,
                     drain=lambda: drain(request),
-                    one_at_a_time=slots,
+                    one_at_a_time=self.slots,
                 )
             else:
-                reply = run_part(op, *part, clock)
+                reply = self.run_part(op, *part, clock)
         except TimeoutError as exc:
             return error_response(
                 408,
                 "request timeout",
-                f"the body did not arrive in time ({exc}); the server waits {read_timeout:g} s for each "
-                f"byte and {timeout:g} s for a whole body (python -m server --read-timeout, --timeout)",
+                f"the body did not arrive in time ({exc}); the server waits {self.read_timeout:g} s for each "
+                f"byte and {self.timeout:g} s for a whole body (python -m server --read-timeout, --timeout)",
             )
         except Exception as exc:  # a bug; the worker must keep serving, and the client still gets JSON
-            app.logger.exception("POST /v1/ops/%s failed", op)
+            current_app.logger.exception("POST /v1/ops/%s failed", op)
             return error_response(500, "internal error", f"{type(exc).__name__}: {exc}", clock)
         return to_response(reply)
 
-    def run_part(op: str, tid: str, index: int, parts: int, clock: StageClock) -> Reply:
+    def run_part(self, op: str, tid: str, index: int, parts: int, clock: StageClock) -> Reply:
         """One part of a request sent over several connections (`server.parts`)."""
+        max_body, rendezvous = self.limits.max_body, self.rendezvous
         try:
             data = read_body(request, max_body)
         except BodyTooLarge:
@@ -164,7 +149,7 @@ def create_app(
             body = rendezvous.take(transfer)
             try:
                 reply = handler.handle_op(
-                    op, request.headers, lambda: body, limits, clock, one_at_a_time=slots
+                    op, request.headers, lambda: body, self.limits, clock, one_at_a_time=self.slots
                 )
             except Exception:
                 rendezvous.publish(
@@ -174,6 +159,42 @@ def create_app(
             del body
             rendezvous.publish(transfer, reply)
         return rendezvous.answer(transfer, index)
+
+
+def create_app(
+    max_body_mb: float = 256.0,
+    read_timeout: float = 20.0,
+    timeout: float = 900.0,
+    work_slots: int = 1,
+    pace: DeviceProfile | None = None,
+) -> Flask:
+    """`work_slots`: requests that decode, compute and encode at once (the others wait, in `queue`);
+    `pace`: the server device every stage lasts the time of (`server.timing.StageClock`)."""
+    app = Flask("server")
+    limits = Limits.from_mb(max_body_mb)
+    app.config["MAX_CONTENT_LENGTH"] = limits.max_body
+
+    @app.get("/v1/health")
+    def health() -> Response:
+        return to_response(
+            handler.health(
+                limits,
+                "wsgi",
+                work_slots=work_slots,
+                pace=pace.name if pace else None,
+                read_timeout_s=read_timeout,
+                timeout_s=timeout,
+            )
+        )
+
+    app.post("/v1/ops/<op>")(_OpRequests(limits, work_slots, pace, read_timeout, timeout).run_op)
+    _add_error_handlers(app)
+    return app
+
+
+def _add_error_handlers(app: Flask) -> None:
+    """Every error, Flask's own included (404, 405, 413), answers as the operations' errors do: JSON
+    `{"error", "detail"}` with its status."""
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
@@ -186,5 +207,3 @@ def create_app(
     def internal_error(exc: Exception) -> Response:
         app.logger.exception("unhandled error")
         return error_response(500, "internal error", f"{type(exc).__name__}: {exc}")
-
-    return app

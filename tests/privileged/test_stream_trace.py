@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.synthetic import write_synthetic_run
 from contracts.tasks import TASKS_FILE, read_tasks
 from tests.helpers import run_cli
+from tests.synthetic import write_synthetic_run
 
 pytestmark = pytest.mark.privileged
 

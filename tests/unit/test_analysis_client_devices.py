@@ -2,7 +2,7 @@
 device's local baseline, with its own device's power figures and profile, and a run of one device is
 analysed exactly as before.
 
-The two-device run is synthetic (`analysis.synthetic`) with known answers: `mul 400` by RAW at 100
+The two-device run is synthetic (`tests.synthetic`) with known answers: `mul 400` by RAW at 100
 Mbit/s, both clients at once, takes about 0.78 s on either device (the link and the server dominate);
 locally it takes 0.32 s on FAST (a quarter of the model's) and 2.56 s on SLOW (twice it). So
 offloading does not pay on FAST and pays on SLOW, while their pooled baseline (1.44 s) would say it
@@ -26,7 +26,6 @@ from analysis.energy import trial_energy
 from analysis.load import load_run
 from analysis.plots import plan_figures
 from analysis.predict_model import fit
-from analysis.synthetic import SyntheticDevice, write_synthetic_run
 from analysis.trial_fidelity import trial_fidelity
 from contracts.errors import UserError
 from contracts.power import Power
@@ -42,6 +41,7 @@ from contracts.trials import (
     offload_label,
     on_device,
 )
+from tests.synthetic import SyntheticDevice, write_synthetic_run
 
 FAST = SyntheticDevice(
     "fast", 0.25, {"cpu_active_w": 8.0, "cpu_idle_w": 1.0, "radio_tx_w": 2.0, "radio_rx_w": 1.5}

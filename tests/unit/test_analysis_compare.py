@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from analysis.compare import compare_runs, summary_lines
-from analysis.synthetic import write_synthetic_run
 from contracts.errors import UserError
 from testbed import cli
+from tests.synthetic import write_synthetic_run
 
 GRID = {"sizes": (400, 800), "rates": (10, 100), "reps": 6}
 

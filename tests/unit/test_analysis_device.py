@@ -18,9 +18,9 @@ import pytest
 from analysis import analyze
 from analysis.fidelity_plots import across_sizes, fidelity_figure
 from analysis.plots import BUILDERS, fidelity_jobs
-from analysis.synthetic import write_synthetic_run
 from contracts.run import TrialWriter, read_manifest, read_trials
 from testbed.devices import load_device
+from tests.synthetic import write_synthetic_run
 
 
 def test_device_calibration_fidelity_and_flags(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from analysis import analyze
 from analysis.replicas import holm, replica_effect
-from analysis.synthetic import write_synthetic_run
+from tests.synthetic import write_synthetic_run
 
 
 def test_holm_adjusts_step_down_and_keeps_the_order():

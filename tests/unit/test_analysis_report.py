@@ -17,8 +17,8 @@ from analysis.cells import cell_table
 from analysis.decisions import cumulative_penalties, decision_vectors
 from analysis.load import load_run
 from analysis.plots import make_plots
-from analysis.synthetic import write_synthetic_run
 from contracts.run import TrialWriter, read_trials
+from tests.synthetic import write_synthetic_run
 
 FIXTURE = Path(__file__).parent.parent / "data" / "analysis" / "handmade"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

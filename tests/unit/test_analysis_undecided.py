@@ -21,7 +21,7 @@ from analysis.predict import measured_cells
 from analysis.predict_model import fit
 from analysis.predict_plots import border_figure
 from analysis.style import UNDECIDED_LABEL
-from analysis.synthetic import write_synthetic_run
+from tests.synthetic import write_synthetic_run
 
 FIXTURE = Path(__file__).parent.parent / "data" / "analysis" / "handmade"
 

@@ -1,4 +1,4 @@
-"""The adaptive benchmark's comparison on a synthetic fixed run (analysis.synthetic): the stopping rule
+"""The adaptive benchmark's comparison on a synthetic fixed run (tests.synthetic): the stopping rule
 replayed over its trials keeps every significant decision with fewer trials, and the figures add up."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pandas as pd
 
 from analysis.cells import cell_table
 from analysis.load import load_run
-from analysis.synthetic import write_synthetic_run
 from benchmarks.adaptive import compare, replay, report
+from tests.synthetic import write_synthetic_run
 
 
 def test_the_replay_keeps_every_significant_decision_with_fewer_trials(tmp_path):

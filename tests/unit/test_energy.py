@@ -12,9 +12,9 @@ import pytest
 from analysis import analyze
 from analysis.decisions import cumulative_penalties, decision_vectors
 from analysis.energy import as_decision_cells, disagreements, energy_cells, trial_energy
-from analysis.synthetic import write_synthetic_run
 from contracts.errors import UserError
 from contracts.power import Power, load_power
+from tests.synthetic import write_synthetic_run
 
 POWER = Power(
     2.0, 0.5, 1.5, 1.0, dict.fromkeys(("cpu_active_w", "cpu_idle_w", "radio_tx_w", "radio_rx_w"), "t")

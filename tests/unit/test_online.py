@@ -12,7 +12,6 @@ import pytest
 from analysis.load import load_run
 from analysis.online import analyze_stream, oracle, policy_metrics, tasks_frame
 from analysis.predict_model import fit
-from analysis.synthetic import write_synthetic_run
 from contracts.errors import UserError
 from contracts.tasks import TASKS_FILE, TaskRecord, TaskWriter, read_tasks
 from contracts.trials import LOCAL
@@ -20,6 +19,7 @@ from testbed.link.trace import load_trace
 from testbed.online.policies import MIN_WIRE_S, AlwaysRemote, Decision, Online, Policy, make_policies
 from testbed.online.task_stream import PROBE_TRIAL, StreamSpec, load_stream, run_stream, task_stream
 from tests.fake_answers import replay_done
+from tests.synthetic import write_synthetic_run
 
 SPEC = StreamSpec(
     name="s", trace=None, count=6, mean_gap_s=1.0, ops=("mul",), sizes=(400, 800), methods=("raw",), seed=5

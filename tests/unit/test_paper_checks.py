@@ -22,7 +22,7 @@ from analysis.paper_checks import (
     held_out_summary,
     paper_checks,
 )
-from analysis.synthetic import write_synthetic_run
+from tests.synthetic import write_synthetic_run
 
 RATES = (10, 20, 40, 60, 80, 100)
 

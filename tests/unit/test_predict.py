@@ -1,5 +1,5 @@
 """Prediction of the decision border (issue 15) on synthetic runs whose stages follow known laws
-(`analysis.synthetic`: marshalling proportional to bytes, communication bytes over the rate plus 2 ms,
+(`tests.synthetic`: marshalling proportional to bytes, communication bytes over the rate plus 2 ms,
 compute proportional to size^3) with 5% lognormal noise."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from analysis import analyze
 from analysis.load import load_run
 from analysis.predict import COLUMNS, VALIDATION_COLUMNS, main, predict
 from analysis.predict_model import border_mbps, fit, fit_line
-from analysis.synthetic import CODEC, OPS, write_synthetic_run
 from testbed import cli
+from tests.synthetic import CODEC, OPS, write_synthetic_run
 
 SIZES = (400, 600, 800, 1000)
 RATES = (10, 20, 40, 100)

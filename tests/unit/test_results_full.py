@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts import run as run_contract
+from contracts import row_file
 from contracts.errors import UserError
 from contracts.run import Experiment, Manifest, TrialRecord, TrialWriter, read_trials, write_manifest
 from testbed import results
@@ -34,7 +34,7 @@ class Disk:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, manifest_fits: bool = False) -> None:
         self.free: int | None = None
         self.manifest_fits = manifest_fits
-        monkeypatch.setattr(run_contract, "open", self.open, raising=False)  # TrialWriter's file
+        monkeypatch.setattr(row_file, "open", self.open, raising=False)  # TrialWriter's file (a RowWriter)
         monkeypatch.setattr(results, "write_manifest", self.write_manifest)  # ManifestFile.save's
 
     def open(self, path, mode="r", buffering=-1, **kwargs):

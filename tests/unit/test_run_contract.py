@@ -15,6 +15,7 @@ from analysis import analyze
 from analysis.stopping import Rule
 from contracts.errors import UserError
 from contracts.run import (
+    COLUMNS,
     FORMAT_VERSION,
     TRIALS_MARK,
     Manifest,
@@ -24,6 +25,8 @@ from contracts.run import (
     read_trials,
     write_manifest,
 )
+from contracts.stage_times import STAGE_TIMES, StageTimes
+from contracts.tasks import TASK_COLUMNS, TaskRecord
 from contracts.trials import STAGES
 from testbed.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
@@ -123,6 +126,16 @@ def test_what_the_sweep_writes_now_is_this_version_and_reads_back_the_same(tmp_p
     write_manifest(tmp_path / "manifest.json", manifest)
     assert json.loads((tmp_path / "manifest.json").read_text())["format_version"] == FORMAT_VERSION
     assert read_manifest(tmp_path / "manifest.json") == manifest
+
+
+def test_trials_and_tasks_hold_the_stage_columns_of_one_definition():
+    """`contracts.stage_times` defines them once (the stages of `contracts.trials`); trials.csv and a
+    stream's tasks.csv each hold them in one block, after their own leading columns, as before."""
+    assert ("t_total", *STAGES) == STAGE_TIMES
+    assert issubclass(TrialRecord, StageTimes) and issubclass(TaskRecord, StageTimes)
+    for columns in (COLUMNS, TASK_COLUMNS):
+        start = columns.index("error") + 1  # each record's leading columns end with its error
+        assert columns[start : start + len(STAGE_TIMES)] == STAGE_TIMES
 
 
 def test_files_of_a_newer_version_are_refused_naming_both_versions(tmp_path):

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from analysis import analyze
-from analysis.synthetic import write_synthetic_run
 from analysis.trial_fidelity import fidelity_lines, trial_fidelity
 from contracts.device import DeviceProfile, SpeedCurve
 from contracts.run import Calibration, Device, read_manifest, write_manifest
+from tests.synthetic import write_synthetic_run
 
 CLIENT = DeviceProfile(
     "slow", {"mul": SpeedCurve(((100, 1.0),))}, {"raw": {"encode": 100.0, "decode": 200.0}}

@@ -2,7 +2,7 @@
 
 Plots, the report and `scripts/check-report.sh` need a run of realistic shape without a testbed; the
 numbers only have to look plausible (marshalling grows with size^2 and falls with rate, compute grows
-with size^3), not to be right. `python -m analysis.synthetic RUN_DIR` writes one.
+with size^3), not to be right. `python -m tests.synthetic RUN_DIR` writes one.
 
 With `devices`, the run's clients are of several devices (one client each, all offloading every cell
 at once, as a sweep's `clients: [{device, count}, ...]` does by default): each device's client work
@@ -97,64 +97,99 @@ def write_synthetic_run(
     communication takes their number times the model's)."""
     if len(devices) == 1:
         raise ValueError("one synthetic device is the run's own: give none, or two or more")
-    # each client: (its device's name, slowdown, client number); one without devices, as before
-    hosts = [(d.name, d.slowdown, i) for i, d in enumerate(devices, 1)] or [(None, 1.0, None)]
-    together = len(devices) or None  # clients offloading each cell at once
     rng = np.random.default_rng(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = run_dir.name
-    rows: list[TrialRecord] = []
-
-    def add(**row):
-        started = f"2026-01-01T00:00:{len(rows) % 60:02d}"
-        row = {"ok": True, **row}
-        if replicas > 1:
-            row["replica"] = row["rep"] % replicas
-            factor = 1 + drift * row["replica"]
-            row.update({k: v * factor for k, v in row.items() if k.startswith("t_") and v is not None})
-        rows.append(TrialRecord(run_id=run_id, trial=len(rows), dtype="float64", started_at=started, **row))
-
+    trials = _Trials(run_dir.name, rng, devices, fail_every, replicas, drift)
     for op in ops:
         for size in sizes:
-            local = _local(op, size)
-            for rep in range(reps):
-                for device, slowdown, client in hosts:
-                    on = {"device": device, "client": client} if device else {}
-                    add(op=op, size=size, method=LOCAL, rep=rep, t_total=local * slowdown * _noise(rng), **on)
+            trials.local_cell(op, size, reps)
             for rate in rates:
                 for method in methods:
-                    cost, width = CODEC.get(method, CODEC["json"])
-                    up, down = 2 * size * size * width, size * size * width
-                    for rep in range(reps):
-                        for device, slowdown, client in hosts:
-                            on = {"device": device, "client": client, "clients": together} if device else {}
-                            cell = {
-                                "op": op,
-                                "size": size,
-                                "rate_mbps": rate,
-                                "method": method,
-                                "rep": rep,
-                                **on,
-                            }
-                            if fail_every and len(rows) % fail_every == 0:
-                                add(**cell, ok=False, error="synthetic failure")
-                                continue
-                            t = {
-                                "t_client_encode": cost * up * slowdown,
-                                "t_comm": (up + down) * 8 / (rate * 1e6) * (together or 1) + 0.002,
-                                "t_server_decode": cost * up / 8,
-                                "t_server_compute": local / 8,
-                                "t_server_encode": cost * down / 8,
-                                "t_client_decode": cost * down * slowdown,
-                            }
-                            t = {k: v * _noise(rng) for k, v in t.items()}
-                            add(**cell, t_total=sum(t.values()), bytes_up=int(up), bytes_down=int(down), **t)
+                    trials.remote_cell(op, size, rate, method, reps)
     path = run_dir / TRIALS_FILE
     path.unlink(missing_ok=True)
     writer = TrialWriter(path)
-    for row in rows:
+    for row in trials.rows:
         writer.write(row)
     writer.close()
+    grid = {"ops": ops, "sizes": sizes, "rates": rates, "methods": methods, "reps": reps}
+    write_manifest(run_dir / MANIFEST_FILE, _manifest(trials.run_id, rng, devices, **grid))
+    return run_dir
+
+
+class _Trials:
+    """A synthetic run's trials as they are made, in the sweep's order (numbered, each with a start
+    time): every cell's repetitions, on each client host (one without devices, as before)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        rng: np.random.Generator,
+        devices: tuple[SyntheticDevice, ...],
+        fail_every: int,
+        replicas: int,
+        drift: float,
+    ) -> None:
+        self.run_id, self.rng, self.fail_every = run_id, rng, fail_every
+        self.replicas, self.drift = replicas, drift
+        # each client: (its device's name, slowdown, client number)
+        self.hosts = [(d.name, d.slowdown, i) for i, d in enumerate(devices, 1)] or [(None, 1.0, None)]
+        self.together = len(devices) or None  # clients offloading each cell at once
+        self.rows: list[TrialRecord] = []
+
+    def add(self, **row) -> None:
+        """One row, numbered in order, started a second after the last; with replicas, on its
+        repetition's replica, its times that replica's drift off the model's."""
+        started = f"2026-01-01T00:00:{len(self.rows) % 60:02d}"
+        row = {"ok": True, **row}
+        if self.replicas > 1:
+            row["replica"] = row["rep"] % self.replicas
+            factor = 1 + self.drift * row["replica"]
+            row.update({k: v * factor for k, v in row.items() if k.startswith("t_") and v is not None})
+        self.rows.append(
+            TrialRecord(run_id=self.run_id, trial=len(self.rows), dtype="float64", started_at=started, **row)
+        )
+
+    def local_cell(self, op: str, size: int, reps: int) -> None:
+        """The local baseline: the model's local time, times each client's slowdown."""
+        local = _local(op, size)
+        for rep in range(reps):
+            for device, slowdown, client in self.hosts:
+                on = {"device": device, "client": client} if device else {}
+                self.add(
+                    op=op, size=size, method=LOCAL, rep=rep, t_total=local * slowdown * _noise(self.rng), **on
+                )
+
+    def remote_cell(self, op: str, size: int, rate: float, method: str, reps: int) -> None:
+        """Each stage from the model: marshalling proportional to the bytes (the server 8x faster),
+        communication the bytes over the rate (shared by the clients at once) plus 2 ms."""
+        local = _local(op, size)
+        cost, width = CODEC.get(method, CODEC["json"])
+        up, down = 2 * size * size * width, size * size * width
+        for rep in range(reps):
+            for device, slowdown, client in self.hosts:
+                on = {"device": device, "client": client, "clients": self.together} if device else {}
+                cell = {"op": op, "size": size, "rate_mbps": rate, "method": method, "rep": rep, **on}
+                if self.fail_every and len(self.rows) % self.fail_every == 0:
+                    self.add(**cell, ok=False, error="synthetic failure")
+                    continue
+                t = {
+                    "t_client_encode": cost * up * slowdown,
+                    "t_comm": (up + down) * 8 / (rate * 1e6) * (self.together or 1) + 0.002,
+                    "t_server_decode": cost * up / 8,
+                    "t_server_compute": local / 8,
+                    "t_server_encode": cost * down / 8,
+                    "t_client_decode": cost * down * slowdown,
+                }
+                t = {k: v * _noise(self.rng) for k, v in t.items()}
+                self.add(**cell, t_total=sum(t.values()), bytes_up=int(up), bytes_down=int(down), **t)
+
+
+def _manifest(
+    run_id: str, rng: np.random.Generator, devices, *, ops, sizes, rates, methods, reps
+) -> Manifest:
+    """The run's manifest: its grid, each rate's link checked within 0.2% of its goodput, and with
+    devices each one's profile (client 1's as the run's device)."""
     validation = [
         LinkCheck(
             rate_mbps=r,
@@ -177,11 +212,11 @@ def write_synthetic_run(
         **_clients(devices),
     )
     profiles = [Device(d.profile(ops, sizes, methods), "scaled") for d in devices]
-    manifest = Manifest(
+    return Manifest(
         run_id=run_id,
         status="synthetic",
         experiment=experiment,
-        environment={"generator": "analysis.synthetic"},
+        environment={"generator": "tests.synthetic"},
         validation=validation,
         started_at="2026-01-01T00:00:00",
         ended_at="2026-01-01T01:00:00",
@@ -189,8 +224,6 @@ def write_synthetic_run(
         client_devices=profiles[1:],
         client_device_names=[d.name for d in devices] if len(devices) > 1 else [],
     )
-    write_manifest(run_dir / MANIFEST_FILE, manifest)
-    return run_dir
 
 
 def _clients(devices: tuple[SyntheticDevice, ...]) -> dict:
@@ -211,7 +244,7 @@ def _noise(rng: np.random.Generator) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.synthetic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument(
         "--paper", action="store_true", help="the paper's grid: 3 ops x 9 sizes x 6 rates x 3 methods"
