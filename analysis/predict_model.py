@@ -131,7 +131,7 @@ class Goodput:
 
 
 @dataclass
-class Model:
+class BorderModel:
     marshal: dict[tuple[str, str], Line]  # (method, stage)
     wire: dict[tuple[str, str], Line]  # (method, up|down): wire bytes vs matrix bytes
     comm: Line  # t_comm vs seconds of wire bytes at goodput
@@ -197,7 +197,7 @@ class Model:
         return table[key]
 
 
-def fit(trials: pd.DataFrame, manifest: Manifest | None) -> Model:
+def fit(trials: pd.DataFrame, manifest: Manifest | None) -> BorderModel:
     """Fit every stage on the successful trials. A run whose clients were of several devices is refused:
     the model has one client (one local line per op, one marshalling line per method)."""
     refuse_several_devices(
@@ -236,10 +236,10 @@ def fit(trials: pd.DataFrame, manifest: Manifest | None) -> Model:
         op: fit_line(works(g["op"], g["size"]), g["t_total"], f"local compute of {op}")
         for op, g in local.groupby("op")
     }
-    return Model(marshal, wire, comm, server, local_lines, goodput, item)
+    return BorderModel(marshal, wire, comm, server, local_lines, goodput, item)
 
 
-def predict_cells(model: Model, cells: pd.DataFrame) -> pd.DataFrame:
+def predict_cells(model: BorderModel, cells: pd.DataFrame) -> pd.DataFrame:
     """Predicted remote and local times, 95% prediction interval of the remote time, decision, penalty."""
     out = []
     for method, g in cells.groupby("method", sort=False):
@@ -276,7 +276,7 @@ def predict_cells(model: Model, cells: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out).loc[cells.index]
 
 
-def border_mbps(model: Model, op: str, sizes, method: str | None) -> np.ndarray:
+def border_mbps(model: BorderModel, op: str, sizes, method: str | None) -> np.ndarray:
     """Per size, the lowest rate (Mbit/s) from which offloading pays, on a link carrying what a shaped
     link carries (`expected_goodput`); inf where it never pays.
 
@@ -306,7 +306,7 @@ def border_mbps(model: Model, op: str, sizes, method: str | None) -> np.ndarray:
     return np.where((room > 0) & (data >= 0), rate, np.inf)
 
 
-def model_parameters(model: Model) -> dict:
+def model_parameters(model: BorderModel) -> dict:
     """Every fitted parameter in the units a reader thinks in, with its fit quality."""
 
     def per_byte(line: Line) -> dict:

@@ -13,14 +13,14 @@ from matplotlib.figure import Figure
 
 from analysis.cells import method_order
 from analysis.decisions import OFFLOAD, STAY, UNDECIDED, decision_marks
-from analysis.predict_model import Model, border_mbps
+from analysis.predict_model import BorderModel, border_mbps
 from analysis.style import STYLE, UNDECIDED_COLOR, UNDECIDED_LABEL, method_styles
 
 PNG_DPI = 150
 PREFIX = "prediction-border-"
 
 
-def border_figure(model: Model, cells: pd.DataFrame, op: str) -> Figure:
+def border_figure(model: BorderModel, cells: pd.DataFrame, op: str) -> Figure:
     cells = cells[cells["op"] == op]
     methods = method_order(cells["method"].unique())
     styles = method_styles(methods)
@@ -67,7 +67,7 @@ def border_figure(model: Model, cells: pd.DataFrame, op: str) -> Figure:
     return fig
 
 
-def write_border_plots(model: Model, cells: pd.DataFrame, out_dir) -> list:
+def write_border_plots(model: BorderModel, cells: pd.DataFrame, out_dir) -> list:
     """One PNG and SVG per op. Returns the PNG paths."""
     written = []
     for op in sorted(cells["op"].unique()):

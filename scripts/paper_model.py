@@ -2,7 +2,7 @@
 
 `python scripts/paper_model.py` prints, per op, size, rate and method, the modelled local and remote
 times of paper-p4 (client) and paper-i3 (server, CGI stack) from the sweep's own duration model
-(`testbed.estimate.Model.trial_s`), the decision vectors, and each of the paper's statements this
+(`testbed.estimate.DurationModel.trial_s`), the decision vectors, and each of the paper's statements this
 model can judge, marked `fit` (the profiles were derived from it) or `held out` (they were not, so it
 checks them). `--json` gives the same as one object.
 
@@ -30,7 +30,7 @@ from analysis.decisions import cumulative_penalties, decision_vectors  # noqa: E
 from analysis.paper_checks import held_out_summary, paper_checks  # noqa: E402
 from contracts.trials import LOCAL  # noqa: E402
 from testbed.devices import load_device  # noqa: E402
-from testbed.estimate import HostSpeeds, Model  # noqa: E402
+from testbed.estimate import DurationModel, HostSpeeds  # noqa: E402
 from testbed.experiment import Experiment, Validation  # noqa: E402
 
 SIZES = (400, 500, 600, 700, 800, 900, 1000, 1100, 1200)
@@ -58,7 +58,7 @@ def wire_ratios(methods=METHODS, seed: int = 1) -> dict[str, float]:
     return out
 
 
-def paper_model(client: str = "paper-p4", server: str = "paper-i3", ops=("mul",)) -> Model:
+def paper_model(client: str = "paper-p4", server: str = "paper-i3", ops=("mul",)) -> DurationModel:
     """The duration model with both devices; this machine's speeds are not measured (NaN: a stage that
     fell back to them would show as NaN, not as a plausible number)."""
     exp = Experiment(
@@ -66,7 +66,7 @@ def paper_model(client: str = "paper-p4", server: str = "paper-i3", ops=("mul",)
         methods=METHODS, reps=40, warmup=0, validation=Validation(enabled=False), server_stack="cgi",
     )  # fmt: skip
     host = HostSpeeds(gflops=float("nan"), codecs={}, wire_ratio=wire_ratios())
-    return Model(exp, host, load_device(client), server_device=load_device(server))
+    return DurationModel(exp, host, load_device(client), server_device=load_device(server))
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Cell:
         return (self.remote_s - self.compute_s) / self.remote_s
 
 
-def predict(model: Model) -> list[Cell]:
+def predict(model: DurationModel) -> list[Cell]:
     """Every cell of the grid (the model's `trial_s` adds the CGI start-up, the server device's
     `stack.server_start`, to every HTTP trial)."""
     server = model.server_device

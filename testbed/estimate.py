@@ -9,7 +9,7 @@ One trial of a cell costs, in the model:
 - plus a fixed per-trial overhead (the worker's round trip, HTTP, the connection), and on the cgi
   server stack, for every HTTP trial, a fresh interpreter's start-up with what a CGI request imports
   (timed once on this machine, which is the embedded server).
-That is what a trial measures (`Model.trial_s`). How long it takes (`Model.wall_s`, what the duration
+That is what a trial measures (`DurationModel.trial_s`). How long it takes (`DurationModel.wall_s`, what the duration
 and the ETA add up) differs in `scaled` mode: the client works at this machine's speed there and the
 device's time is computed from CPU time, so its stages cost this machine's time (timed on samples).
 Bytes on the wire are each codec's body size per byte of matrix data, measured once by encoding a
@@ -91,7 +91,7 @@ def cgi_start_time() -> float:
 
 
 @dataclass(frozen=True)
-class Model:
+class DurationModel:
     """Seconds per trial of each cell: what it measures (`trial_s`) and how long it takes (`wall_s`)."""
 
     exp: Experiment
@@ -228,9 +228,9 @@ def model_for(
     device: DeviceProfile | None,
     cpu_quota: float | None,
     server_device: DeviceProfile | None = None,
-) -> Model:
+) -> DurationModel:
     host = measure_host(exp.methods, exp.dtype, exp.seed, cgi=exp.server_stack == "cgi")
-    return Model(exp, host, device, cpu_quota, server_device=server_device, replicas=exp.replicas)
+    return DurationModel(exp, host, device, cpu_quota, server_device=server_device, replicas=exp.replicas)
 
 
 def replica_hint(share: float, running: int) -> str | None:

@@ -24,7 +24,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from analysis.predict_model import Model
+from analysis.predict_model import BorderModel
 from contracts.errors import UserError
 from contracts.trials import LOCAL
 
@@ -75,7 +75,7 @@ class AlwaysRemote(Policy):
 class Online(Policy):
     """Offload when the model's remote time at the estimated bandwidth beats its local time."""
 
-    def __init__(self, method: str, model: Model, window: int = 3, stale_s: float = 10.0) -> None:
+    def __init__(self, method: str, model: BorderModel, window: int = 3, stale_s: float = 10.0) -> None:
         if window < 1 or stale_s < 0:
             raise UserError(
                 f"estimator window {window} / stale_s {stale_s:g} out of range",
@@ -117,7 +117,7 @@ class Online(Policy):
 
 
 def make_policies(
-    kinds: tuple[str, ...], methods: tuple[str, ...], model: Model | None, window: int, stale_s: float
+    kinds: tuple[str, ...], methods: tuple[str, ...], model: BorderModel | None, window: int, stale_s: float
 ) -> list[Policy]:
     """The stream's policies in its order: `local` once, `remote` and `online` once per method."""
     out: list[Policy] = []

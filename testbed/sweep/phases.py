@@ -33,7 +33,7 @@ from testbed.bookkeeping import (
     start_session,
     trial_row,
 )
-from testbed.estimate import Model
+from testbed.estimate import DurationModel
 from testbed.experiment import Experiment
 from testbed.link.repairs import (
     Unrepairable,
@@ -71,7 +71,7 @@ def run_sweep(
     manifest: ManifestFile,
     keep_up: bool = False,
     device: DeviceProfile | None = None,
-    model: Model | None = None,
+    model: DurationModel | None = None,
     server_device: DeviceProfile | None = None,
     recalibrate: bool = False,
 ) -> dict:
@@ -103,7 +103,7 @@ class Sweep(Together):
         keep_up: bool = False,
         device: DeviceProfile | None = None,
         server_device: DeviceProfile | None = None,
-        model: Model | None = None,
+        model: DurationModel | None = None,
     ) -> None:
         self.testbeds = [Testbed(lab) for lab in labs]
         if len(labs) > 1:

@@ -12,7 +12,7 @@ from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.run import MANIFEST_FILE
 from contracts.trials import PYTHON
-from testbed.estimate import Model, model_for
+from testbed.estimate import DurationModel, model_for
 from testbed.experiment import FLAGS, Experiment, load_experiment, override, trial_range
 from testbed.inventory import Inventory, load_inventory
 from testbed.results import ManifestFile, new_run_id
@@ -38,7 +38,7 @@ class SweepSetup:
     def resume(self) -> bool:
         return self.manifest is not None
 
-    def model(self) -> Model:
+    def model(self) -> DurationModel:
         """The devices' time model: the sweep's estimate and its progress line's ETA."""
         cpu = None if self.device else self.inventories[0].client_cpu.cpu_quota
         return model_for(self.exp, self.device, cpu, self.server_device)

@@ -18,8 +18,8 @@ from contracts.units import expected_goodput
 from testbed.estimate import (
     HTTP_HEADERS,
     TRIAL_OVERHEAD_S,
+    DurationModel,
     HostSpeeds,
-    Model,
     format_duration,
     measure_host,
     replica_hint,
@@ -41,14 +41,14 @@ EXP = Experiment(
 
 
 def test_a_local_trial_is_the_device_compute_time():
-    model = Model(EXP, HOST, DEVICE)
+    model = DurationModel(EXP, HOST, DEVICE)
     assert model.trial_s("mul", 500, None, LOCAL) == pytest.approx(
         2 * 500**3 / 1e9 + TRIAL_OVERHEAD_S
     )  # 0.25 s
 
 
 def test_a_remote_trial_adds_the_device_marshalling_the_wire_and_the_server():
-    model = Model(EXP, HOST, DEVICE)
+    model = DurationModel(EXP, HOST, DEVICE)
     data = 500 * 500 * 8  # 2 MB per matrix
     client = 2 * data / 100e6 + data / 200e6  # two operands encoded at 100 MB/s, the product decoded at 200
     goodput = expected_goodput(10_000_000) / 8
@@ -62,7 +62,10 @@ def test_a_remote_trial_adds_the_device_marshalling_the_wire_and_the_server():
 def test_on_the_cgi_stack_every_http_trial_pays_a_process_start_up_and_grpc_does_not():
     host = replace(HOST, cgi_start_s=0.3, codecs={**HOST.codecs, "grpc": HOST.codecs["raw"]})
     host = replace(host, wire_ratio={**HOST.wire_ratio, "grpc": 1.5})
-    wsgi, cgi = Model(EXP, host, DEVICE), Model(replace(EXP, server_stack="cgi"), host, DEVICE)
+    wsgi, cgi = (
+        DurationModel(EXP, host, DEVICE),
+        DurationModel(replace(EXP, server_stack="cgi"), host, DEVICE),
+    )
     assert cgi.trial_s("mul", 500, 10.0, "raw") == pytest.approx(wsgi.trial_s("mul", 500, 10.0, "raw") + 0.3)
     assert cgi.trial_s("mul", 500, 10.0, "grpc") == wsgi.trial_s("mul", 500, 10.0, "grpc")
     assert cgi.trial_s("mul", 500, None, LOCAL) == wsgi.trial_s("mul", 500, None, LOCAL)
@@ -71,8 +74,10 @@ def test_on_the_cgi_stack_every_http_trial_pays_a_process_start_up_and_grpc_does
 def test_a_server_device_with_a_start_up_figure_gives_the_trials_start_up_and_the_host_its_wall_time():
     host = replace(HOST, cgi_start_s=0.3)
     server = replace(DEVICE, name="srv", stack={"server_start": 1.2})
-    plain = Model(replace(EXP, server_stack="cgi"), host, DEVICE, server_device=replace(DEVICE, name="srv"))
-    model = Model(replace(EXP, server_stack="cgi"), host, DEVICE, server_device=server)
+    plain = DurationModel(
+        replace(EXP, server_stack="cgi"), host, DEVICE, server_device=replace(DEVICE, name="srv")
+    )
+    model = DurationModel(replace(EXP, server_stack="cgi"), host, DEVICE, server_device=server)
     assert model.trial_s("mul", 500, 10.0, "raw") == pytest.approx(
         plain.trial_s("mul", 500, 10.0, "raw") + 0.9
     )
@@ -86,21 +91,23 @@ def test_the_start_up_is_measured_only_for_the_cgi_stack():
 
 
 def test_without_a_device_the_client_is_this_host_under_its_quota():
-    model = Model(EXP, HOST, None, cpu_quota=0.25)
+    model = DurationModel(EXP, HOST, None, cpu_quota=0.25)
     assert model.trial_s("mul", 500, None, LOCAL) == pytest.approx(4 * 2 * 500**3 / 10e9 + TRIAL_OVERHEAD_S)
 
 
 def test_the_sweep_is_every_cell_times_its_reps_plus_set_up_and_a_range_when_adaptive():
-    model = Model(EXP, HOST, DEVICE)
+    model = DurationModel(EXP, HOST, DEVICE)
     per_rep = model.wall_s("mul", 500, None, LOCAL) + model.wall_s("mul", 500, 10.0, "raw")
     assert model.duration_s() == pytest.approx((2 * per_rep, 4 * per_rep))
-    fixed = Model(replace(EXP, min_reps=None, warmup=1, validation=Validation(duration=2)), HOST, DEVICE)
+    fixed = DurationModel(
+        replace(EXP, min_reps=None, warmup=1, validation=Validation(duration=2)), HOST, DEVICE
+    )
     setup = (2 * 2 + 1) + per_rep
     assert fixed.duration_s() == pytest.approx((4 * per_rep + setup,) * 2)
 
 
 def test_replicas_share_the_trials_and_the_cpu_share_says_how_many_the_lock_lets_overlap():
-    one, four = Model(EXP, HOST, DEVICE), Model(EXP, HOST, DEVICE, replicas=4)
+    one, four = DurationModel(EXP, HOST, DEVICE), DurationModel(EXP, HOST, DEVICE, replicas=4)
     setup = one.setup_s()
     assert four.setup_s() == setup  # each replica sets its own rates up, side by side
     assert four.duration_s()[1] - setup == pytest.approx((one.duration_s()[1] - setup) / 4)
@@ -112,7 +119,10 @@ def test_replicas_share_the_trials_and_the_cpu_share_says_how_many_the_lock_lets
 
 
 def test_a_scaled_client_takes_this_hosts_time_and_a_throttled_one_the_devices():
-    scaled, throttled = Model(EXP, HOST, DEVICE), Model(replace(EXP, mode="throttle"), HOST, DEVICE)
+    scaled, throttled = (
+        DurationModel(EXP, HOST, DEVICE),
+        DurationModel(replace(EXP, mode="throttle"), HOST, DEVICE),
+    )
     assert scaled.wall_s("mul", 500, None, LOCAL) == pytest.approx(2 * 500**3 / 10e9 + TRIAL_OVERHEAD_S)
     assert throttled.wall_s("mul", 500, None, LOCAL) == throttled.trial_s("mul", 500, None, LOCAL)
     data = 500 * 500 * 8
@@ -178,7 +188,7 @@ def test_grpc_is_estimated_with_its_codec_protobuf():
     host = measure_host(("protobuf", "grpc"))
     assert host.wire_ratio["grpc"] == pytest.approx(host.wire_ratio["protobuf"])
     device = replace(DEVICE, marshalling={"protobuf": {"encode": 50.0, "decode": 400.0}})
-    model = Model(replace(EXP, methods=("grpc",)), host, device)
+    model = DurationModel(replace(EXP, methods=("grpc",)), host, device)
     assert model.client_marshal_s("grpc", "encode", 10**6) == pytest.approx(10**6 / 50e6)
 
 
