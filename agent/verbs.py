@@ -19,10 +19,10 @@ from typing import Any
 from agent import probe as probe_mod
 from agent import services
 from appliance.ovsdb import read_bridge
-from appliance.replay import TimedOps, plan_replay, replay
 from appliance.shaper import PortShaping, Shaper, plan_shaping
 from appliance.switch import SCHEMA, Switch
 from appliance.tc_ops import TcOp
+from appliance.trace_player import TimedOps, plan_replay, replay
 from client.cpulimit import CpuLimit, detect_version
 from contracts import agent_api as api
 from contracts.agent_answers import (
@@ -114,7 +114,7 @@ def shape_replay_plan(request: api.ShapeReplayPlan) -> list[ReplayStepPlan]:
 def shape_replay(request: api.ShapeReplay) -> ReplayDone:
     """Replay a trace: each step's in-place class change at `start + t_s` (`start` in wall-clock
     seconds, the instant every row refers to), both ports' counters sampled at each step; returns
-    when the trace has been played, with what was applied and when (`appliance.replay`)."""
+    when the trace has been played, with what was applied and when (`appliance.trace_player`)."""
     shaper = _shaper()
     ifs = [request.up_if, request.down_if]
     shaper.indexes(ifs)  # a missing port is refused before anything changes

@@ -2,7 +2,7 @@
 
 The orchestrator parses trace files (`testbed.link.trace`: CSV or Mahimahi) into a `ReplayPlan` and
 sends it as JSON; the appliance's agent validates it here, where it enters, and applies each step
-at its time (`appliance.replay`). A step holds from its `t_s` until the next step's; `end_s` is the
+at its time (`appliance.trace_player`). A step holds from its `t_s` until the next step's; `end_s` is the
 trace's end (the time reference of every row is the replay's start instant, `trace_t`).
 """
 

@@ -4,7 +4,7 @@ The orchestrator chooses the start instant (`trace_t` 0, in wall-clock seconds) 
 its request, so the appliance's agent has it before the first step is due; each pass of a looped
 trace starts where the previous one ended on that same time axis, so every row of every pass refers
 to the one instant. The agent applies the steps and answers when the pass is over
-(`appliance.replay`). Afterwards the link is put back as it was before the replay.
+(`appliance.trace_player`). Afterwards the link is put back as it was before the replay.
 
 With a check, an iperf3 flow loads one direction of the link for the whole replay, and the answer's
 counters (and iperf3's own intervals) are compared with the trace interval by interval

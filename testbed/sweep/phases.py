@@ -44,7 +44,7 @@ from testbed.results import ManifestFile, TrialFile
 from testbed.signals import sigterm_as_interrupt
 from testbed.sweep import device_emulation
 from testbed.sweep.calibration import calibrate_devices, calibrate_host
-from testbed.sweep.plan import Trial, device_names, phases, plan_trials
+from testbed.sweep.plan import Trial, device_names, plan_trials, rate_groups
 from testbed.sweep.progress import Progress
 from testbed.sweep.rounds import Rounds
 from testbed.sweep.scheduler import WorkSource, split_by_rep
@@ -175,7 +175,7 @@ class Sweep(Together):
         if self.rounds:
             self.source = WorkSource(rounds=self.rounds, parts=len(self.testbeds))
         else:
-            units = phases(exp, self.trials, self.done)
+            units = rate_groups(exp, self.trials, self.done)
             self.source = WorkSource(split_by_rep(units) if len(self.testbeds) > 1 else units)
         setup_log(log, self.run_dir / "sweep.log")
         cells: dict = {}

@@ -105,10 +105,11 @@ def device_names(exp: Experiment) -> list[str]:
     return [load_device(ref).name for ref in exp.client_devices]
 
 
-def phases(
+def rate_groups(
     exp: Experiment, trials: list[Trial], done: set[int] = frozenset()
 ) -> list[tuple[float | None, list[Trial]]]:
-    """(rate, trials still to run) per phase in execution order: local baseline first, then rates ascending."""
+    """(rate, trials still to run) per rate group, in execution order: the local baseline first (rate
+    None), then the rates ascending; each group shuffled by the experiment's seed."""
     out = []
     for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
         todo = [t for t in trials if t.rate_mbps == rate and t.trial not in done]

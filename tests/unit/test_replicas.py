@@ -26,7 +26,7 @@ from testbed.bookkeeping import start_run
 from testbed.devices import load_device
 from testbed.results import ManifestFile
 from testbed.sweep.phases import run_sweep
-from testbed.sweep.plan import phases, plan_trials
+from testbed.sweep.plan import plan_trials, rate_groups
 from testbed.sweep.rounds import Rounds
 from testbed.sweep.scheduler import WorkSource, split_blocks, split_by_rep
 from tests.fakes import FAKE_SWEEP, link, server_calibration
@@ -63,7 +63,7 @@ def test_down_finds_the_replicas_a_sweep_left(fake_inventory, tmp_path):
 
 
 def test_several_testbeds_get_units_per_repetition_and_keep_their_rate():
-    units = phases(FAKE_SWEEP, plan_trials(FAKE_SWEEP))
+    units = rate_groups(FAKE_SWEEP, plan_trials(FAKE_SWEEP))
     split = split_by_rep(units)
     assert len(split) == 2 * len(units)  # two repetitions
     assert sorted(t.trial for _, ts in split for t in ts) == sorted(t.trial for t in plan_trials(FAKE_SWEEP))

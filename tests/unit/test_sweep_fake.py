@@ -15,7 +15,7 @@ from contracts.run import Validation
 from testbed.bookkeeping import start_run
 from testbed.results import ManifestFile
 from testbed.sweep.phases import run_sweep
-from testbed.sweep.plan import phases, plan_trials
+from testbed.sweep.plan import plan_trials, rate_groups
 from testbed.sweep.worker_link import WorkerLink
 from tests.fakes import (
     FAKE_SWEEP,
@@ -95,7 +95,7 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
         "per-trial",
     ]
     expected = []
-    for _, phase in phases(EXP, plan_trials(EXP)):
+    for _, phase in rate_groups(EXP, plan_trials(EXP)):
         methods = dict.fromkeys(t.method for t in phase)
         expected += [(-1, "mul", 100, "float64", m) for m in methods]
         expected += [(t.trial, t.op, t.size, t.dtype, t.method) for t in phase]
@@ -176,7 +176,7 @@ def test_an_interrupted_sweep_resumes_with_exactly_the_missing_trials(lab, run, 
 
 
 # ------------------------------------------------------------------ a failed trial
-VICTIM = phases(EXP, plan_trials(EXP))[1][1][2].trial  # the third trial at 10 Mbit/s
+VICTIM = rate_groups(EXP, plan_trials(EXP))[1][1][2].trial  # the third trial at 10 Mbit/s
 
 
 @pytest.mark.parametrize(
@@ -450,7 +450,7 @@ def test_a_trial_shaped_at_the_wrong_rate_is_not_kept_and_an_unrepairable_link_f
     naming both rates, the repair is recorded as failed, and the rate's remaining trials fail with why."""
     run_dir, manifest = run
     shaping = lab.shaping
-    at_10 = [t.trial for t in phases(EXP, plan_trials(EXP))[1][1]]
+    at_10 = [t.trial for t in rate_groups(EXP, plan_trials(EXP))[1][1]]
 
     def reshape(spec):
         if spec["trial"] == VICTIM:

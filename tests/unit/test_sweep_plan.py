@@ -3,7 +3,7 @@ from collections import Counter
 from contracts.run import COLUMNS, FORMAT_VERSION, TRIALS_MARK, TrialRecord, TrialWriter, read_trials, repair
 from contracts.trials import LOCAL
 from testbed.experiment import Experiment
-from testbed.sweep.plan import phases, plan_trials
+from testbed.sweep.plan import plan_trials, rate_groups
 
 EXP = Experiment(
     name="t",
@@ -29,21 +29,21 @@ def test_the_grid_and_the_local_baseline():
 
 def test_phases_run_local_first_then_rates_ascending_each_shuffled_reproducibly():
     trials = plan_trials(EXP)
-    ph = phases(EXP, trials)
+    ph = rate_groups(EXP, trials)
     assert [rate for rate, _ in ph] == [None, 10.0, 40.0]
     assert sum(len(p) for _, p in ph) == len(trials)
     order = [t.trial for t in ph[1][1]]
     assert order != sorted(order)  # shuffled, so drift does not line up with a factor
-    assert order == [t.trial for t in phases(EXP, trials)[1][1]]  # and the same every time
+    assert order == [t.trial for t in rate_groups(EXP, trials)[1][1]]  # and the same every time
 
 
 def test_resume_skips_exactly_the_completed_trials():
     trials = plan_trials(EXP)
     done = {t.trial for t in trials[::3]}
-    left = [t.trial for _, p in phases(EXP, trials, done) for t in p]
+    left = [t.trial for _, p in rate_groups(EXP, trials, done) for t in p]
     assert sorted(left) == sorted(set(range(len(trials))) - done)
     everything = {t.trial for t in trials}
-    assert phases(EXP, trials, everything) == []
+    assert rate_groups(EXP, trials, everything) == []
 
 
 def test_writer_appends_and_resume_reads_what_was_written(tmp_path):

@@ -11,12 +11,12 @@ from contracts.errors import UserError
 from contracts.run import read_trials
 from testbed.results import ManifestFile
 from testbed.sweep.phases import run_sweep
-from testbed.sweep.plan import phases, plan_trials
+from testbed.sweep.plan import plan_trials, rate_groups
 from tests.fakes import FAKE_SWEEP, IPERF, healthy_worker, link
 from tests.helpers import saved, trials_by_id
 
 EXP = FAKE_SWEEP
-AT_10 = [t.trial for t in phases(EXP, plan_trials(EXP))[1][1]]
+AT_10 = [t.trial for t in rate_groups(EXP, plan_trials(EXP))[1][1]]
 VICTIM = AT_10[2]  # the third trial at 10 Mbit/s
 DOWN = "ovs-vswitchd is not running (no live process has the pid in /x/ovs-vswitchd.pid)"
 

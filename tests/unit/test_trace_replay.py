@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from agent import verbs
-from appliance import replay as replay_appliance
 from appliance import shaper as shaper_mod
-from appliance.replay import plan_replay
+from appliance import trace_player as replay_appliance
 from appliance.tc_ops import CLASS_ID, FRESH, ROOT_ID, PortState
+from appliance.trace_player import plan_replay
 from contracts.agent_api import ShapeReplay, ShapeReplayPlan
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
