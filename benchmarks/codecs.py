@@ -3,7 +3,9 @@
 One trial's marshalling is measured per codec and size: the client encodes the request (two operands),
 the server decodes it, encodes the response (the product) and the client decodes that, with the very
 codec objects the server and client use. Throughput is MB/s of matrix data (three n x n matrices);
-the physical limit is `np.copyto` of the same number of bytes into memory already touched.
+the physical limit is `np.copyto` of the same number of bytes into memory already touched. Both are
+timed alike, per call as the median of batches lasting at least 20 ms each (`batch_time`): at 200x200
+the copy takes tens of microseconds, and the fastest of a few single calls judged nothing.
 
 Targets: `raw` encode+decode within 3x of the memory copy; the fastest JSON codec (JSON on the wire)
 at least 5x faster than the standard library's `json`.
@@ -13,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import MB, Row, fmt_value
+from benchmarks.common import MB, Row, batch_time, fmt_value
 from client.offload import make_operands
 from contracts.codecs import CODECS
-from contracts.marshal_speed import best_time, marshal_times
+from contracts.marshal_speed import marshal_times
 
 SECTION = "codecs"
 SIZES = (400, 800, 1200)
@@ -33,15 +35,15 @@ def json_codecs() -> list[str]:
     return [name for name, c in CODECS.items() if c.content_type == "application/json"]
 
 
-def memory_copy_time(nbytes: int, reps: tuple[int, int, float]) -> float:
+def memory_copy_time(nbytes: int, batches: int) -> float:
     src = np.ones(nbytes, dtype=np.uint8)
     dst = np.zeros(nbytes, dtype=np.uint8)  # touched: page faults are not part of a copy
-    return best_time(lambda: np.copyto(dst, src), *reps)
+    return batch_time(lambda: np.copyto(dst, src), batches)
 
 
 def run(quick: bool = False, sizes: tuple[int, ...] | None = None, progress=print) -> list[Row]:
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
-    reps = (2, 5, 0.2) if quick else (3, 20, 1.0)
+    batches = 3 if quick else 5
     rows: list[Row] = []
     jsons = json_codecs()
     for n in sizes:
@@ -50,7 +52,7 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, progress=prin
         operands = make_operands("mul", n, "float64", rng)
         result = operands[0] @ operands[1]
         data = 3 * n * n * 8
-        copy_s = memory_copy_time(data, (5, 50, 0.5))
+        copy_s = memory_copy_time(data, batches)
         rows.append(
             Row(
                 SECTION,
@@ -62,7 +64,9 @@ def run(quick: bool = False, sizes: tuple[int, ...] | None = None, progress=prin
                 details={"bytes": data, "ms": copy_s * 1e3},
             )
         )
-        times = {name: marshal_times(codec, operands, result, reps) for name, codec in CODECS.items()}
+        times = {
+            name: marshal_times(c, operands, result, (batches,), batch_time) for name, c in CODECS.items()
+        }
         raw_s = times["raw"]["encode_s"] + times["raw"]["decode_s"]
         for name, t in times.items():
             total = t["encode_s"] + t["decode_s"]

@@ -2,19 +2,24 @@
 
 A figure with a target is `pass` or `MISS`; one without is `info`; one that could not be measured is
 `skipped` with the reason in `note`. Timings of in-process work are the minimum over repetitions
-(`contracts.marshal_speed.best_time`: noise on a shared machine only ever adds time); timings of
-whole trials are medians.
+(`contracts.marshal_speed.best_time`: noise on a shared machine only ever adds time), except where
+two such timings are compared at tens of microseconds a call (the codecs against a memory copy):
+there each is the median of batches (`batch_time`); timings of whole trials are medians.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PASS, MISS, INFO, SKIPPED = "pass", "MISS", "info", "skipped"
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
 MB = 1e6  # throughputs are in MB/s of matrix data (10^6 bytes)
+BATCH_S = 0.02  # a batch of calls lasts at least this long (`batch_time`)
 
 
 @dataclass
@@ -80,3 +85,22 @@ def fmt_value(value: float | None, unit: str) -> str:
     if unit == "MB/s":
         return f"{value:.0f} MB/s"
     return f"{value:.3g} {unit}"
+
+
+def batch_time(fn: Callable[[], object], batches: int, batch_s: float = BATCH_S) -> float:
+    """Seconds per call of `fn`: the median over `batches` batches of the mean call in a batch of calls
+    that together last at least `batch_s`. A single call of tens of microseconds is timed too coarsely
+    to compare with another such call (one preemption, one page fault, is most of it; and the fastest
+    of a few calls is a lucky one), so both sides of a comparison are timed alike this way."""
+    calls = 1
+    while (took := _batch(fn, calls)) < batch_s:  # the first batch that lasts long enough is the first
+        calls = min(calls * 1000, max(calls * 2, math.ceil(calls * batch_s / max(took, 1e-9))))
+    means = [took / calls] + [_batch(fn, calls) / calls for _ in range(batches - 1)]
+    return statistics.median(means)
+
+
+def _batch(fn: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return time.perf_counter() - start

@@ -66,18 +66,21 @@ def goodput(lab: Lab, rate_mbps: float | None, duration: int) -> dict[str, float
     return out
 
 
+# the experiment the benchmarks' worker runs (and the sweep's check restarts a worker with)
+BENCH_EXPERIMENT = Experiment(
+    name="bench",
+    ops=("mul",),
+    sizes=(400,),
+    rates_mbps=(100.0,),
+    methods=("raw",),
+    reps=1,
+    validation=Validation(enabled=False),
+    trial_timeout=TRIAL_TIMEOUT,
+)
+
+
 def start_worker(lab: Lab, log: Path) -> WorkerLink:
-    exp = Experiment(
-        name="bench",
-        ops=("mul",),
-        sizes=(400,),
-        rates_mbps=(100.0,),
-        methods=("raw",),
-        reps=1,
-        validation=Validation(enabled=False),
-        trial_timeout=TRIAL_TIMEOUT,
-    )
-    return WorkerLink(lab, exp, log)
+    return WorkerLink(lab, BENCH_EXPERIMENT, log)
 
 
 def trial(n: int, size: int, rate_mbps: float | None, method: str = "raw", op: str = "mul") -> Trial:

@@ -32,16 +32,17 @@ def best_time(fn: Callable[[], object], min_reps: int, max_reps: int, budget_s: 
 
 
 def marshal_times(
-    codec: Codec, operands: list[np.ndarray], result: np.ndarray, reps: tuple[int, int, float]
+    codec: Codec, operands: list[np.ndarray], result: np.ndarray, reps: tuple, timer: Callable = best_time
 ) -> dict:
-    """Fastest encode and decode of one trial (request and response), in seconds, and the body sizes."""
+    """Encode and decode of one trial (request and response), in seconds, and the body sizes; each
+    call timed by `timer(call, *reps)` (the fastest of repeated calls; the bench's times batches)."""
     request, req_headers = codec.encode_request(operands)
     response, resp_headers = codec.encode_response(result)
     req_bytes, resp_bytes = body_bytes(request), body_bytes(response)
-    enc = best_time(lambda: codec.encode_request(operands), *reps) + best_time(
+    enc = timer(lambda: codec.encode_request(operands), *reps) + timer(
         lambda: codec.encode_response(result), *reps
     )
-    dec = best_time(lambda: codec.decode_request(req_bytes, req_headers), *reps) + best_time(
+    dec = timer(lambda: codec.decode_request(req_bytes, req_headers), *reps) + timer(
         lambda: codec.decode_response(resp_bytes, resp_headers), *reps
     )
     return {"encode_s": enc, "decode_s": dec, "bytes_up": len(req_bytes), "bytes_down": len(resp_bytes)}

@@ -1,7 +1,8 @@
 """What the sweep does when the testbed breaks under it: check, repair, record, or stop.
 
 A rate's link is shaped and validated before its trials (`shape_and_validate`), and every shaped trial
-is checked after it ran (`shaping_guard`, and the switch's daemons in the same request). When a trial
+is checked (`testbed.sweep.trials.TrialCheck`: its switch watched while it runs; after it, its classes
+against `shaping_guard`, and the switch's daemons in the same request). When a trial
 or a validation fails, or the check finds the switch down, `heal` asks every host for its health (the
 appliance's Open vSwitch daemons, bridge and ports; the server's HTTP and gRPC transports) and
 repairs what it can with the code `up` and `shape` use: it restarts Open vSwitch and the bridge, shapes
@@ -84,15 +85,19 @@ def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Ma
     return f"link validation failed at {rate_mbps:g} Mbit/s ({bad}); rate skipped"
 
 
-def shaping_guard(lab: Lab, rate_mbps: float) -> ShapingGuard:
-    """The check of every trial of a rate group against the shaping it asked for (from the classes now)."""
-    return ShapingGuard(int(round(rate_mbps * 1e6)), lab.up_if, lab.down_if, lab.shaping_classes())
+def shaping_guard(lab: Lab, rate_mbps: float, since_start: bool = False) -> ShapingGuard:
+    """The check of every trial of a rate group against the shaping it asked for (from the classes
+    now); `since_start`: of a cell's trials with several clients at once (see `ShapingGuard`)."""
+    rate_bps = int(round(rate_mbps * 1e6))
+    return ShapingGuard(rate_bps, lab.up_if, lab.down_if, lab.shaping_classes(), since_start)
 
 
-def not_kept(record: dict, wrong: str) -> dict:
-    """The trial's record, failed: it ran through a link that was not shaped as asked."""
-    own = f" (the trial itself: {record['error']})" if record.get("error") else ""
-    return {**record, "ok": False, "error": f"not kept, the shaping was wrong while it ran: {wrong}{own}"}
+def not_kept(record: dict, why: str, own: str | None = None) -> dict:
+    """The trial's record, failed because of what it ran through (`why`: the shaping was wrong, the
+    switch was down), with what the trial itself said (`own`, by default its error) after."""
+    own = own or record.get("error")
+    said = f" (the trial itself: {own})" if own else ""
+    return {**record, "ok": False, "error": f"not kept, {why}{said}"}
 
 
 def repair_shaping(

@@ -183,7 +183,12 @@ class StreamRun:
 
     def run(self, policy: Policy, tasks: list[Task], worker, clock=time.time, sleep=time.sleep):
         """Replay the trace from a start instant in a thread and run the tasks on its clock; returns
-        the replay (its passes and lateness) and the worker (replaced if it died)."""
+        the replay (its passes and lateness) and the worker (replaced if it died).
+
+        Its trials are not checked as a sweep's are (`testbed.sweep.trials.TrialCheck`): the replay
+        holds the appliance's agent for each whole pass (`shape.replay`, one verb), so nothing could
+        ask it about the switch or the classes while a task runs, and the rate it would compare the
+        classes with moves with the trace; a task through a dead switch fails as the client sees it."""
         from testbed.sweep.trials import run_trial
 
         stop = threading.Event()

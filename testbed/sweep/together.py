@@ -10,15 +10,10 @@ import threading
 import time
 
 from testbed.experiment import Experiment
-from testbed.link.guard import ShapingGuard
-from testbed.link.repairs import (
-    heal,
-    not_kept,
-    repair_shaping,
-)
+from testbed.link.repairs import heal, repair_shaping, shaping_guard
 from testbed.sweep.plan import Trial
 from testbed.sweep.testbeds import Testbed
-from testbed.sweep.trials import cell_label, run_threads, run_trial
+from testbed.sweep.trials import TrialCheck, cell_label, run_threads
 
 log = logging.getLogger("testbed.sweep")
 
@@ -43,10 +38,10 @@ class Together:
                 if not (wrong or switch) or not trials:
                     break
                 if switch:
-                    why = f"the switch broke while {cell_label(trials[0])} ran: {switch}"
+                    why = f"the switch broke while {cell_label(trials[0])} ran: {'; '.join(switch)}"
                     ids = [t.trial for t in trials]
                     tb.problems[rate] = heal(
-                        lab, exp, rate, self.manifest, why, ids, grpc=False, switch=[switch]
+                        lab, exp, rate, self.manifest, why, ids, grpc=False, switch=switch
                     ).link
                 else:
                     tb.problems[rate] = repair_shaping(lab, exp, rate, self.manifest, wrong, trials[0].trial)
@@ -56,11 +51,11 @@ class Together:
 
     def run_cell_together(
         self, tb: Testbed, rate: float, trials: list[Trial]
-    ) -> tuple[list[Trial], tuple[str, str]]:
+    ) -> tuple[list[Trial], tuple[str, list[str]]]:
         """One cell with the clients that offload it at once: they start together and each runs its
         repetitions back to back (closed loop: its next trial when its last one ends), each on its
-        own host with its own worker; a row is written as each trial ends. After each trial its
-        client reads the shaping back (one reading at a time: they share the appliance's agent): every
+        own host with its own worker; a row is written as each trial ends. Each trial is checked as a
+        trial alone is (`TrialCheck`, one for the cell): its switch watched while it runs, then every
         port still shaped at the rate, and the byte counters, since the cell began, at least the
         payloads of the trials that ended (the clients' transfers overlap, so no one trial's bytes
         can be told apart). Returns the trials that did not run, and what was wrong with the shaping
@@ -69,13 +64,10 @@ class Together:
         by_stream: dict[tuple[int, int], list[Trial]] = {}  # (client, request stream): its trials
         for t in sorted(trials, key=lambda t: (t.client or 1, t.stream or 1, t.rep)):
             by_stream.setdefault((t.client or 1, t.stream or 1), []).append(t)
-        rate_bps = int(round(rate * 1e6))
-        start = lab.shaping_classes()
-        moved = {"bytes_up": 0, "bytes_down": 0}
+        check = TrialCheck(lab, exp, self.run_dir, shaping_guard(lab, rate, since_start=True))
         ran: set[int] = set()
-        broken: list[tuple[str, str]] = []  # (shaping, switch)
+        broken: list[tuple[str, list[str]]] = []  # (shaping, switch)
         errors: list[BaseException] = []
-        reading = threading.Lock()
 
         def client(stream: tuple[int, int], mine: list[Trial]) -> None:
             k, s = stream
@@ -91,19 +83,12 @@ class Together:
                         break
                     self.show(cell_label(t))
                     with tb.quiet.shared():
-                        record, worker = run_trial(lab, exp, worker, self.run_dir, t)
-                    with reading:
-                        for key in moved:
-                            moved[key] += record.get(key) or 0
-                        check = lab.appliance_check()
-                        guard = ShapingGuard(rate_bps, lab.up_if, lab.down_if, start)
-                        wrong = guard.check(check.classes, moved) or ""
-                        switch = "; ".join(check.switch)
-                        if wrong or switch:
-                            broken.append((wrong, switch))
-                            record = not_kept(record, wrong or f"the switch was down: {switch}")
+                        done = check.run(worker, t)
+                    worker = done.worker
+                    if done.wrong or done.switch:
+                        broken.append((done.wrong, done.switch))
                     ran.add(t.trial)
-                    self.record(tb, t, self.flagged(tb, t, record))
+                    self.record(tb, t, self.flagged(tb, t, done.record))
                     self.keep_worker(tb, name, worker)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the testbed's own thread
                 errors.append(exc)
@@ -118,7 +103,7 @@ class Together:
         run_threads([threading.Thread(target=client, args=kv, daemon=True) for kv in by_stream.items()], stop)
         if errors:
             raise errors[0]
-        return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", ""))
+        return [t for t in trials if t.trial not in ran], (broken[0] if broken else ("", []))
 
 
 class Arrivals:

@@ -1,22 +1,24 @@
 """A trial and its checks: run one through the client's worker (bringing back what died), check
-what it ran through (the shaping, the switch) and repair it, warm a worker up, shape and validate a
-rate; and the cells of a plan that ended without a usable trial. The sweep and the task stream both
-run their trials through these."""
+what it ran through (the shaping, the switch: `TrialCheck`, the one check of every shaped trial)
+and repair it, warm a worker up, shape and validate a rate; and the cells of a plan that ended
+without a usable trial. The sweep and the task stream both run their trials through these."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.run import TrialRecord
 from contracts.trials import GRPC, LOCAL, offload_label
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
-from testbed.link.guard import ShapingGuard
+from testbed.link.guard import ShapingGuard, SwitchWatch
 from testbed.link.repairs import (
     heal,
     not_kept,
@@ -45,12 +47,72 @@ def run_trial(
     except (WorkerDied, TimeoutError, json.JSONDecodeError) as exc:
         record = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         log.warning("trial %d: %s; restarting the client worker", t.trial, exc)
-        worker.proc.kill()
-        worker.close()
-        worker = WorkerLink(lab, exp, worker.stderr_path, worker.calibration, worker.role)
+        worker = restarted(lab, exp, worker)
     if not record.get("ok"):
         log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
     return record, worker
+
+
+def restarted(lab: Lab, exp: Experiment, worker: WorkerLink) -> WorkerLink:
+    """A new worker in place of one that died, hung or was killed (on the same host, emulating the same)."""
+    worker.proc.kill()
+    worker.close()
+    return WorkerLink(lab, exp, worker.stderr_path, worker.calibration, worker.role)
+
+
+@dataclass
+class Checked:
+    """A shaped trial, run and checked: its record (failed, saying why, when what it ran through was
+    wrong), its worker (a new one if it had to be restarted), what was wrong with the shaping and
+    with the switch (empty: nothing), and the seconds the check added to the trial (watching the
+    switch while it ran, the reading after it: what the bench's shaping check figure is)."""
+
+    record: dict
+    worker: WorkerLink
+    wrong: str = ""
+    switch: list[str] = field(default_factory=list)
+    check_s: float = 0.0
+
+    @property
+    def kept(self) -> bool:
+        return bool(self.record.get("ok")) and not self.wrong and not self.switch
+
+
+class TrialCheck:
+    """The one check of every shaped trial, around it: while it runs its switch is watched
+    (`SwitchWatch`: a dead switch ends the trial at once); after it, the appliance is read back in one
+    request (`appliance.check`: the HTB classes and the switch's daemons) and the classes compared
+    with the shaping asked for (`guard`, the rate group's). A trial alone runs through one
+    (`run_checked`); a cell whose clients offload at once has one for the cell (`together`): their
+    threads share its guard (`since_start`), one reading at a time and in order, so that no reading
+    is compared with a later one. What is then repaired is the caller's to decide."""
+
+    def __init__(self, lab: Lab, exp: Experiment, run_dir: Path, guard: ShapingGuard) -> None:
+        self.lab, self.exp, self.run_dir, self.guard = lab, exp, run_dir, guard
+        self._reading = threading.Lock()
+
+    def run(self, worker: WorkerLink, t: Trial) -> Checked:
+        started = time.perf_counter()
+        with SwitchWatch(self._switch_now, worker.proc.kill) as watch:
+            ran = time.perf_counter()
+            record, worker = run_trial(self.lab, self.exp, worker, self.run_dir, t)
+            ran = time.perf_counter() - ran
+        if watch.ended and worker.proc.poll() is not None:  # killed just after it answered
+            worker = restarted(self.lab, self.exp, worker)
+        with self._reading:
+            reading = self.lab.appliance_check()
+            wrong = self.guard.check(reading.classes, record) or ""
+        switch = reading.switch or watch.found
+        if switch:
+            own = "ended when the switch was found down while it ran" if watch.ended else None
+            record = not_kept(record, f"the switch was down: {'; '.join(switch)}", own)
+        elif wrong:
+            record = not_kept(record, f"the shaping was wrong while it ran: {wrong}")
+        return Checked(record, worker, wrong, switch, time.perf_counter() - started - ran)
+
+    def _switch_now(self) -> list[str]:
+        """What is wrong with the switch's daemons now (the quick check `appliance.check` makes)."""
+        return self.lab.appliance_check().switch
 
 
 def run_checked(
@@ -62,7 +124,7 @@ def run_checked(
     guard: ShapingGuard,
     manifest: ManifestFile,
 ) -> tuple[dict, WorkerLink, ShapingGuard | None, str | None]:
-    """A shaped trial, then the check of what it ran through (its shaping, the switch's daemons).
+    """A shaped trial, checked (`TrialCheck`), and what the sweep does about what the check found.
 
     A trial that failed, or ran while the switch was down, has the testbed healed (`repairs.heal`)
     and runs once more if something was repaired: its row is then that second attempt's, with what
@@ -72,24 +134,18 @@ def run_checked(
     rate = t.rate_mbps
     first = None  # (what was repaired, why the first attempt failed)
     for attempt in (1, 2):
-        record, worker = run_trial(lab, exp, worker, run_dir, t)
-        reading = lab.appliance_check()
-        wrong = guard.check(reading.classes, record)
-        broken = reading.switch
-        if record.get("ok") and not wrong and not broken:
+        done = TrialCheck(lab, exp, run_dir, guard).run(worker, t)
+        record, worker = done.record, done.worker
+        if done.kept:
             break
-        if wrong and not broken:
-            reason = repair_shaping(lab, exp, rate, manifest, wrong, t.trial)
-            return not_kept(record, wrong), worker, None if reason else shaping_guard(lab, rate), reason
-        if broken:
+        if done.wrong and not done.switch:
+            reason = repair_shaping(lab, exp, rate, manifest, done.wrong, t.trial)
+            return record, worker, None if reason else shaping_guard(lab, rate), reason
+        if done.switch:
             why = f"trial {t.trial} ran while the switch was down"
-            own = record.get("error")
-            record = {**record, "ok": False, "error": f"not kept, the switch was down: {'; '.join(broken)}"}
-            if own:
-                record["error"] += f" (the trial itself: {own})"
         else:
             why = f"trial {t.trial} failed: {record.get('error')}"
-        healing = heal(lab, exp, rate, manifest, why, [t.trial], grpc=t.method == GRPC, switch=broken)
+        healing = heal(lab, exp, rate, manifest, why, [t.trial], grpc=t.method == GRPC, switch=done.switch)
         if not healing.repairs:
             break  # every host is healthy: the failure is the trial's own
         if healing.link:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -78,14 +79,16 @@ def test_ovs_vswitchd_killed_mid_rate_is_restarted_recorded_and_the_trial_runs_a
     inventory, lease, tmp_path
 ):
     """`kill -9` of the appliance's ovs-vswitchd while a rate's trials run: the sweep finds the daemon
-    gone (after the trial, or when the trial in flight fails), restarts Open vSwitch and the bridge,
-    shapes and validates the rate again, runs the affected trial again, and completes; `down` then
+    gone (while the trial in flight waits, or after the trial), ends that trial at once, restarts Open
+    vSwitch and the bridge, shapes and validates the rate again (the repair recorded within 15 s of the
+    kill, not after the trial's timeout), runs the affected trial again, and completes; `down` then
     leaves nothing (the `inventory` fixture checks)."""
     results = tmp_path / "results"
     exp = _experiment(tmp_path, "ovs", 96, "raw", 24)
     proc = start_sweep(inventory, str(exp), "--results", str(results), "--no-analyze")
     run_dir = wait_for_rows(proc, results, 24 + 4)
     (vswitchd,) = _pids_in(f"{lease.prefix}-appliance", "ovs-vswitchd ")
+    killed = time.time()
     os.kill(vswitchd, signal.SIGKILL)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
@@ -98,6 +101,9 @@ def test_ovs_vswitchd_killed_mid_rate_is_restarted_recorded_and_the_trial_runs_a
     switch = [r for r in manifest["repairs"] if r["part"] == "switch"]
     assert len(switch) == 1 and switch[0]["ok"] is True, manifest["repairs"]
     assert "ovs-vswitchd is not running" in switch[0]["why"]
+    # `at` is in whole seconds: the repair was recorded before the next one
+    latest = datetime.strptime(switch[0]["at"], "%Y-%m-%dT%H:%M:%S%z").timestamp() + 1
+    assert latest - killed <= 15, f"the repair was recorded up to {latest - killed:.1f} s after the kill"
     (victim,) = switch[0]["trials"]
     assert got[victim]["repair"].startswith("switch repaired after the first attempt failed")
     assert [int(t) for t, r in got.items() if r["repair"]] == [victim]

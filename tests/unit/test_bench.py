@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from benchmarks import grid
-from benchmarks.common import INFO, MISS, PASS, SKIPPED, Row
+from benchmarks import common, grid
+from benchmarks.common import INFO, MISS, PASS, SKIPPED, Row, batch_time
 from benchmarks.runner import complete, expected, format_table, key
 from contracts.run import Manifest, Session, write_manifest
 from tests.fakes import FAKE_SWEEP
@@ -27,6 +27,32 @@ def test_a_row_with_a_target_gets_a_verdict():
     assert Row("s", "f", "c", None, "x", ("<=", 3.0), SKIPPED, "why").status == SKIPPED
     assert Row("s", "f", "c", 1.0, "x", ("<=", 1.1)).target_text == "<= 1.1x"
     assert Row("s", "f", "c", 1.0, "ms", ("<", 100.0)).target_text == "< 100 ms"
+
+
+def test_a_call_is_timed_in_batches_lasting_long_enough_and_the_median_batch_taken(monkeypatch):
+    """On a clock that a call moves by 40 microseconds, and every fourth batch by a millisecond more
+    (a preemption): each batch lasts at least 20 ms, and the disturbed batch is not the answer."""
+    clock = {"now": 0.0, "calls": 0, "batches": 0}
+    monkeypatch.setattr(common.time, "perf_counter", lambda: clock["now"])
+    sizes = []
+
+    def call():
+        clock["now"] += 40e-6
+        clock["calls"] += 1
+
+    def batch(fn, calls):
+        clock["batches"] += 1
+        if clock["batches"] % 4 == 0:
+            clock["now"] += 1e-3
+        sizes.append(calls)
+        return real_batch(fn, calls)
+
+    real_batch = common._batch
+    monkeypatch.setattr(common, "_batch", batch)
+    assert batch_time(call, 3) == pytest.approx(40e-6)
+    timed = sizes[-3:]  # the batches that count: as many calls each, lasting 20 ms at least
+    assert len(set(timed)) == 1 and timed[0] * 40e-6 >= 0.02 * 0.999
+    assert all(n < timed[0] for n in sizes[:-3]), "the shorter batches only found how many calls"
 
 
 def test_missing_rows_are_skipped_with_the_reason_in_table_order():

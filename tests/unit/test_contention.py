@@ -5,6 +5,8 @@ synthetic run with known answers."""
 
 from __future__ import annotations
 
+import json
+import signal
 from dataclasses import replace
 
 import numpy as np
@@ -27,9 +29,10 @@ from contracts.run import (
 from contracts.trials import label_base, label_clients, label_without_clients, method_codec, offload_label
 from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, planned_trials
+from testbed.link import guard
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
-from tests.fakes import FAKE_SWEEP, healthy_worker
+from tests.fakes import FAKE_SWEEP, WorkerHang, healthy_worker
 from tests.helpers import write_experiment
 from tests.unit.conftest import fake_netns_lab, sweep_ready
 
@@ -146,6 +149,42 @@ def test_a_sweep_runs_each_cell_on_the_clients_at_once_each_on_its_own_worker(th
     assert (run_dir / "worker-client3.log").exists()
     shaped = three_clients.hosts["appliance"].args("shape.apply")[-1]
     assert shaped["down_if"] == three_clients.names.down_port  # the trunk: every client's traffic
+
+
+def test_the_switch_dying_under_a_cell_of_several_clients_ends_its_trial_and_is_repaired(
+    three_clients, tmp_path, monkeypatch
+):
+    """Each client's trial is checked as a trial alone is (`TrialCheck`): the one in flight when the
+    switch dies is ended by the switch's watch, not by its timeout; the cell's trials that did not
+    run then run after the repair."""
+    monkeypatch.setattr(guard, "WATCH_EVERY_S", 0.05)
+    victim = next(t.trial for t in plan_trials(CONTENTION) if t.clients == 3 and t.client == 2)
+    hung = []
+
+    def worker(spec):
+        if spec["trial"] == victim and not hung:
+            hung.append(victim)
+            three_clients.switch.problems = ["ovs-vswitchd is not running"]
+            raise WorkerHang
+        return healthy_worker(spec)
+
+    three_clients.hosts["client2"].worker(worker)
+    run_dir = tmp_path / "run"
+    summary = run_sweep(
+        three_clients, CONTENTION, run_dir, start_run(run_dir, "fake", CONTENTION, three_clients)
+    )
+    assert summary["status"] == "complete"
+    records = {r.trial: r for r in read_trials(run_dir / TRIALS_FILE).records}
+    assert sorted(records) == [t.trial for t in plan_trials(CONTENTION)]
+    assert not records[victim].ok and records[victim].error == (
+        "not kept, the switch was down: ovs-vswitchd is not running "
+        "(the trial itself: ended when the switch was found down while it ran)"
+    )
+    killed = three_clients.hosts["client2"].workers[0]
+    assert killed.returncode == -signal.SIGKILL
+    repairs = json.loads((run_dir / MANIFEST_FILE).read_text())["repairs"]
+    assert [(r["part"], r["ok"]) for r in repairs] == [("switch", True)]
+    assert three_clients.switch.restarts == 1
 
 
 def synthetic_contention_run(run_dir):

@@ -167,6 +167,16 @@ def test_switch_down_returns_once_its_daemons_have_exited(tmp_path, monkeypatch)
     assert ran == switch.plan_down()
 
 
+def test_down_of_our_own_switch_does_not_wait_for_ovs_vswitchd_and_a_systems_does(tmp_path):
+    """A dead ovs-vswitchd (the sweep's repair) would keep a waiting `del-br` for its whole --timeout;
+    our own is told to exit right after, removing its datapaths (--cleanup)."""
+    own = Switch("br", ("a", "b"), tmp_path).plan_down()
+    assert all("--no-wait" in argv for argv in own if "del-br" in argv)
+    assert own[-2][-2:] == ["exit", "--cleanup"] and own[-2][2].endswith("ovs-vswitchd.ctl")
+    (system,) = Switch("br", ("a", "b"), tmp_path, own=False).plan_down()
+    assert "--no-wait" not in system and "del-br" in system
+
+
 def test_switch_problems_name_the_daemon_that_died_and_restart_starts_from_a_fresh_database(
     tmp_path, monkeypatch
 ):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from contracts.agent_answers import HtbClass
-from testbed.link.guard import ShapingGuard
+from testbed.link.guard import ShapingGuard, SwitchWatch
 from tests.fake_answers import htb_class
 
 RATE = 20_000_000
@@ -51,3 +53,55 @@ def test_a_replaced_class_and_a_bypass_are_told_apart():
 def test_a_failed_trial_without_bytes_is_checked_for_its_classes_only():
     assert guard().check(classes(1_000, 2_000), {"ok": False, "error": "refused"}) is None
     assert guard().check({}, {"ok": False, "error": "refused"}).count("no HTB class") == 2
+
+
+def test_with_several_clients_each_reading_is_checked_from_the_first_against_every_payload_since():
+    g = ShapingGuard(RATE, "a1", "a0", classes(1_000, 2_000), since_start=True)
+    assert g.check(classes(60_000, 30_000), TRIAL) is None
+    # two trials' payloads by now, and the counters since the first reading carried only one's
+    assert "the trial bypassed the shaping" in g.check(classes(60_000, 30_000), TRIAL)
+    assert g.check(classes(1_000 + 150_000, 2_000 + 75_000), TRIAL) is None  # three trials' worth
+
+
+# ------------------------------------------------------------------ the switch watched while a trial runs
+DOWN = ["ovs-vswitchd is not running"]
+
+
+def watched(answers: list, seconds: float, every_s: float = 0.01) -> tuple[SwitchWatch, list, list]:
+    """A watch over a trial of `seconds`, asking `answers` in turn (the last one again after); what it
+    asked and what it ended."""
+    asked, ended = [], []
+
+    def problems() -> list[str]:
+        asked.append(time.monotonic())
+        answer = answers[min(len(asked), len(answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with SwitchWatch(problems, lambda: ended.append(time.monotonic()), every_s) as watch:
+        time.sleep(seconds)
+    return watch, asked, ended
+
+
+def test_a_healthy_switch_is_asked_after_every_few_moments_and_nothing_is_ended():
+    watch, asked, ended = watched([[]], 0.1)
+    assert len(asked) >= 2 and ended == [] and watch.found == [] and not watch.ended
+    n = len(asked)
+    time.sleep(0.05)
+    assert len(asked) == n, "nothing is asked once the trial is over"
+
+
+def test_a_trial_shorter_than_the_interval_asks_nothing():
+    _, asked, ended = watched([DOWN], 0.0, every_s=5.0)
+    assert asked == [] and ended == []
+
+
+def test_a_dead_switch_ends_the_trial_once_and_is_kept():
+    watch, asked, ended = watched([[], DOWN], 0.2)
+    assert len(ended) == 1 and len(asked) == 2 and watch.found == DOWN and watch.ended
+
+
+def test_a_question_that_fails_stops_the_watch_without_ending_the_trial():
+    watch, asked, ended = watched([RuntimeError("the agent is gone")], 0.1)
+    assert len(asked) == 1 and ended == [] and not watch.ended

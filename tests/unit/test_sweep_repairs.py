@@ -5,14 +5,17 @@ resume command, and the resume runs exactly the trials that have no row."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from contracts.errors import UserError
 from contracts.run import read_trials
+from testbed.link import guard
 from testbed.results import ManifestFile
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials, rate_groups
-from tests.fakes import FAKE_SWEEP, IPERF, healthy_worker, link
+from tests.fakes import FAKE_SWEEP, IPERF, WorkerHang, healthy_worker, link
 from tests.helpers import saved, trials_by_id
 
 EXP = FAKE_SWEEP
@@ -61,6 +64,38 @@ def test_the_switch_dead_after_a_trial_is_restarted_revalidated_and_the_trial_ru
     rates = [a["link"]["up_rate"] for a in lab.hosts["appliance"].args("shape.apply")]
     assert rates.count(10_000_000) == 2
     assert len(lab.hosts["client"].ran(*IPERF)) == 2 + 2 + 2
+
+
+def test_the_switch_dying_under_a_trial_ends_it_at_once_and_it_runs_again_after_the_repair(
+    lab, fake_run, monkeypatch
+):
+    """The trial in flight would wait for its timeout (the switch forwards nothing); the switch's watch
+    finds the daemon gone, kills the trial's worker, and the repair follows at once."""
+    run_dir, manifest = fake_run
+    monkeypatch.setattr(guard, "WATCH_EVERY_S", 0.05)
+    hung = []
+
+    def worker(spec):
+        if spec["trial"] == VICTIM and not hung:
+            hung.append(spec["trial"])
+            lab.switch.problems = [DOWN]
+            raise WorkerHang  # no answer until killed: without the watch, the trial's timeout and more
+        return healthy_worker(spec)
+
+    lab.hosts["client"].worker(worker)
+    summary = run_sweep(lab, EXP, run_dir, manifest)
+
+    assert (summary["failed"], summary["status"]) == (0, "complete")
+    killed, restarted = lab.hosts["client"].workers
+    assert killed.returncode == -signal.SIGKILL and restarted.returncode == 0
+    written = trials_by_id(run_dir)
+    assert written[VICTIM]["ok"] == "true" and written[VICTIM]["repair"] == (
+        f"switch repaired after the first attempt failed: not kept, the switch was down: {DOWN} "
+        "(the trial itself: ended when the switch was found down while it ran)"
+    )
+    (repair,) = saved(run_dir)["repairs"]
+    assert (repair["part"], repair["ok"], repair["trials"]) == ("switch", True, [VICTIM])
+    assert lab.switch.restarts == 1
 
 
 def test_a_trial_that_fails_again_after_a_repair_keeps_its_second_failure_with_the_repair(lab, fake_run):
