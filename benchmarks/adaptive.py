@@ -28,8 +28,8 @@ from analysis.stopping import PRECISE, SIGNIFICANT
 from contracts.errors import UserError
 from contracts.run import Manifest
 from contracts.trials import offload_label
-from testbed.bookkeeping import trial_row
 from testbed.experiment import Experiment, load_experiment
+from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
 from testbed.sweep.rounds import Rounds
 

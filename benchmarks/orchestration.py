@@ -33,9 +33,9 @@ from benchmarks.session import BENCH_EXPERIMENT, BenchError, run_ok, trial
 from benchmarks.ssh_appliance import appliance_over_ssh
 from contracts.errors import UserError
 from testbed.backends.lab import Lab
-from testbed.bookkeeping import trial_row
 from testbed.link.repairs import shaping_guard
-from testbed.results import TrialFile
+from testbed.run_files import TrialFile
+from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.trials import TrialCheck
 from testbed.sweep.worker_link import WorkerLink
 

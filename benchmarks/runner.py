@@ -20,7 +20,7 @@ from benchmarks.common import MISS, PASS, SKIPPED, Row, fmt_value, skipped
 from benchmarks.session import BenchError, bench_lab, start_worker
 from contracts.errors import UserError
 from testbed.inventory import Inventory
-from testbed.results import environment
+from testbed.run_files import environment
 from testbed.signals import sigterm_as_interrupt
 from testbed.sweep.worker_link import WorkerDied
 

@@ -198,7 +198,7 @@ class Calibration:
     replicas: list[int] | None = None  # the testbeds on that host that use it (they share one machine)
     client: str | None = None  # a further client host's role (client2 ...); None: client 1's or the server's
     scale: dict | None = None  # scaled: each kind of work's slowdown, as the trial worker applied it
-    machine: dict | None = None  # the host's facts that set its speed (testbed.results.machine)
+    machine: dict | None = None  # the host's facts that set its speed (testbed.run_files.machine)
     reused: list[str] | None = None  # the start of each later session that used it instead of calibrating
 
 

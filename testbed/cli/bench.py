@@ -44,7 +44,7 @@ def register(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks import runner
-    from testbed.results import new_run_id
+    from testbed.run_files import new_run_id
 
     inv = None if args.skip_testbed else load(args)
     out = args.out or RESULTS / new_run_id("bench")

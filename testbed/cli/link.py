@@ -121,7 +121,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from testbed.link.trace import load_trace
     from testbed.link.trace_check import format_table, summary
     from testbed.link.trace_replay import checked_replay, dry_run, replay
-    from testbed.results import new_run_id
+    from testbed.run_files import new_run_id
 
     flags = [
         f
@@ -182,7 +182,7 @@ def held_rates(shaping: dict[str, ShapingInForce], asked: dict[str, tuple[str, i
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from testbed.link.validate import format_table, raise_on_failure, validate
-    from testbed.results import new_run_id
+    from testbed.run_files import new_run_id
 
     inv = load(args)
     rates = (

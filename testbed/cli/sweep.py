@@ -88,10 +88,10 @@ def register(sub) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from testbed.backends.replicas import sweep_inventories
-    from testbed.bookkeeping import start_run
     from testbed.estimate import format_duration, replica_hint
     from testbed.experiment import FLAGS
     from testbed.lock import held
+    from testbed.sweep.bookkeeping import start_run
     from testbed.sweep.phases import run_sweep
     from testbed.sweep.setup import resolve_setup
 

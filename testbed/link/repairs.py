@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from contracts.errors import UserError
 from contracts.run import LinkCheck, Repair
 from testbed.backends.lab import Lab
-from testbed.bookkeeping import add_repair, add_validation, now
 from testbed.experiment import Experiment
 from testbed.link.guard import ShapingGuard
 from testbed.link.validate import validate_rate
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile, add_repair, add_validation, now
 
 log = logging.getLogger("testbed.sweep")
 

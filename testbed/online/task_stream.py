@@ -314,9 +314,9 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     from analysis.predict_model import fit
     from contracts.device import DeviceProfile
     from contracts.tasks import TASKS_FILE
-    from testbed.bookkeeping import end_session, start_run, start_session
     from testbed.online.policies import make_policies
-    from testbed.results import new_run_id
+    from testbed.run_files import end_session, new_run_id, start_session
+    from testbed.sweep.bookkeeping import start_run
     from testbed.sweep.calibration import calibrate_devices
     from testbed.sweep.trials import warm_up
     from testbed.sweep.worker_link import WorkerLink

@@ -8,9 +8,8 @@ import logging
 from contracts.device import DeviceProfile
 from contracts.trials import GRPC, LOCAL, SERVER_START
 from testbed.backends.lab import Lab
-from testbed.bookkeeping import now
 from testbed.experiment import Experiment
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile, now
 from testbed.sweep import device_emulation
 from testbed.sweep.progress import Progress
 

@@ -2,7 +2,7 @@
 
 In `scaled` mode the client runs at full speed and its worker scales each client stage by the
 slowdown `client.scaled_calibration.calibrate` measured on the client host at the start of a session.
-A resumed session on the same machine (`testbed.results.machine`: host, CPU, kernel, Python, NumPy)
+A resumed session on the same machine (`testbed.run_files.machine`: host, CPU, kernel, Python, NumPy)
 uses the run's calibration again unless told to `recalibrate` (`reusable`): the client's slowdowns
 follow the host's drift from the reference runs anyway, and the paper's grid takes the better part of
 an hour to calibrate. A resumed run on another machine is calibrated for that machine. The calibration
@@ -24,7 +24,7 @@ from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
 from testbed.inventory import Inventory
-from testbed.results import ManifestFile, machine
+from testbed.run_files import ManifestFile, machine
 
 TOLERANCE_PCT = 10.0
 CORRECTIONS = 2  # throttle: checks again, with corrected quotas, of what missed the first check

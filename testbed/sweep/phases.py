@@ -8,8 +8,9 @@ that have no row yet.
 The rest of the sweep has its own modules beside this one: `trials` (a trial, its checks and repairs,
 the warm-up), `together` (a cell with several clients at once), `calibration` (the hosts calibrated
 for their devices), `testbeds` (what the sweep keeps of each testbed), `worker_link` (the trial
-worker on the client), `progress` (the progress line), and `testbed.bookkeeping` (manifest, trial
-rows, sweep.log).
+worker on the client), `progress` (the progress line), `bookkeeping` (what the sweep writes: the
+manifest it starts with, trial rows, counters), `setup` (what it is set up with), and
+`testbed.run_files` (the one writer of the run's files: manifest, trials.csv, sweep.log).
 """
 
 from __future__ import annotations
@@ -25,14 +26,6 @@ from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.trials import GRPC
 from testbed.backends.lab import Lab
-from testbed.bookkeeping import (
-    counters_after,
-    counters_before,
-    end_session,
-    setup_log,
-    start_session,
-    trial_row,
-)
 from testbed.estimate import DurationModel
 from testbed.experiment import Experiment
 from testbed.link.repairs import (
@@ -40,9 +33,10 @@ from testbed.link.repairs import (
     shaping_guard,
 )
 from testbed.quiet import NoQuiet, Quiet
-from testbed.results import ManifestFile, TrialFile
+from testbed.run_files import ManifestFile, TrialFile, end_session, setup_log, start_session
 from testbed.signals import sigterm_as_interrupt
 from testbed.sweep import device_emulation
+from testbed.sweep.bookkeeping import counters_after, counters_before, trial_row
 from testbed.sweep.calibration import calibrate_devices, calibrate_host
 from testbed.sweep.plan import Trial, device_names, plan_trials, rate_groups
 from testbed.sweep.progress import Progress

@@ -15,7 +15,7 @@ from contracts.trials import PYTHON
 from testbed.estimate import DurationModel, model_for
 from testbed.experiment import FLAGS, Experiment, load_experiment, override, trial_range
 from testbed.inventory import Inventory, load_inventory
-from testbed.results import ManifestFile, new_run_id
+from testbed.run_files import ManifestFile, new_run_id
 from testbed.sweep.device_emulation import client_cpu as emulation_cpu
 from testbed.sweep.device_emulation import resolve_client_devices, resolve_device, resolve_server_device
 from testbed.sweep.plan import device_names

@@ -26,7 +26,7 @@ from testbed.link.repairs import (
     shape_and_validate,
     shaping_guard,
 )
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile
 from testbed.sweep.plan import Trial
 from testbed.sweep.worker_link import WorkerDied, WorkerLink
 

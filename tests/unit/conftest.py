@@ -14,8 +14,8 @@ from contracts.errors import UserError
 from contracts.profiles import LinkSpec
 from testbed.backends import netns as lab_mod
 from testbed.backends.netns import NetnsLab
-from testbed.bookkeeping import start_run
 from testbed.inventory import load_inventory
+from testbed.sweep.bookkeeping import start_run
 from tests.fake_answers import bridge_snapshot, htb_class, port_plan
 from tests.fakes import (
     FAKE_SWEEP,

@@ -38,6 +38,20 @@ ALLOWED: dict[str, set[str]] = {
 # The only edge allowed against the layers, and not followed beyond: the CLI entry of `testbed bench`
 # dispatches (lazily, when that command runs) to the benchmarks, which sit on top of everything.
 DISPATCH = {("testbed.cli.bench", "benchmarks.runner")}
+# The rooms of `testbed/`, each reaching only the rooms below it: the foundation (its top-level modules:
+# inventory, experiment, devices, run files, estimate, lock), the backends (a lab and its hosts), the link
+# (validation, traces, shaping checks and repairs), the sweep, decisions online, and the CLI on top.
+ROOMS = ("testbed.backends", "testbed.link", "testbed.sweep", "testbed.online", "testbed.cli")
+BELOW = {"contracts", "analysis"}  # what every room may reach (the package's own layer rule)
+ROOM_ALLOWED: dict[str, set[str]] = {
+    "testbed": BELOW,
+    "testbed.backends": BELOW | {"testbed"},
+    "testbed.link": BELOW | {"testbed", "testbed.backends"},
+    "testbed.sweep": BELOW | {"testbed", "testbed.backends", "testbed.link"},
+    "testbed.online": BELOW | {"testbed", "testbed.backends", "testbed.link", "testbed.sweep"},
+    "testbed.cli": BELOW | {"testbed", *ROOMS} | {"benchmarks"},  # benchmarks: the dispatch edge alone
+}
+ENTRY = {"testbed.__main__": "testbed.cli"}  # `python -m testbed` is the CLI's entry
 
 Graph = dict[str, set[str]]
 
@@ -112,6 +126,13 @@ def package_of(module: str) -> str:
     return module.split(".")[0]
 
 
+def room_of(module: str) -> str:
+    """A module's room of `testbed/` (its top-level modules are the room "testbed"); elsewhere its package."""
+    if module in ENTRY:
+        return ENTRY[module]
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), package_of(module))
+
+
 def dispatch_edges(dispatch) -> set[tuple[str, str]]:
     """The edges a dispatch makes: to its target, and to the packages Python imports on the way."""
     return {(m, t) for m, target in dispatch for t in (target, *_ancestors(target))}
@@ -122,13 +143,18 @@ def _follow(graph: Graph, dispatch) -> Graph:
     return {m: {d for d in deps if (m, d) not in exempt} for m, deps in graph.items()}
 
 
-def violations(graph: Graph, allowed: dict[str, set[str]], dispatch=frozenset()) -> list[str]:
-    """Every module that reaches (directly or through others) a package its own may not reach, with
-    the path; a `dispatch` edge is allowed and not followed."""
+def violations(
+    graph: Graph, allowed: dict[str, set[str]], dispatch=frozenset(), layer=package_of
+) -> list[str]:
+    """Every module that reaches (directly or through others) a layer its own may not reach (a package,
+    or with `layer=room_of` a room of testbed/), with the path; a `dispatch` edge is allowed and not
+    followed. Modules of layers `allowed` does not name are not checked."""
     edges = _follow(graph, set(dispatch))
     out = []
     for start in sorted(edges):
-        package = package_of(start)
+        package = layer(start)
+        if package not in allowed:
+            continue
         came_from: dict[str, str | None] = {start: None}
         queue = deque([start])
         while queue:
@@ -138,7 +164,7 @@ def violations(graph: Graph, allowed: dict[str, set[str]], dispatch=frozenset())
                     continue
                 came_from[dep] = module
                 queue.append(dep)
-                other = package_of(dep)
+                other = layer(dep)
                 if other != package and other not in allowed.get(package, set()):
                     path, at = [], dep
                     while at is not None:
@@ -210,6 +236,16 @@ def graph() -> Graph:
 
 def test_every_package_reaches_only_what_its_layer_allows(graph):
     assert violations(graph, ALLOWED, DISPATCH) == []
+
+
+def test_every_room_of_testbed_reaches_only_the_rooms_below_it(graph):
+    assert violations(graph, ROOM_ALLOWED, DISPATCH, layer=room_of) == []
+
+
+def test_every_room_is_a_package_of_testbed():
+    assert sorted(room for room in ROOMS) == sorted(
+        f"testbed.{p.name}" for p in (REPO / "testbed").iterdir() if (p / "__init__.py").exists()
+    )
 
 
 def test_no_package_cycle(graph):
@@ -370,6 +406,26 @@ def test_an_import_inside_a_function_is_reported(tmp_path):
     found = violations(import_graph(root), ALLOWED, DISPATCH)
     assert any(v.startswith("testbed.estimate reaches client.offload") for v in found)
     assert any(v.startswith("appliance.shaper reaches agent.verbs") for v in found)
+
+
+def test_a_room_reaching_a_room_above_it_is_reported(tmp_path):
+    root = tree(
+        tmp_path,
+        {
+            "testbed/backends/lab.py": "from testbed.inventory import x\n",
+            "testbed/inventory.py": "def x():\n    from testbed.sweep import plan\n",
+            "testbed/sweep/plan.py": "from testbed.backends import lab\n",
+            "testbed/cli/sweep.py": "from testbed.sweep import plan\n",
+        },
+    )
+    found = violations(import_graph(root), ROOM_ALLOWED, layer=room_of)
+    assert (
+        "testbed.backends.lab reaches testbed.sweep.plan (testbed.backends may not reach testbed.sweep): "
+        "testbed.backends.lab -> testbed.inventory -> testbed.sweep.plan" in found
+    )
+    assert {line.split(" reaches ")[0] for line in found} == {"testbed.backends.lab", "testbed.inventory"}
+    (root / "testbed" / "inventory.py").write_text("def x():\n    pass\n")  # the edge up removed
+    assert violations(import_graph(root), ROOM_ALLOWED, layer=room_of) == []
 
 
 def test_a_package_cycle_is_reported(tmp_path):

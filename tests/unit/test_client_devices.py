@@ -12,10 +12,10 @@ import pytest
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Manifest, read_manifest, read_trials
-from testbed.bookkeeping import start_run
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, override, planned_trials
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.device_emulation import record, reusable
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials

@@ -16,8 +16,8 @@ from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, read_trials
 from contracts.trials import label_clients, offload_label
-from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, planned_trials
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
 from testbed.sweep.worker_link import emulation_args

@@ -27,9 +27,9 @@ from contracts.run import (
     write_manifest,
 )
 from contracts.trials import label_base, label_clients, label_without_clients, method_codec, offload_label
-from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, planned_trials
 from testbed.link import guard
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, WorkerHang, healthy_worker

@@ -166,7 +166,7 @@ def test_a_device_faster_than_the_host_cannot_be_throttled(scripted):
 
 def test_the_manifest_keeps_every_calibration_and_the_quota(tmp_path, scripted):
     from contracts.run import Experiment, Manifest
-    from testbed.results import ManifestFile
+    from testbed.run_files import ManifestFile
 
     lab, device, _ = scripted
     exp = Experiment("cal", ("mul",), (100,), (10.0,), ("raw",), 3)

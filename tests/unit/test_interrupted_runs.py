@@ -9,8 +9,7 @@ import subprocess
 from datetime import datetime
 
 from contracts.run import Experiment, Manifest, Session, read_manifest
-from testbed.bookkeeping import start_session
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile, start_session
 
 
 def dead_pid() -> int:

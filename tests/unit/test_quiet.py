@@ -75,7 +75,7 @@ def test_only_embedded_testbeds_of_one_sweep_share_a_quiet_lock(two_testbeds, tm
 def test_no_testbed_transfers_while_another_runs_its_local_baseline(two_testbeds, tmp_path):
     """The local baseline's scaled time multiplies milliseconds of host CPU by hundreds: no other
     testbed's trial may run beside a unit of it."""
-    from testbed.bookkeeping import start_run
+    from testbed.sweep.bookkeeping import start_run
     from testbed.sweep.phases import run_sweep
     from tests.fakes import FAKE_SWEEP
 

@@ -22,9 +22,9 @@ from testbed.backends.replicas import (
     replica_inventories,
     sweep_inventories,
 )
-from testbed.bookkeeping import start_run
 from testbed.devices import load_device
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials, rate_groups
 from testbed.sweep.rounds import Rounds

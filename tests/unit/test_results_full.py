@@ -16,9 +16,9 @@ import pytest
 from contracts import row_file
 from contracts.errors import UserError
 from contracts.run import Experiment, Manifest, TrialRecord, TrialWriter, read_trials, write_manifest
-from testbed import results
-from testbed.bookkeeping import setup_log, start_run
-from testbed.results import ManifestFile
+from testbed import run_files as results
+from testbed.run_files import ManifestFile, setup_log
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, healthy_worker

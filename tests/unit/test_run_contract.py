@@ -28,7 +28,7 @@ from contracts.run import (
 from contracts.stage_times import STAGE_TIMES, StageTimes
 from contracts.tasks import TASK_COLUMNS, TaskRecord
 from contracts.trials import STAGES
-from testbed.bookkeeping import trial_row
+from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
 from testbed.sweep.rounds import Rounds
 

@@ -19,10 +19,10 @@ from contracts.errors import UserError
 from contracts.run import read_manifest, write_manifest
 from contracts.trials import format_server_timing, parse_server_timing
 from server.timing import StageClock
-from testbed.bookkeeping import start_run
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, override
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.device_emulation import format_calibration
 from testbed.sweep.phases import run_sweep
 from tests.fakes import FAKE_SWEEP, server_calibration

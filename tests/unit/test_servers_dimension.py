@@ -18,8 +18,8 @@ from client.worker import TrialWorker
 from contracts.errors import UserError
 from contracts.run import FORMAT_VERSION, TrialRecord, TrialWriter, read_trials
 from contracts.trials import offload_label, offloads
-from testbed.bookkeeping import start_run
 from testbed.experiment import load_experiment, override, planned_trials
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, healthy_worker, link

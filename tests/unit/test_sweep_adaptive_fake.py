@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from analysis import analyze
-from testbed.bookkeeping import start_run
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, link

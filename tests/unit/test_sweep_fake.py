@@ -12,8 +12,8 @@ import pytest
 
 from contracts.errors import UserError
 from contracts.run import Validation
-from testbed.bookkeeping import start_run
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile
+from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials, rate_groups
 from testbed.sweep.worker_link import WorkerLink

@@ -11,11 +11,11 @@ import pytest
 
 from contracts.command import Result
 from contracts.run import TrialRecord
-from testbed.bookkeeping import trial_row
 from testbed.cli import build_parser
 from testbed.cli import sweep as sweep_cli
 from testbed.link import validate as validate_mod
 from testbed.link.validate import iperf3_result
+from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
 from testbed.sweep.trials import unusable_cells
 from tests.fakes import FAKE_SWEEP, IPERF, link

@@ -12,7 +12,7 @@ import pytest
 from contracts.errors import UserError
 from contracts.run import read_trials
 from testbed.link import guard
-from testbed.results import ManifestFile
+from testbed.run_files import ManifestFile
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials, rate_groups
 from tests.fakes import FAKE_SWEEP, IPERF, WorkerHang, healthy_worker, link

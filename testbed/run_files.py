@@ -1,11 +1,15 @@
-"""The sweep's side of a run's files: its id, the machine facts it records, and its manifest handle.
+"""The one writer of a run's files: its id, the machine facts it records, its manifest (created, its
+sessions begun and ended, every validation and repair appended: `ManifestFile`, saved whole after each
+change), its trials.csv (`TrialFile`), its log, and what a full or unwritable file system means.
 
-The files' format (trials.csv, manifest.json) is the contract in `contracts.run`.
+The files' format (trials.csv, manifest.json) is the contract in `contracts.run`; what the sweep
+writes into them is `testbed.sweep.bookkeeping`'s.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import platform
 import subprocess
@@ -17,7 +21,17 @@ from pathlib import Path
 
 from contracts import __version__
 from contracts.errors import UserError
-from contracts.run import Manifest, TrialRecord, TrialWriter, read_manifest, write_manifest
+from contracts.run import (
+    MANIFEST_FILE,
+    LinkCheck,
+    Manifest,
+    Repair,
+    Session,
+    TrialRecord,
+    TrialWriter,
+    read_manifest,
+    write_manifest,
+)
 
 # what a write to the results can meet that the user fixes (anything else is a bug)
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -138,3 +152,90 @@ def writing(path: Path, run_dir: Path) -> Iterator[None]:
         else:
             raise
         raise UserError(what, f"{fix}, then continue with: testbed sweep --resume {run_dir}") from None
+
+
+def create_run(run_dir: Path, manifest: Manifest) -> ManifestFile:
+    """A new run's directory with its first manifest; an existing run is never overwritten."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UserError(f"{run_dir} already exists", "give another --name, or --resume it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = ManifestFile(run_dir / MANIFEST_FILE, manifest)
+    handle.save()
+    return handle
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def start_session(manifest: ManifestFile, skipped_done: int, testbeds: list[dict] | None = None) -> Session:
+    """A session (one `testbed sweep`, first or resumed) begins; returns its entry for `end_session`.
+
+    The sweep holds the testbed's lock, so an earlier session still marked running was killed.
+    """
+    for earlier in manifest.manifest.sessions:
+        if earlier.status == "running":
+            earlier.status = "interrupted"
+            earlier.ended_at = earlier.ended_at or last_written(manifest.path.parent)
+    session = Session(
+        started_at=now(),
+        skipped_done=skipped_done,
+        status="running",
+        pid=os.getpid(),
+        hostname=platform.node(),
+        testbeds=testbeds,
+    )
+    manifest.manifest.sessions.append(session)
+    manifest.update(status="running")
+    return session
+
+
+def last_written(run_dir: Path) -> str | None:
+    """When a killed session last wrote to its run (a trial's row, a log line): its end as far as the
+    run can tell, so the wall time of a run resumed after a kill still adds up (`benchmarks.grid`)."""
+    times = [p.stat().st_mtime for p in run_dir.iterdir() if p.is_file() and p.name != MANIFEST_FILE]
+    if not times:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(max(times)))
+
+
+def end_session(manifest: ManifestFile, session: Session, status: str) -> None:
+    session.ended_at, session.status = now(), status
+    manifest.update(status=status, ended_at=now())
+
+
+def add_validation(manifest: ManifestFile, *entries: LinkCheck) -> None:
+    manifest.manifest.validation.extend(entries)
+    manifest.save()
+
+
+def add_repair(manifest: ManifestFile, repair: Repair) -> None:
+    manifest.manifest.repairs.append(repair)
+    manifest.save()
+
+
+def setup_log(log: logging.Logger, path: Path) -> None:
+    """Send `log` to `path` (only there), replacing the file of an earlier session."""
+    for h in list(log.handlers):
+        log.removeHandler(h)
+        h.close()
+    handler = _LogFile(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+class _LogFile(logging.FileHandler):
+    """sweep.log, whose lines are dropped when they cannot be written (a full results file system):
+    logging's default prints a traceback per line on the terminal, and the sweep's own stop already
+    names the problem in one line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            pass  # its last lines could not be flushed (see handleError)

@@ -1,0 +1,84 @@
+"""What the sweep writes into its run (through `testbed.run_files`): the manifest it starts with, the row
+each trial leaves in trials.csv, and the appliance's counters around a rate's trials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from contracts.errors import UserError
+from contracts.run import Counters, Manifest, TrialRecord
+from testbed.backends.lab import Lab
+from testbed.experiment import Experiment
+from testbed.run_files import ManifestFile, create_run, environment, now
+from testbed.sweep.plan import Trial, device_names, plan_trials
+
+
+def start_run(run_dir: Path, run_id: str, exp: Experiment, lab: Lab) -> ManifestFile:
+    """A sweep's (or a task stream's) new run: its manifest says what is planned, on what, from when."""
+    return create_run(
+        run_dir,
+        Manifest(
+            run_id=run_id,
+            status="running",
+            experiment=exp,
+            inventory=str(lab.inv.path),
+            client_cpu=lab.inv.client_cpu.as_dict(),
+            environment=environment(),
+            planned_trials=len(plan_trials(exp)),
+            started_at=now(),
+            client_device_names=device_names(exp),
+        ),
+    )
+
+
+def counters_before(manifest: ManifestFile, lab: Lab, rate_mbps: float) -> Counters:
+    """The appliance's counters as a rate's trials begin; `counters_after` completes the entry.
+
+    A counter that cannot be read is recorded as such and the sweep goes on: counters annotate the
+    trials, they do not decide whether they are valid.
+    """
+    entry = Counters(rate_mbps=rate_mbps, ports={"up": lab.up_if, "down": lab.down_if}, replica=lab.replica)
+    try:
+        entry.before = lab.counters().to_json()
+    except UserError as exc:
+        entry.error = exc.message
+    manifest.manifest.counters.append(entry)
+    manifest.save()
+    return entry
+
+
+def counters_after(manifest: ManifestFile, entry: Counters, lab: Lab, trial_ids: list[int]) -> None:
+    entry.trials = trial_ids
+    if entry.before is not None:
+        try:
+            entry.after = lab.counters().to_json()
+        except UserError as exc:
+            entry.error = exc.message
+    manifest.save()
+
+
+def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
+    """The row of trial `t` from what the worker reported: a field the schema lacks raises (a bug)."""
+    return TrialRecord(
+        **{
+            **record,
+            "run_id": run_id,
+            "trial": t.trial,
+            "op": t.op,
+            "size": t.size,
+            "dtype": t.dtype,
+            "rate_mbps": t.rate_mbps,
+            "method": t.method,
+            "server": t.server or None,
+            "rep": t.rep,
+            "clients": t.clients,
+            "client": t.client,
+            "parallelism": t.parallelism,
+            "io_kb": t.io_kb,
+            "concurrency": t.concurrency,
+            "stream": t.stream,
+            "device": t.device,
+            "ok": bool(record.get("ok")),
+            "error": record.get("error"),
+        }
+    )
