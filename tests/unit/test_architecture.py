@@ -467,3 +467,10 @@ def test_every_test_module_has_a_basename_of_its_own():
     test files of one name stop the whole run at collection."""
     names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def test_the_architecture_page_shows_every_room():
+    """docs/architecture.md draws the rooms this test checks: each has its row there."""
+    page = (REPO / "docs" / "architecture.md").read_text()
+    for room in ROOMS:
+        assert f"| `{room.replace('.', '/')}/` |" in page, room
