@@ -13,8 +13,9 @@ from contracts.errors import UserError
 from contracts.run import MANIFEST_FILE
 from contracts.trials import PYTHON
 from testbed.estimate import DurationModel, model_for
-from testbed.experiment import FLAGS, Experiment, load_experiment, override, trial_range
+from testbed.experiment import FLAGS, Experiment, load_experiment, trial_range
 from testbed.inventory import Inventory, load_inventory
+from testbed.overrides import override
 from testbed.run_files import ManifestFile, new_run_id
 from testbed.sweep.device_emulation import client_cpu as emulation_cpu
 from testbed.sweep.device_emulation import resolve_client_devices, resolve_device, resolve_server_device

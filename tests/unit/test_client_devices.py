@@ -13,7 +13,8 @@ from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Manifest, read_manifest, read_trials
 from testbed.devices import load_device
-from testbed.experiment import load_experiment, override, planned_trials
+from testbed.experiment import load_experiment, planned_trials
+from testbed.overrides import override
 from testbed.run_files import ManifestFile
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.device_emulation import record, reusable

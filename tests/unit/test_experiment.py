@@ -5,7 +5,8 @@ import pytest
 
 from contracts.errors import UserError
 from contracts.grid import parse_sizes
-from testbed.experiment import Experiment, load_experiment, override, trial_range
+from testbed.experiment import Experiment, load_experiment, trial_range
+from testbed.overrides import override
 from tests.helpers import write_experiment
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from contracts.codecs import CODECS, CodecError, get_codec
 from contracts.errors import UserError
 from contracts.trials import method_codec
 from testbed.devices import load_device
-from testbed.experiment import override
+from testbed.overrides import override
 
 REPO = Path(__file__).resolve().parents[2]
 CODEC = get_codec("protobuf")

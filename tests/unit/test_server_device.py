@@ -20,7 +20,8 @@ from contracts.run import read_manifest, write_manifest
 from contracts.trials import format_server_timing, parse_server_timing
 from server.timing import StageClock
 from testbed.devices import load_device
-from testbed.experiment import load_experiment, override
+from testbed.experiment import load_experiment
+from testbed.overrides import override
 from testbed.run_files import ManifestFile
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.device_emulation import format_calibration

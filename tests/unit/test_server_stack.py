@@ -19,7 +19,8 @@ from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
 from contracts.trials import LOCAL
 from testbed.backends.lab import CGI_DIR
-from testbed.experiment import load_experiment, override
+from testbed.experiment import load_experiment
+from testbed.overrides import override
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.calibration import server_marks
 from testbed.sweep.device_emulation import server_grid

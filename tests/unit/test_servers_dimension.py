@@ -18,7 +18,8 @@ from client.worker import TrialWorker
 from contracts.errors import UserError
 from contracts.run import FORMAT_VERSION, TrialRecord, TrialWriter, read_trials
 from contracts.trials import offload_label, offloads
-from testbed.experiment import load_experiment, override, planned_trials
+from testbed.experiment import load_experiment, planned_trials
+from testbed.overrides import override
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
