@@ -122,7 +122,7 @@ def load_experiment(path: Path) -> Experiment:
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
         client_device=device or _device(doc),
         server_device=_device(doc, "server_device"),
-        mode=_mode(doc.get("mode", str, "scaled"), lambda problem, fix: doc.error("mode", problem, fix)),
+        mode=parse_mode(doc.get("mode", str, "scaled"), lambda problem, fix: doc.error("mode", problem, fix)),
         validation=_validation(doc.section("validation", default_empty=True)),
         local=doc.get("local", bool, True),
         trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
@@ -407,7 +407,7 @@ def _device(doc: Section, key: str = "client_device") -> str | None:
     return ref
 
 
-def _mode(mode: str, error) -> str:
+def parse_mode(mode: str, error) -> str:
     if mode not in MODES:
         raise error(f"unknown mode {mode!r}", f"use one of: {', '.join(MODES)}")
     return mode

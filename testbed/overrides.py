@@ -14,7 +14,7 @@ from contracts.trials import (
     GRPC_SERVERS,
 )
 from testbed.devices import load_device
-from testbed.experiment import _mode, check, known_methods, known_ops, parse_names, parse_reps
+from testbed.experiment import check, known_methods, known_ops, parse_mode, parse_names, parse_reps
 
 
 def override(exp: Experiment | None, flags: dict) -> Experiment:
@@ -69,7 +69,7 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["client_device"] = flags["device"]
         changes["client_cpu"] = None
     if flags.get("mode") is not None:
-        changes["mode"] = _mode(flags["mode"], lambda problem, fix: UserError(f"--mode: {problem}", fix))
+        changes["mode"] = parse_mode(flags["mode"], lambda problem, fix: UserError(f"--mode: {problem}", fix))
     if flags.get("server_device") is not None:
         load_device(flags["server_device"])
         changes["server_device"] = flags["server_device"]
