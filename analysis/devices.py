@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from contracts.device import Mode
+from contracts.hosts import Role
 from contracts.run import Calibration, Device, Manifest
 
 # what a role without a device profile ran as
@@ -37,7 +39,7 @@ def role_devices(manifest: Manifest | None) -> list[tuple[str, Device | None]]:
 def device_key(role: str, device: Device | None, manifest: Manifest | None) -> str:
     """What tells a role's device apart in names (figure files, page anchors): the role, and with
     clients of several devices a client device's name too (`client-paper-p4`)."""
-    if role != "client" or device is None or manifest is None or not manifest.client_devices:
+    if role != Role.CLIENT or device is None or manifest is None or not manifest.client_devices:
         return role
     return f"{role}-{device.profile['name']}"
 
@@ -101,7 +103,7 @@ def server_stage_note(manifest: Manifest | None) -> str:
             "ran as its host (no device profile)."
         )
     name = device.profile["name"]
-    if device.mode == "scaled":
+    if device.mode == Mode.SCALED:
         how = (
             f"the server device {name}'s times (scaled mode): each stage's CPU time on the server host "
             "times the calibrated slowdown of its kind of work (trials.csv keeps what was measured in "

@@ -27,7 +27,7 @@ from analysis.report_figures import fidelity_figures_html, more_figures_html, re
 from analysis.report_findings import answer, question
 from analysis.report_html import CSS, details, e, flatten, image_src, kv, records, section, table
 from analysis.tables import FILES, cell_columns
-from contracts.device import DeviceProfile
+from contracts.device import DeviceProfile, Mode
 from contracts.power import Power
 from contracts.run import Device, Manifest
 
@@ -312,7 +312,7 @@ def _device_html(role: str, device: Device | None) -> str:
         flagged = int(rows["flagged"].sum())
         achieved = (
             f"the wall time of the same work on the {role} host under its quota"
-            if device.mode == "throttle"
+            if device.mode == Mode.THROTTLE
             else f"the {role} host's CPU time for the same work times the calibrated slowdown, both the mean "
             "of alternate rounds of one run, sampled until each mean is known within half the tolerance or "
             "the work's budget is spent (samples: both together)"

@@ -23,6 +23,7 @@ from analysis.devices import (
 )
 from analysis.report_html import e
 from analysis.trial_fidelity import by_device, tolerance, worst
+from contracts.hosts import Role
 from contracts.run import LinkCheck, Manifest
 
 HEADERS = ("emulated", "checked by", "target", "worst case (target → achieved)", "outside tolerance")
@@ -65,7 +66,7 @@ def _device_rows(manifest: Manifest, fidelity: pd.DataFrame | None) -> list[tupl
             worst_ = _calibration_worst(table)
             flagged = int(table["flagged"].astype(bool).sum())
             rows.append((what, checked, target, worst_, f"{flagged} of {len(table)}", flagged > 0))
-        name = device.profile["name"] if role == "client" and several else ""
+        name = device.profile["name"] if role == Role.CLIENT and several else ""
         if (mine := groups.get((role, name))) is not None and len(mine):
             w = worst(mine)
             worst_ = e(f"{w['op']} {w['size']} {w['method']} {w['work']}: ") + _change(

@@ -29,6 +29,7 @@ import pandas as pd
 from analysis.load import row_devices, trial_devices
 from analysis.stats import ci95
 from contracts.device import DeviceProfile, operand_bytes, result_bytes
+from contracts.hosts import Role
 from contracts.run import Device, Manifest
 from contracts.trials import LOCAL, PYTHON, label_server, method_codec
 
@@ -76,7 +77,11 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
         stages = {"t_total": ("client", "kernel", None)} if method == LOCAL else STAGE_WORK
         for column, (role, kind, data) in stages.items():
             device = devices[role]
-            if device is None or column not in group or (role == "server" and label_server(method) != PYTHON):
+            if (
+                device is None
+                or column not in group
+                or (role == Role.SERVER and label_server(method) != PYTHON)
+            ):
                 continue
             values = group[column].dropna().astype(float)
             if id(device) not in profiles:
@@ -110,7 +115,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
 def by_device(table: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
     """(role, client device name or "", its rows): per role, and per client device with clients of
     several, in the table's order."""
-    names = table["device"].where(table["role"] == "client", "") if "device" in table else ""
+    names = table["device"].where(table["role"] == Role.CLIENT, "") if "device" in table else ""
     groups = table.assign(_name=names).groupby(["role", "_name"], sort=False)
     return [(role, name, group.drop(columns="_name")) for (role, name), group in groups]
 

@@ -18,13 +18,24 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
+from contracts.hosts import Role
 from contracts.trials import LOCAL, SERVER_START, method_codec
 
-MODES = ("scaled", "throttle")
+
+class Mode(StrEnum):
+    """How a host emulates a device: scaled stages, a throttled CPU, or paced to the device's times."""
+
+    SCALED = "scaled"
+    THROTTLE = "throttle"
+    PACED = "paced"
+
+
+MODES = (Mode.SCALED, Mode.THROTTLE)
 # A server device with several clients: each of its stages lasts the device's time in real time
 # (`python -m server --pace`), so requests queue as they would at the device; nothing is calibrated.
-PACED = "paced"
+PACED = Mode.PACED
 DIRECTIONS = ("encode", "decode")
 STACK_COSTS = (SERVER_START,)  # a server stack's own costs, seconds on the device (DeviceProfile.stack)
 
@@ -167,7 +178,7 @@ class Grid:
         """Sizes sorted and once each; the local marker is not a codec."""
         if role not in ROLES:
             raise ValueError(f"role {role!r} is not one of {ROLES}")
-        if cgi_argv and role != "server":
+        if cgi_argv and role != Role.SERVER:
             raise ValueError("only the server runs a cgi stack")
         if start_up and not cgi_argv:
             raise ValueError("a stack start-up is calibrated through the cgi stack's process")

@@ -8,6 +8,7 @@ these names; the server's stage times reach the client in the standard
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 
 LOCAL = "local"  # the method of a local-baseline trial (no offloading, no rate)
 DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec checks against this
@@ -162,12 +163,22 @@ SERVER_QUEUE = "queue"
 # waiting behind another testbed's 0.6 s JSON decode of mul 800. Every server reports it (Python's
 # HTTP, CGI and gRPC, and the C++ and Go gRPC servers), only when a lock is named.
 SERVER_LOCK_WAIT = "cpulock"
+
+
 # A paced stage's own time on the server's host, in `Server-Timing` as its `host=` parameter (`python -m
 # server --pace PROFILE`: every stage lasts at least its work's time on the server's device, so `dur`
 # is the device's time and `host` what this host took of it).
 # How the server runs requests: `wsgi` (Flask under gunicorn, long-lived) or `cgi` (lighttpd, a fresh
 # Python process per request, as the paper's server did). gRPC is a long-lived server on both.
-SERVER_STACKS = ("wsgi", "cgi")
+class Stack(StrEnum):
+    """The offload server's HTTP stack: a long-lived gunicorn (wsgi), or lighttpd with a fresh Python
+    process per request (cgi), as the paper's server."""
+
+    WSGI = "wsgi"
+    CGI = "cgi"
+
+
+SERVER_STACKS = tuple(Stack)
 
 _METRIC = re.compile(r"^\s*([!#$%&'*+\-.^_`|~0-9A-Za-z]+)\s*(?:;(.*))?$")
 _PARAM = re.compile(r"^\s*(dur|cpu|host)\s*=\s*\"?([0-9.eE+\-]+)\"?\s*$")

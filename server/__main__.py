@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.processes import stop_all
-from contracts.trials import SERVER_STACKS, grpc_port
+from contracts.trials import SERVER_STACKS, Stack, grpc_port
 from server.languages import LANGUAGES, grpc_argv, parse_languages, program
 from server.lighttpd import PASSED_VARS, LighttpdPlan, find_lighttpd
 from server.timing import load_pace
@@ -126,11 +126,11 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("--workers must be at least 1 and --threads at least 2 (one is left for the others)")
     if min(args.timeout, args.read_timeout, args.max_body_mb) <= 0:
         parser.error("--timeout, --read-timeout and --max-body-mb must be positive")
-    if args.stack == "cgi" and args.state_dir is None:
+    if args.stack == Stack.CGI and args.state_dir is None:
         parser.error("--stack cgi needs --state-dir (where lighttpd's files go)")
     if args.work_slots < 1 or args.work_slots >= args.threads:
         parser.error("--work-slots must be at least 1 and below --threads (a thread reads each request)")
-    if args.stack == "cgi" and (args.work_slots != 1 or args.pace):
+    if args.stack == Stack.CGI and (args.work_slots != 1 or args.pace):
         parser.error("--work-slots and --pace are for the wsgi stack (cgi runs a process per request)")
     try:
         load_pace(args.pace)
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     config = config_from_args(args, parser)
-    if args.stack == "cgi":
+    if args.stack == Stack.CGI:
         plan = lighttpd_plan(config, args.state_dir)
         if args.dry_run:
             print(

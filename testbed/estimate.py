@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contracts.device import DeviceProfile, operand_bytes, result_bytes, work
-from contracts.trials import GRPC, LOCAL, method_codec, offloads
+from contracts.device import DeviceProfile, Mode, operand_bytes, result_bytes, work
+from contracts.trials import GRPC, LOCAL, Stack, method_codec, offloads
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
 
@@ -108,7 +108,7 @@ class DurationModel:
     def _host_client(self) -> bool:
         """Whether the client's stages run at this machine's speed (scaled: the device's time is
         computed from CPU time, not waited for; no device: the host under its quota)."""
-        return self.device is None or self.exp.mode == "scaled"
+        return self.device is None or self.exp.mode == Mode.SCALED
 
     def client_compute_s(self, op: str, size: int, device: bool = True) -> float:
         if device and self.device is not None:
@@ -147,7 +147,7 @@ class DurationModel:
             server_s += up / (self.host.codecs[method]["decode"] * MB) + down / (
                 self.host.codecs[method]["encode"] * MB
             )
-        if self.exp.server_stack == "cgi" and method != GRPC:  # gRPC stays a long-lived server
+        if self.exp.server_stack == Stack.CGI and method != GRPC:  # gRPC stays a long-lived server
             server_s += self.start_up_s(sd)
         client = self.client_marshal_s(method, "encode", up, device)
         client += self.client_marshal_s(method, "decode", down, device)
@@ -229,7 +229,7 @@ def model_for(
     cpu_quota: float | None,
     server_device: DeviceProfile | None = None,
 ) -> DurationModel:
-    host = measure_host(exp.methods, exp.dtype, exp.seed, cgi=exp.server_stack == "cgi")
+    host = measure_host(exp.methods, exp.dtype, exp.seed, cgi=exp.server_stack == Stack.CGI)
     return DurationModel(exp, host, device, cpu_quota, server_device=server_device, replicas=exp.replicas)
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from contracts.config import Section, load_yaml
-from contracts.device import MODES
+from contracts.device import MODES, Mode
 from contracts.errors import UserError
 from contracts.grid import parse_rates, parse_sizes
 from contracts.run import Experiment, Validation
@@ -20,6 +20,7 @@ from contracts.trials import (
     PER_TRIAL,
     PYTHON,
     SERVER_STACKS,
+    Stack,
     offloads,
 )
 from testbed.devices import load_device
@@ -270,11 +271,11 @@ def _check_clients(exp: Experiment) -> None:
         "reps": (exp.adaptive, f"{many} run fixed repetitions (their closed-loop trials overlap, "
                  "so they are not the independent samples adaptive stopping needs)", "give reps as one number"),
         "replicas": (exp.replicas != 1, f"{many} share one testbed", "drop replicas"),
-        "mode": (exp.mode != "scaled", f"{many} are emulated scaled (their CPU quotas would be "
+        "mode": (exp.mode != Mode.SCALED, f"{many} are emulated scaled (their CPU quotas would be "
                  "one per host, the throttle's are per kind of work)", "use mode: scaled"),
         "methods": (GRPC in exp.methods, f"{many} offload over HTTP (the work slots are the HTTP "
                     "server's)", f"drop {GRPC}"),
-        "server_stack": (exp.server_stack != "wsgi", f"{many} need the wsgi stack (its work slots "
+        "server_stack": (exp.server_stack != Stack.WSGI, f"{many} need the wsgi stack (its work slots "
                          "and pacing)", "use server_stack: wsgi"),
     }  # fmt: skip
     for key, (refused, problem, fix) in refusals.items():

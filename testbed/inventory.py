@@ -13,6 +13,7 @@ from pathlib import Path
 
 from contracts.config import Section, load_yaml
 from contracts.errors import UserError
+from contracts.hosts import Backend, Role
 from contracts.profiles import CpuProfile, LinkSpec, blas_env, check_burst, check_cpu_quota
 from contracts.trials import GRPC_SERVERS, grpc_port
 from contracts.units import parse_rate
@@ -104,7 +105,7 @@ class Inventory:
         """The inventory with `n` client hosts; refused in one line where it cannot have them."""
         if not 1 <= n <= MAX_CLIENTS:
             raise UserError(f"{n} clients: a testbed has 1 to {MAX_CLIENTS}", "ask for fewer clients")
-        if self.backend == "ssh":
+        if self.backend == Backend.SSH:
             listed = len(self.listed_clients)
             if n > listed:
                 raise UserError(
@@ -211,12 +212,14 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
     for item in doc.sections("hosts"):
         item.reject_unknown(
             {"role", "name", "address"}
-            | ({"ssh", "interface", "ports", "python"} if backend == "ssh" else set())
+            | ({"ssh", "interface", "ports", "python"} if backend == Backend.SSH else set())
         )
         role = item.get("role", str)
         if role not in ROLES:
             raise item.error("role", f"unknown role {role!r}", f"use one of: {', '.join(ROLES)}")
-        if role == "client" and role in hosts and backend == "ssh":  # an SSH lab's further client machine
+        if (
+            role == Role.CLIENT and role in hosts and backend == Backend.SSH
+        ):  # an SSH lab's further client machine
             listed = len(_client_roles(hosts))
             if listed == MAX_CLIENTS:
                 raise item.error("role", f"more than {MAX_CLIENTS} client hosts", "list at most that many")
@@ -224,7 +227,7 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
         elif role in hosts:
             fix = (
                 "describe each role once (several clients: `clients:` in the experiment, or testbed up --clients N)"
-                if role == "client"
+                if role == Role.CLIENT
                 else "describe each role once"
             )
             raise item.error("role", f"role {role!r} appears twice", fix)
@@ -232,7 +235,7 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
         if not _NAME.match(name):
             raise item.error("name", f"{name!r} must be 1-10 lowercase letters/digits starting with a letter")
         address = None
-        if role != "appliance":
+        if role != Role.APPLIANCE:
             text = item.get("address", str)
             try:
                 address = ipaddress.IPv4Interface(text)
@@ -245,7 +248,7 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
             if "/" not in text:
                 raise item.error("address", f"{text!r} has no prefix length", "write e.g. 10.77.0.1/24")
         spec = HostSpec(role, name, address)
-        if backend == "ssh":
+        if backend == Backend.SSH:
             spec = _ssh_fields(item, spec)
         hosts[role] = spec
     missing = [r for r in ROLES if r not in hosts]
@@ -270,7 +273,7 @@ def _hosts(doc: Section, backend: str = "netns") -> dict[str, HostSpec]:
 
 
 def _client_roles(hosts: dict[str, HostSpec]) -> tuple[str, ...]:
-    return tuple(role for role in hosts if role == "client" or _EXTRA_CLIENT.match(role))
+    return tuple(role for role in hosts if role == Role.CLIENT or _EXTRA_CLIENT.match(role))
 
 
 def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
@@ -303,7 +306,7 @@ def _ssh_fields(item: Section, spec: HostSpec) -> HostSpec:
     if not re.match(r"^[A-Za-z0-9_./-]+$", python):
         raise item.error("python", f"{python!r} is not a program path")
     interface, ports = None, None
-    if spec.role == "appliance":
+    if spec.role == Role.APPLIANCE:
         raw = item.get("ports", list)
         if len(raw) != 2 or not all(isinstance(p, str) and _IFNAME.match(p) for p in raw) or raw[0] == raw[1]:
             raise item.error(

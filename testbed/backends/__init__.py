@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from contracts.hosts import Backend
 from testbed.backends.lab import Lab
 from testbed.backends.netns import NetnsLab
 from testbed.inventory import Inventory
 
 
 def open_lab(inv: Inventory) -> Lab:
-    if inv.backend == "ssh":
+    if inv.backend == Backend.SSH:
         from testbed.backends.ssh import SshLab  # fabric and paramiko only for a real lab
 
         return SshLab(inv)

@@ -22,10 +22,11 @@ from contracts import agent_answers as answers
 from contracts import agent_api as api
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
+from contracts.hosts import Role
 from contracts.message import encode
 from contracts.profiles import LinkSpec
 from contracts.trace import ReplayPlan
-from contracts.trials import GRPC_SERVERS, PYTHON, grpc_port
+from contracts.trials import GRPC_SERVERS, PYTHON, Stack, grpc_port
 from testbed.backends.host import Host
 from testbed.backends.life_cycle import LabUse
 from testbed.inventory import Inventory
@@ -68,7 +69,7 @@ def probe_problems(role: str, probe: answers.ProbeReport, needs_cgroup: bool) ->
         )
     if needs_cgroup and probe.cgroup is None:
         problems.append(probe.cgroup_error or "no cgroup cpu controller")
-    if role == "appliance":
+    if role == Role.APPLIANCE:
         if not probe.ovs_kernel_module and not probe.tun:
             problems.append("/dev/net/tun missing: the userspace OVS bridge needs the tun device")
         if not probe.ovs_schema:
@@ -195,7 +196,7 @@ class Lab(ABC):
         needs_cgroup = client and bool(self.inv.client_cpu.cpu_quota)
         programs = [
             *PROGRAMS["client" if client else role],
-            *(STACK_PROGRAMS[self.server_stack] if role == "server" else ()),
+            *(STACK_PROGRAMS[self.server_stack] if role == Role.SERVER else ()),
         ]
         probe = self.host(role).agent(
             api.Probe(programs=tuple(programs), interfaces=tuple(interfaces), cgroup=needs_cgroup)
@@ -250,7 +251,7 @@ class Lab(ABC):
         if self.grpc_servers != (PYTHON,):
             ports += ("--grpc-servers", ",".join(self.grpc_servers))
         stack = ()
-        if self.server_stack == "cgi":  # lighttpd's files in the server's state dir; `down` removes it
+        if self.server_stack == Stack.CGI:  # lighttpd's files in the server's state dir; `down` removes it
             stack = ("--stack", "cgi", "--state-dir", str(server.state_dir / CGI_DIR))
         server.start("offload", server.python("server", "--bind", addr, *ports, *stack, *self.work_args()))
         health = self.wait_for_server()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
+from contracts.hosts import Backend
 from testbed.backends import topology
 from testbed.backends.topology import Names
 from testbed.inventory import Inventory
@@ -36,7 +37,7 @@ def replica_inventories(inv: Inventory, count: int) -> list[Inventory]:
         raise UserError(f"replicas: {count} is out of range", f"give 1 to {MAX_REPLICAS}")
     if count == 1:
         return [inv]
-    if inv.backend != "netns":
+    if inv.backend != Backend.NETNS:
         raise UserError(
             "replicas on one host are embedded testbeds; this inventory's backend is " + repr(inv.backend),
             "use backend: netns, or give one inventory per lab (--inventory A --inventory B)",
@@ -61,8 +62,8 @@ def sweep_inventories(invs: list[Inventory], count: int) -> list[Inventory]:
             f"two testbeds of the sweep have the prefix {', '.join(twice)}",
             "give each inventory a prefix of its own",
         )
-    if sum(i.backend == "netns" for i in out) > 1:
-        out = [replace(i, cpu_lock=CPU_LOCK) if i.backend == "netns" else i for i in out]
+    if sum(i.backend == Backend.NETNS for i in out) > 1:
+        out = [replace(i, cpu_lock=CPU_LOCK) if i.backend == Backend.NETNS else i for i in out]
     return out
 
 

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from contracts import agent_api as api
 from contracts.agent_answers import PortPlan
 from contracts.errors import UserError
+from contracts.hosts import Role
 from contracts.profiles import LinkSpec, blas_env
 from testbed.backends.lab import Lab
 from testbed.backends.ssh_host import SshHost
@@ -60,7 +61,7 @@ class SshLab(Lab):
         env = None
         if client:
             env = blas_env(inv.client_cpu.blas_threads, inv.client_cpu.blas_core)
-        elif role == "server":
+        elif role == Role.SERVER:
             env = inv.server_env() or None
         return SshHost(
             spec,
@@ -267,7 +268,7 @@ class SshLab(Lab):
             for service in ("offload", "iperf3"):
                 if host.stop(service):
                     removed.append(f"{host.name}: {service} service")
-        if role == "appliance" and code_there and (record.get("bridge") or record.get("own_ovs")):
+        if role == Role.APPLIANCE and code_there and (record.get("bridge") or record.get("own_ovs")):
             self.clear_shaping()
             removed.append(f"{host.name}: qdiscs on {self.up_if}, {self.down_if}")
             own = bool(record.get("own_ovs"))

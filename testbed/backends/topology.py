@@ -20,6 +20,7 @@ pyroute2. Every name carries the inventory's prefix.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
@@ -123,9 +124,19 @@ class Names:
         )
 
 
+class StepKind(StrEnum):
+    """What a wiring step makes: a namespace, a veth pair, an address, a link up, an MTU."""
+
+    NETNS = "netns"
+    VETH = "veth"
+    ADDR = "addr"
+    UP = "up"
+    MTU = "mtu"
+
+
 @dataclass(frozen=True)
 class Step:
-    kind: str  # netns | veth | addr | up | mtu
+    kind: StepKind
     ns: str
     ifname: str = ""
     peer: str = ""
@@ -134,13 +145,13 @@ class Step:
     mtu: int = 0
 
     def __str__(self) -> str:
-        if self.kind == "netns":
+        if self.kind == StepKind.NETNS:
             return f"ip netns add {self.ns}"
-        if self.kind == "veth":
+        if self.kind == StepKind.VETH:
             return f"ip link add {self.ifname} netns {self.ns} type veth peer name {self.peer} netns {self.peer_ns}"
-        if self.kind == "addr":
+        if self.kind == StepKind.ADDR:
             return f"ip -n {self.ns} addr add {self.address} dev {self.ifname}"
-        if self.kind == "mtu":
+        if self.kind == StepKind.MTU:
             return f"ip -n {self.ns} link set {self.ifname} mtu {self.mtu}"
         return f"ip -n {self.ns} link set {self.ifname} up"
 
@@ -148,18 +159,18 @@ class Step:
 def plan(inv: Inventory) -> list[Step]:
     n = Names.of(inv)
     mtu = inv.link.mtu
-    steps = [Step("netns", ns) for ns in n.namespaces]
-    steps += [Step("veth", c.ns, c.ifname, c.port, n.appliance_ns) for c in n.clients]
-    steps.append(Step("veth", n.server_ns, n.server_if, n.to_server, n.appliance_ns))
+    steps = [Step(StepKind.NETNS, ns) for ns in n.namespaces]
+    steps += [Step(StepKind.VETH, c.ns, c.ifname, c.port, n.appliance_ns) for c in n.clients]
+    steps.append(Step(StepKind.VETH, n.server_ns, n.server_if, n.to_server, n.appliance_ns))
     if n.server_bridge:
-        steps.append(Step("veth", n.appliance_ns, n.trunk[0], n.trunk[1], n.appliance_ns))
-    steps += [Step("addr", c.ns, c.ifname, address=str(inv.host(c.role).address)) for c in n.clients]
-    steps.append(Step("addr", n.server_ns, n.server_if, address=str(inv.host("server").address)))
+        steps.append(Step(StepKind.VETH, n.appliance_ns, n.trunk[0], n.trunk[1], n.appliance_ns))
+    steps += [Step(StepKind.ADDR, c.ns, c.ifname, address=str(inv.host(c.role).address)) for c in n.clients]
+    steps.append(Step(StepKind.ADDR, n.server_ns, n.server_if, address=str(inv.host("server").address)))
     for ns in n.namespaces:
-        steps.append(Step("up", ns, "lo"))
+        steps.append(Step(StepKind.UP, ns, "lo"))
     for ns, ifname in ports(n):
-        steps.append(Step("mtu", ns, ifname, mtu=mtu))
-        steps.append(Step("up", ns, ifname))
+        steps.append(Step(StepKind.MTU, ns, ifname, mtu=mtu))
+        steps.append(Step(StepKind.UP, ns, ifname))
     return steps
 
 
@@ -172,22 +183,22 @@ def ports(n: Names) -> list[tuple[str, str]]:
 
 def apply(steps: list[Step]) -> None:
     for step in steps:
-        if step.kind == "netns":
+        if step.kind == StepKind.NETNS:
             if step.ns not in netns.listnetns():
                 netns.create(step.ns)
-        elif step.kind == "veth":
+        elif step.kind == StepKind.VETH:
             _add_veth(step)
         else:
             with NetNS(step.ns) as ns:
                 index = ns.link_lookup(ifname=step.ifname)[0]
-                if step.kind == "addr":
+                if step.kind == StepKind.ADDR:
                     addr, plen = step.address.split("/")
                     try:
                         ns.addr("add", index=index, address=addr, prefixlen=int(plen))
                     except NetlinkError as exc:
                         if exc.code != 17:  # EEXIST: up run twice
                             raise
-                elif step.kind == "mtu":
+                elif step.kind == StepKind.MTU:
                     ns.link("set", index=index, mtu=step.mtu)
                 else:
                     ns.link("set", index=index, state="up")

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 from contracts.errors import UserError
+from contracts.hosts import Backend
 from contracts.profiles import CpuProfile
-from contracts.trials import GRPC_SERVERS, PYTHON, SERVER_STACKS
+from contracts.trials import GRPC_SERVERS, PYTHON, SERVER_STACKS, Stack
 from contracts.units import format_rate
 from testbed.cli.args import (
     always,
@@ -82,7 +83,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     lab.grpc_servers = parse_names(args.servers, "--servers", GRPC_SERVERS, "server")
     if args.server_workers < 1:
         raise UserError(f"--server-workers {args.server_workers}: must be at least 1")
-    if (args.server_workers != 1 or args.pace_server) and args.server_stack != "wsgi":
+    if (args.server_workers != 1 or args.pace_server) and args.server_stack != Stack.WSGI:
         raise UserError(
             "--server-workers and --pace-server are for the wsgi stack", "drop --server-stack cgi"
         )
@@ -107,7 +108,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     require_root()
     inv = load(args)
     removed = open_lab(inv).down()
-    if inv.backend == "netns":  # a sweep's replicas of this testbed, whatever state they were left in
+    if inv.backend == Backend.NETNS:  # a sweep's replicas of this testbed, whatever state they were left in
         for replica in present_replicas(inv, STATE_ROOT):
             removed += open_lab(replica).down()
         removed += remove_cpu_lock(STATE_ROOT)

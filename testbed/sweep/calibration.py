@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from contracts.device import DeviceProfile
+from contracts.hosts import Backend, Role
 from contracts.trials import GRPC, LOCAL, SERVER_START
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
@@ -51,7 +52,7 @@ def calibrate_devices(
         if profile is None:
             continue
         result, missed = calibrate_host(lab, exp, manifest, progress, role, profile, replicas, reuse_at)
-        if role == "client":
+        if role == Role.CLIENT:
             calibration = {**(calibration or {}), **result}
         else:
             server = {"server_scale": result["scale"], "server_rows": result.get("rows", [])}
@@ -75,8 +76,8 @@ def calibrate_host(
     "server", on the host of that role or on `host` (a further client host: of another device, or an
     SSH lab's further machine; recorded under its device with the host's role). Returns the
     calibration and the trials it marks."""
-    embedded = lab.inv.backend == "netns"
-    mode = exp.mode if role == "client" else "scaled"
+    embedded = lab.inv.backend == Backend.NETNS
+    mode = exp.mode if role == Role.CLIENT else "scaled"
     client = host if host not in (None, role) else None  # a further client host's own calibration
     earlier = reuse_at and device_emulation.reusable(
         manifest, role, mode, lab.replica, embedded, profile.name, client
@@ -88,13 +89,13 @@ def calibrate_host(
     else:
         progress.show(f"calibrating the {host or role} host for device {profile.name}")
         log.info("calibrating the %s host for device %s", host or role, profile.name)
-        if role == "client":
+        if role == Role.CLIENT:
             result = device_emulation.emulate_for(lab, profile, exp, host or role)
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
         device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, client)
     missed = device_emulation.flagged(result)
-    if role == "server":  # its kernel is in every remote trial of its (op, size), in no local one
+    if role == Role.SERVER:  # its kernel is in every remote trial of its (op, size), in no local one
         missed = server_marks(exp, missed)
     progress.reset_clock()
     if missed:

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
-from contracts.device import PACED, DeviceProfile
+from contracts.device import PACED, DeviceProfile, Mode
 from contracts.errors import UserError
+from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.trials import GRPC
 from testbed.backends.lab import Lab
@@ -110,7 +111,7 @@ class Sweep(Together):
         self.role_devices = dict(zip(labs[0].client_roles, device_names(exp), strict=False))
         self.lock = threading.RLock()  # the writer, the progress line and the counts, across testbeds
         # the embedded testbeds share this machine: a validation waits for it to be quiet (testbed.quiet)
-        here = [tb for tb in self.testbeds if tb.lab.inv.backend == "netns"]
+        here = [tb for tb in self.testbeds if tb.lab.inv.backend == Backend.NETNS]
         quiet = Quiet() if len(here) > 1 else NoQuiet()
         for tb in self.testbeds:
             tb.quiet = quiet if tb in here else NoQuiet()
@@ -221,8 +222,8 @@ class Sweep(Together):
             if manifest.server_device is None:
                 manifest.server_device = Device(profile=self.server_device.as_dict(), mode=PACED)
                 self.manifest.save()
-        here = [tb for tb in self.testbeds if tb.lab.inv.backend == "netns"]
-        shared = here[1:] if len(here) > 1 and (self.device is None or self.exp.mode == "scaled") else []
+        here = [tb for tb in self.testbeds if tb.lab.inv.backend == Backend.NETNS]
+        shared = here[1:] if len(here) > 1 and (self.device is None or self.exp.mode == Mode.SCALED) else []
         for tb in self.testbeds:
             if tb in shared:
                 tb.calibration, tb.marks = here[0].calibration, set(here[0].marks)
@@ -358,7 +359,7 @@ class Sweep(Together):
     def stream_worker(self, tb: Testbed, role: str, name: str, trials: list[Trial]) -> WorkerLink:
         """The worker of request stream `name` on client host `role` (client 1's first stream: the
         testbed's worker); a further client's or stream's first cell starts it, warmed up as the first's."""
-        worker = tb.worker if name == "client" else tb.workers.get(name)
+        worker = tb.worker if name == Role.CLIENT else tb.workers.get(name)
         if worker is None:
             emulation = self.worker_emulation(tb, role)
             worker = WorkerLink(tb.lab, self.exp, self.worker_log(tb, name), emulation, role)
@@ -369,7 +370,7 @@ class Sweep(Together):
     @staticmethod
     def keep_worker(tb: Testbed, name: str, worker: WorkerLink) -> None:
         """A stream's worker after a trial (a new one when the trial had to restart it)."""
-        if name == "client":
+        if name == Role.CLIENT:
             tb.worker = worker
         else:
             tb.workers[name] = worker
@@ -442,7 +443,7 @@ class Sweep(Together):
 
     def worker_log(self, tb: Testbed, role: str = "client") -> Path:
         """worker.log; a replica's worker-R.log; a further client's (or request stream's) worker-NAME.log."""
-        if role != "client":
+        if role != Role.CLIENT:
             return self.run_dir / f"worker-{role}.log"
         return self.run_dir / ("worker.log" if tb.lab.replica is None else f"worker-{tb.lab.replica}.log")
 
