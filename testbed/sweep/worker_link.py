@@ -13,6 +13,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+from contracts.calibration import Calibration
 from contracts.worker_api import TrialResult, TrialSpec
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
@@ -140,5 +141,11 @@ def emulation_args(calibration: dict | None) -> list[str]:
         ("server_scale", "server_rows", "--server-targets"),
     ):
         if calibration.get(scale) and calibration.get(rows):
-            args += [flag, json.dumps({row["key"]: row["target_s"] for row in calibration[rows]})]
+            args += [flag, json.dumps({row.key: row.target_s for row in calibration[rows]})]
     return args
+
+
+def emulation_of(calibration: Calibration) -> dict:
+    """What a trial worker takes of a host's calibration (`emulation_args`): its slowdowns (scaled)
+    with the rows whose targets they follow, or its per-work quotas (throttle)."""
+    return {"scale": calibration.scale, "quotas": calibration.quotas, "rows": calibration.rows}

@@ -10,6 +10,7 @@ import pytest
 
 from client.scaler import CLIENT, REFERENCE_WINDOW, SERVER, Scaler
 from client.worker import TrialWorker
+from contracts.calibration import CalibrationRow
 from contracts.device import key, stack_key
 from contracts.trials import LOCAL
 from contracts.worker_api import TrialSpec
@@ -144,8 +145,11 @@ def test_a_remote_trials_client_stages_are_its_reference_runs():
 
 
 def test_the_worker_gets_each_devices_targets_with_its_slowdowns():
-    calibration = {"scale": {KERNEL: 100.0}, "rows": [{"key": KERNEL, "target_s": 1.0}],
-                   "server_scale": {KERNEL: 7.0}, "server_rows": [{"key": KERNEL, "target_s": 0.2}]}  # fmt: skip
+    def row(target_s: float) -> CalibrationRow:  # of KERNEL
+        return CalibrationRow.of("kernel", None, "mul", 400, target_s, achieved=target_s, tolerance_pct=10.0)
+
+    calibration = {"scale": {KERNEL: 100.0}, "rows": [row(1.0)],
+                   "server_scale": {KERNEL: 7.0}, "server_rows": [row(0.2)]}  # fmt: skip
     args = emulation_args(calibration)
     assert json.loads(args[args.index("--targets") + 1]) == {KERNEL: 1.0}
     assert json.loads(args[args.index("--server-targets") + 1]) == {KERNEL: 0.2}
