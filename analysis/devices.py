@@ -46,7 +46,7 @@ def device_key(role: str, device: Device | None, manifest: Manifest | None) -> s
 
 def calibration_table(cal: Calibration) -> pd.DataFrame:
     """One calibration's rows: target vs achieved per kind of work, flagged rows included."""
-    rows = pd.DataFrame(cal.rows)
+    rows = pd.DataFrame(cal.row_dicts())
     return rows[[*CALIBRATION_COLUMNS, *(c for c in CALIBRATION_EXTRA if c in rows)]]
 
 

@@ -89,7 +89,7 @@ def trial(n: int, size: int, rate_mbps: float | None, method: str = "raw", op: s
 
 def run_ok(worker: WorkerLink, t: Trial) -> dict:
     """The worker's record of one trial; a failed trial is an error here, not a data point."""
-    record = worker.run(t)
+    record = worker.run(t).as_record()
     if not record.get("ok"):
         raise BenchError(f"trial {t.op} {t.size} {t.method} failed: {record.get('error')}")
     return record

@@ -12,12 +12,13 @@ import sys
 
 from client.scaled_calibration import calibrate
 from client.throttle_check import check_wall
+from contracts.dataclass_json import encode
 from contracts.device import DeviceProfile, Grid
 from contracts.processes import end_when_unheard
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Calibrate this host for a device, print JSON.
+    """Calibrate this host for a device, print the `contracts.calibration.Calibration` as JSON.
 
     The request: {"device": <profile as JSON>, "grid": <Grid as JSON>, "tolerance_pct": ..., "check":
     "wall" for throttle mode's check, "quotas": its per-work quotas, "only": the keys to check}.
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     grid = Grid.from_dict(request["grid"])
     check = check_wall if request.get("check") == "wall" else calibrate  # wall: throttle, inside the limit
     extra = {k: request[k] for k in ("quotas", "only") if request.get(k)}
-    json.dump(check(device, grid, tolerance_pct=request["tolerance_pct"], **extra), sys.stdout)
+    json.dump(encode(check(device, grid, tolerance_pct=request["tolerance_pct"], **extra)), sys.stdout)
     return 0
 
 

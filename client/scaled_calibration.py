@@ -13,9 +13,11 @@ busy host takes does not end up in the device's times.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from client.sampling import BUDGET_S, precise, sampled
-from client.trial_work import check_row, grid_works, target_s, work_key
+from client.trial_work import grid_works, target_s
+from contracts.calibration import Calibration, CalibrationRow, work_key
 from contracts.device import DeviceProfile, Grid
 
 
@@ -25,7 +27,7 @@ def calibrate(
     reps: int = 10,
     tolerance_pct: float = 10.0,
     budget_s: float = BUDGET_S,
-) -> dict:
+) -> Calibration:
     """Slowdowns for every kind of work of the grid, and the check of each against its target.
 
     Means, not medians: a trial's scaled stage is its CPU time times the slowdown, and the analysis
@@ -63,16 +65,21 @@ def calibrate(
         target = target_s(device, kind, op, size, codec, data)
         factor = target / max(host_s, 1e-7)
         scale[work_key(kind, op, size, codec)] = factor
-        row = check_row(kind, codec, op, size, target, again_s * factor, tolerance_pct)
-        if row["flagged"]:  # the error is the two means' difference: this host's noise, said as such
+        row = CalibrationRow.of(
+            kind, codec, op, size, target, again_s * factor, tolerance_pct,
+            host_cpu_s=host_s, slowdown=factor, samples=len(taken),
+        )  # fmt: skip
+        if row.flagged:  # the error is the two means' difference: this host's noise, said as such
             known = all(precise(taken[h::2], tolerance_pct / 200) for h in (0, 1))
-            row["reason"] = (
-                f"this host's CPU time for it varied: two means of {len(taken) // 2} samples each"
-                + (
-                    ""
-                    if known
-                    else f", neither known within ±{tolerance_pct / 2:g}% when its {budget_s:g} s ran out"
-                )
-            )
-        rows.append({**row, "host_cpu_s": host_s, "slowdown": factor, "samples": len(taken)})
-    return {"device": device.name, "mode": "scaled", "role": grid.role, "rows": rows, "scale": scale}
+            row = replace(row, reason=_noisy(len(taken) // 2, known, tolerance_pct, budget_s))
+        rows.append(row)
+    return Calibration(
+        tolerance_pct=tolerance_pct, rows=rows, scale=scale, device=device.name, mode="scaled", role=grid.role
+    )
+
+
+def _noisy(samples: int, known: bool, tolerance_pct: float, budget_s: float) -> str:
+    """Why a scaled row missed: the two means of its alternate rounds differed, each of `samples`."""
+    return f"this host's CPU time for it varied: two means of {samples} samples each" + (
+        "" if known else f", neither known within ±{tolerance_pct / 2:g}% when its {budget_s:g} s ran out"
+    )

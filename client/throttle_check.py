@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from client.sampling import mean_seconds
-from client.trial_work import check_row, grid_works, target_s
+from client.trial_work import grid_works, target_s
+from contracts.calibration import Calibration, CalibrationRow
 from contracts.device import DeviceProfile, Grid, key
 from contracts.profiles import too_short
 
@@ -19,7 +20,7 @@ def check_wall(
     tolerance_pct: float = 10.0,
     quotas: dict[str, float] | None = None,
     only: list[str] | None = None,
-) -> dict:
+) -> Calibration:
     """`throttle` mode's check, run inside the device's CPU limit: the wall time of each kind of work
     against its target, one run per sample, sampled in rounds as a sweep interleaves its trials: the
     mean of at least `reps` samples, and more until it is known within half the tolerance or
@@ -63,10 +64,12 @@ def check_wall(
         batch=False,
         before=before,
     )
-    rows = []
-    for (op, size, kind, codec, _, _), target, wall, period, n in zip(
-        items, targets, walls, periods, counts, strict=True
-    ):
-        row = check_row(kind, codec, op, size, target, wall, tolerance_pct)
-        rows.append({**row, "period_s": period, "samples": n})
-    return {"device": device.name, "mode": "throttle", "rows": rows}
+    rows = [
+        CalibrationRow.of(kind, codec, op, size, target, wall, tolerance_pct, period_s=period, samples=n)
+        for (op, size, kind, codec, _, _), target, wall, period, n in zip(
+            items, targets, walls, periods, counts, strict=True
+        )
+    ]
+    return Calibration(
+        tolerance_pct=tolerance_pct, rows=rows, device=device.name, mode="throttle", role=grid.role
+    )

@@ -22,7 +22,7 @@ import numpy as np
 
 from client.sampling import SelfTimed, Work
 from contracts.codecs import get_codec
-from contracts.device import DeviceProfile, Grid, key, stack_key
+from contracts.device import DeviceProfile, Grid
 from contracts.ops import execute
 from contracts.trials import GRPC, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
@@ -173,23 +173,6 @@ def target_s(
     return device.work_s(kind, op, size, codec, data_bytes)
 
 
-def check_row(
-    kind: str, codec: str | None, op: str, size: int, target: float, achieved: float, tolerance_pct: float
-) -> dict:
-    """One row of a calibration's table: a kind of work's target, what was achieved, and the error."""
-    error = (achieved - target) / target * 100
-    return {
-        "key": work_key(kind, op, size, codec),
-        "work": kind if codec is None else f"{codec} {kind}",
-        "op": op,
-        "size": size,
-        "target_s": target,
-        "achieved_s": achieved,
-        "error_pct": round(error, 2),
-        "flagged": abs(error) > tolerance_pct,
-    }
-
-
 def grid_works(grid: Grid) -> list[tuple]:
     """(op, size, kind, codec, work, bytes of matrix data) for every kind of work of the grid; the
     stack's start-up, if the grid has one, for any op and size (op "any", size None)."""
@@ -203,8 +186,3 @@ def grid_works(grid: Grid) -> list[tuple]:
         tiny = CgiRequest.of(grid.cgi_argv, "mul", "raw", [np.eye(2), np.eye(2)])
         out.append(("any", None, SERVER_START, None, SelfTimed(lambda: tiny.cpu_s(SERVER_START)), 0))
     return out
-
-
-def work_key(kind: str, op: str, size: int | None, codec: str | None = None) -> str:
-    """The calibration's key of a kind of work (`contracts.device.key`; the start-up's is its stack key)."""
-    return stack_key(SERVER_START) if kind == SERVER_START else key(kind, op, size, codec)

@@ -1,9 +1,9 @@
 """The sweep's trial worker: runs on the client host, under the device's CPU limit.
 
 One long-lived process per sweep (starting Python under a 5% CPU quota costs seconds), fed one trial
-per line of JSON on stdin and answering one line of JSON per trial on stdout. Inputs are random
-matrices from the sweep's seed, the same for every method and repetition of an (op, size), made once
-and outside the timed region.
+per line of JSON on stdin and answering one line of JSON per trial on stdout (`contracts.worker_api`:
+a `TrialSpec` in, a `TrialResult` out). Inputs are random matrices from the sweep's seed, the same
+for every method and repetition of an (op, size), made once and outside the timed region.
 
 In scaled mode with the devices' targets, each successful trial's work (the local kernel, or the
 method's encode of the request and decode of the response, and with a server device the server's
@@ -35,6 +35,7 @@ from client.trial_work import trial_operands
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
 from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT, PYTHON
+from contracts.worker_api import TrialResult, TrialSpec
 
 
 class TrialWorker:
@@ -139,14 +140,14 @@ class TrialWorker:
             raise UserError(f"no {server} gRPC server to offload to", "give the worker --grpc-targets")
         return self.grpc[server].offload(op, operands)
 
-    def run(self, spec: dict) -> dict:
-        out = {"trial": spec.get("trial")}
+    def run(self, spec: TrialSpec) -> TrialResult:
+        out: dict = {"trial": spec.trial}  # the record as it grows (the scaler rewrites its times)
         try:
-            operands = self.operands(spec["op"], int(spec["size"]), spec["dtype"])
+            op, size, method = spec.op, spec.size, spec.method
+            operands = self.operands(op, size, spec.dtype)
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
-            op, size = spec["op"], int(spec["size"])
-            self.align.trial(op, size, spec["method"])
-            if spec["method"] == LOCAL:
+            self.align.trial(op, size, method)
+            if method == LOCAL:
                 _, wall, cpu = local_times(op, operands, self.align)
                 out.update(ok=True, t_total=wall, cpu_total=cpu)
                 if self.scaler:
@@ -154,25 +155,18 @@ class TrialWorker:
                 self.follow(out, op, size, LOCAL)
             else:
                 out["connection"] = self.connection
-                paced = self.pace(op, size, spec["method"])
-                server = spec.get("server") or PYTHON
-                _, stages = self.remote(
-                    op,
-                    operands,
-                    spec["method"],
-                    server,
-                    spec.get("parallelism"),
-                    spec.get("io_kb"),
-                )
+                paced = self.pace(op, size, method)
+                server = spec.server or PYTHON
+                _, stages = self.remote(op, operands, method, server, spec.parallelism, spec.io_kb)
                 out.update(ok=True, **stages.as_dict())
                 if self.scaler:
-                    self.scaler.remote(out, op, size, spec["method"], paced=paced)
-                self.follow(out, op, size, spec["method"], server)
+                    self.scaler.remote(out, op, size, method, paced=paced)
+                self.follow(out, op, size, method, server)
         except OffloadError as exc:
             out.update(ok=False, error=f"server answered {exc.status}: {exc.error}: {exc.detail}"[:500])
         except Exception as exc:  # a failed trial is data, not the end of the sweep
             out.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500])
-        return out
+        return TrialResult(**out)  # a key it lacks is a bug: raised, with its traceback
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip():
-            print(json.dumps(worker.run(json.loads(line))), flush=True)
+            # a spec with a key TrialSpec lacks is a bug (the two ends are one version): raised
+            print(json.dumps(worker.run(TrialSpec.from_json(json.loads(line))).to_json()), flush=True)
     return 0
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from contracts.calibration import Calibration
+from contracts.dataclass_json import decode, encode_fields
 from contracts.errors import UserError
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
@@ -78,7 +80,7 @@ class Experiment:
     client_devices: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)
 
     @classmethod
     def from_dict(cls, data: dict) -> Experiment:
@@ -184,25 +186,6 @@ class Repair:
 
 
 @dataclass(slots=True)
-class Calibration:
-    """One calibration of the emulated device against its profile (rows: work, target, achieved...)."""
-
-    at: str
-    tolerance_pct: float
-    rows: list[dict]
-    quota: float | None = None
-    period_s: float | None = None
-    quotas: dict | None = None
-    host: list[dict] | None = None  # throttle: the host's own time for each work (its rows)
-    replica: int | None = None  # whose host
-    replicas: list[int] | None = None  # the testbeds on that host that use it (they share one machine)
-    client: str | None = None  # a further client host's role (client2 ...); None: client 1's or the server's
-    scale: dict | None = None  # scaled: each kind of work's slowdown, as the trial worker applied it
-    machine: dict | None = None  # the host's facts that set its speed (testbed.run_files.machine)
-    reused: list[str] | None = None  # the start of each later session that used it instead of calibrating
-
-
-@dataclass(slots=True)
 class Device:
     """The emulated client device: its profile (contracts.device.DeviceProfile.as_dict) and how it held."""
 
@@ -243,7 +226,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION  # as read (1: written before versioning); saved as this one
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)
 
     @classmethod
     def from_dict(cls, data: dict, path: Path = Path(MANIFEST_FILE)) -> Manifest:
@@ -260,7 +243,7 @@ class Manifest:
         def device_of(device: dict | None) -> Device | None:
             if device is None:
                 return None
-            calibrations = [Calibration(**c) for c in device.get("calibrations", [])]
+            calibrations = [decode(Calibration, c) for c in device.get("calibrations", [])]
             return Device(**{**device, "calibrations": calibrations})
 
         try:

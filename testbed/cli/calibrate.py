@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from contracts.calibration import DECODE, ENCODE, KERNEL, Calibration, CalibrationRow
 from contracts.errors import UserError
 from contracts.grid import parse_sizes
 from contracts.profiles import MIN_CPU_QUOTA
@@ -88,36 +89,34 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     )
     result = device_emulation.emulate(lab, device, args.mode, grid, slow_host)
     if args.json:
-        # the kernels: one for every method, or on the cgi stack each method's own ("raw kernel", its key
-        # says which)
-        kernels = [r for r in result["rows"] if r["work"].split()[-1] == "kernel"]
-        stack = [r for r in result["rows"] if r["work"] == SERVER_START]  # the cgi stack's start-up
-        codec_rows = [r for r in result["rows"] if r["work"].split()[-1] in ("encode", "decode")]
-        keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
-        # throttle: the quota each work ran under, its period, why it is flagged, the first check's error;
-        # scaled: how many samples it took to know the work's mean
-        extra = ("key", "quota", "period_s", "reason", "first_error_pct", "samples")
-
-        def row(r: dict) -> dict:
-            return {**{k: r[k] for k in keys}, **{k: r[k] for k in extra if k in r}}
-
-        print_json(
-            {
-                "device": device.name,
-                "host": args.host,
-                "mode": args.mode,
-                **{k: result[k] for k in ("slow_host", "quotas") if k in result},
-                "rows": [row(r) for r in kernels],
-                "codecs": [
-                    {"codec": r["work"].split()[0], "stage": r["work"].split()[1], **row(r)}
-                    for r in codec_rows
-                ],
-                **({"stack": [{"cost": r["work"], **row(r)} for r in stack]} if stack else {}),
-            }
-        )
+        print_json({"device": device.name, "host": args.host, "mode": args.mode, **json_tables(result)})
     else:
         print(device_emulation.format_calibration(result))
     return 0
+
+
+def json_tables(result: Calibration) -> dict:
+    """`calibrate --json`'s tables: the kernels (one for every method, or on the cgi stack each
+    method's own, its key says which), each codec's stages, and the cgi stack's start-up."""
+    keys = ("op", "size", "target_s", "achieved_s", "error_pct", "flagged")
+    # throttle: the quota each work ran under, its period, why it is flagged, the first check's error;
+    # scaled: how many samples it took to know the work's mean
+    extra = ("key", "quota", "period_s", "reason", "first_error_pct", "samples")
+
+    def row(r: CalibrationRow) -> dict:
+        fields = r.as_dict()
+        return {**{k: fields[k] for k in keys}, **{k: fields[k] for k in extra if k in fields}}
+
+    stack = [{"cost": r.work, **row(r)} for r in result.rows if r.kind == SERVER_START]
+    return {
+        **({"slow_host": result.slow_host} if result.slow_host is not None else {}),
+        **({"quotas": result.quotas} if result.quotas is not None else {}),
+        "rows": [row(r) for r in result.rows if r.kind == KERNEL],
+        "codecs": [
+            {"codec": r.codec, "stage": r.kind, **row(r)} for r in result.rows if r.kind in (ENCODE, DECODE)
+        ],
+        **({"stack": stack} if stack else {}),
+    }
 
 
 def cmd_speed_table(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from contracts.device import DeviceProfile
+from contracts.device import DeviceProfile, Mode
 from contracts.hosts import Backend, Role
 from contracts.trials import GRPC, LOCAL, SERVER_START
 from testbed.backends.lab import Lab
@@ -13,6 +13,7 @@ from testbed.experiment import Experiment
 from testbed.run_files import ManifestFile, now
 from testbed.sweep import device_emulation
 from testbed.sweep.progress import Progress
+from testbed.sweep.worker_link import emulation_of
 
 log = logging.getLogger("testbed.sweep")
 
@@ -55,7 +56,7 @@ def calibrate_devices(
         if role == Role.CLIENT:
             calibration = {**(calibration or {}), **result}
         else:
-            server = {"server_scale": result["scale"], "server_rows": result.get("rows", [])}
+            server = {"server_scale": result["scale"], "server_rows": result["rows"]}
             calibration = {**(calibration or {}), **server}
         marks |= missed
     return calibration, marks
@@ -74,10 +75,10 @@ def calibrate_host(
 ) -> tuple[dict, set]:
     """One host calibrated for its device (or its calibration used again): `role` "client" or
     "server", on the host of that role or on `host` (a further client host: of another device, or an
-    SSH lab's further machine; recorded under its device with the host's role). Returns the
-    calibration and the trials it marks."""
+    SSH lab's further machine; recorded under its device with the host's role). Returns what the
+    trial worker takes of the calibration (`worker_link.emulation_of`) and the trials it marks."""
     embedded = lab.inv.backend == Backend.NETNS
-    mode = exp.mode if role == Role.CLIENT else "scaled"
+    mode = exp.mode if role == Role.CLIENT else Mode.SCALED
     client = host if host not in (None, role) else None  # a further client host's own calibration
     earlier = reuse_at and device_emulation.reusable(
         manifest, role, mode, lab.replica, embedded, profile.name, client
@@ -105,4 +106,4 @@ def calibrate_host(
             f"{host or role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% "
             f"for {what}; those trials are marked emulation_flagged"
         )
-    return result, missed
+    return emulation_of(result), missed

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 
+from contracts.calibration import KERNEL, Calibration, CalibrationRow
+from contracts.dataclass_json import decode
 from contracts.device import MODES, DeviceProfile, Grid
 from contracts.errors import UserError
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
-from contracts.run import Calibration, Device
+from contracts.run import Device
 from contracts.trials import LOCAL, SERVER_START
 from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
@@ -77,7 +80,7 @@ def resolve_server_device(
     return device
 
 
-def emulate_server_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> dict:
+def emulate_server_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> Calibration:
     """Calibrate the server host for its device (scaled: the server's stages are scaled from the CPU
     time it measures around each, whatever mode the client is emulated in)."""
     grid = server_grid(
@@ -120,7 +123,7 @@ def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
     return CpuProfile(cpu_quota=None if mode == "scaled" else 1.0, blas_threads=device.blas_threads)
 
 
-def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "client") -> dict:
+def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "client") -> Calibration:
     """Set the client host up as the device for everything the experiment's trials time; `host`: a
     further client host that calibrates (several clients are emulated scaled)."""
     grid = Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed)
@@ -132,7 +135,9 @@ def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "c
     return emulate(lab, device, exp.mode, grid)
 
 
-def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: float | None = None) -> dict:
+def emulate(
+    lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: float | None = None
+) -> Calibration:
     """Calibrate the client host for the device; when throttling, also set and check the quota.
 
     Throttle: each kind of work runs under its own quota, this host's speed over the device's for
@@ -164,59 +169,55 @@ def emulate(lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: f
             calibration = _calibration(lab, "client", device, grid, limited=True)
         finally:
             lab.set_client_quota(before)
-        return {**calibration, "slow_host": limit.fraction or slow_host}
+        return replace(calibration, slow_host=limit.fraction or slow_host)
     calibration = _calibration(lab, "client", device, grid, limited=False)
     if mode == "scaled":
         return calibration
-    quotas = work_quotas(calibration["rows"])
+    quotas = work_quotas(calibration.rows)
     if quotas["base"] > 1:
         raise UserError(
             f"device {device.name} computes faster than this host ({1 / quotas['base']:.2f}x): a quota "
             "cannot speed the client up",
             "use mode: scaled, or a host at least as fast as the device",
         )
-    needs = {r["key"]: r["host_cpu_s"] / r["target_s"] for r in calibration["rows"]}
+    needs = {r.key: r.host_cpu_s / r.target_s for r in calibration.rows}
     check = _check_wall(lab, device, grid, quotas)
-    rows = {r["key"]: r for r in check["rows"]}
-    _flag_what_a_quota_cannot(rows.values(), quotas, needs)
+    rows = {r.key: _under_quota(r, quotas, needs) for r in check.rows}
     # closed loop: work runs less efficiently under a quota than at full speed (every period starts
     # with caches another process has used; measured +13% to +56% for paper-p4 at its quotas), so
     # what missed by more than half the tolerance gets its quota scaled by achieved over target and
     # is checked again, alone, up to CORRECTIONS times (measured: one correction left mul 600 at -12%)
     for _ in range(CORRECTIONS):
-        missed = [
-            k for k, r in rows.items() if not r.get("reason") and abs(r["error_pct"]) > TOLERANCE_PCT / 2
-        ]
+        missed = [k for k, r in rows.items() if not r.reason and abs(r.error_pct) > TOLERANCE_PCT / 2]
         if not missed:
             break
         for k in missed:
-            quotas[k] = min(max(quotas[k] * rows[k]["achieved_s"] / rows[k]["target_s"], MIN_CPU_QUOTA), 1.0)
-        again = _check_wall(lab, device, grid, quotas, only=missed)
-        for row in again["rows"]:
-            first = rows[row["key"]].get("first_error_pct", rows[row["key"]]["error_pct"])
-            rows[row["key"]] = {**row, "first_error_pct": first}
-        _flag_what_a_quota_cannot([rows[k] for k in missed], quotas, needs)
-    check["rows"] = [rows[r["key"]] for r in check["rows"]]
+            quotas[k] = min(max(quotas[k] * rows[k].achieved_s / rows[k].target_s, MIN_CPU_QUOTA), 1.0)
+        for row in _check_wall(lab, device, grid, quotas, only=missed).rows:
+            earlier = rows[row.key]
+            first = earlier.error_pct if earlier.first_error_pct is None else earlier.first_error_pct
+            rows[row.key] = _under_quota(replace(row, first_error_pct=first), quotas, needs)
     quota_us, period_us = quota_period(quotas["base"])
-    return {
-        **check,
-        "quota": quota_us / period_us,  # the request's, between the client's stages
-        "period_s": period_us / 1e6,
-        "quotas": quotas,
-        "host": calibration["rows"],
-    }
+    return replace(
+        check,
+        rows=[rows[r.key] for r in check.rows],
+        quota=quota_us / period_us,  # the request's, between the client's stages
+        period_s=period_us / 1e6,
+        quotas=quotas,
+        host=calibration.rows,
+    )
 
 
-def work_quotas(host_rows: list[dict]) -> dict[str, float]:
+def work_quotas(host_rows: list[CalibrationRow]) -> dict[str, float]:
     """The fraction of a core each kind of work runs under, from this host's CPU seconds at full
     speed over the device's target (within what a quota can hold), keyed as `contracts.device.key`;
     `base`, the median of the kernels' fractions, covers what no key does (the request, start-up)."""
-    quotas = {r["key"]: min(max(r["host_cpu_s"] / r["target_s"], MIN_CPU_QUOTA), 1.0) for r in host_rows}
-    kernels = [r["host_cpu_s"] / r["target_s"] for r in host_rows if r["work"] == "kernel"]
+    quotas = {r.key: min(max(r.host_cpu_s / r.target_s, MIN_CPU_QUOTA), 1.0) for r in host_rows}
+    kernels = [r.host_cpu_s / r.target_s for r in host_rows if r.kind == KERNEL and r.codec is None]
     return {**quotas, "base": max(statistics.median(kernels), MIN_CPU_QUOTA)}
 
 
-def _check_wall(lab: Lab, device: DeviceProfile, grid: Grid, quotas: dict, **extra) -> dict:
+def _check_wall(lab: Lab, device: DeviceProfile, grid: Grid, quotas: dict, **extra) -> Calibration:
     """Throttle mode's check on the client host, each kind of work under its own quota. Its process
     starts at a whole core (importing numpy under the device's quota would take minutes) and puts each
     work's quota in force itself; a whole core again after it, for the trial worker's start."""
@@ -227,21 +228,24 @@ def _check_wall(lab: Lab, device: DeviceProfile, grid: Grid, quotas: dict, **ext
         lab.set_client_quota(1.0)
 
 
-def _flag_what_a_quota_cannot(rows, quotas: dict, needs: dict) -> None:
-    """Flag work the device does faster than this host, and work shorter than `GRANULARITY_PERIODS` of
-    its quota's periods (it can run at full speed within one quota, whatever the check measured)."""
-    for row in rows:
-        row["quota"] = quotas[row["key"]]
-        period_s = row.get("period_s") or quota_period(row["quota"])[1] / 1e6
-        if needs[row["key"]] > 1:
-            row["flagged"] = True
-            row["reason"] = "the device is faster than this host at this work: a quota cannot speed it up"
-        elif row["target_s"] < GRANULARITY_PERIODS * period_s:
-            row["flagged"] = True
-            row["reason"] = f"shorter than {GRANULARITY_PERIODS} quota periods of {period_s * 1000:.0f} ms"
+def _under_quota(row: CalibrationRow, quotas: dict, needs: dict) -> CalibrationRow:
+    """A throttle check's row with the quota its work ran under, flagged if a quota cannot hold it:
+    work the device does faster than this host, and work shorter than `GRANULARITY_PERIODS` of its
+    quota's periods (it can run at full speed within one quota, whatever the check measured)."""
+    quota = quotas[row.key]
+    period_s = row.period_s or quota_period(quota)[1] / 1e6
+    if needs[row.key] > 1:
+        reason = "the device is faster than this host at this work: a quota cannot speed it up"
+    elif row.target_s < GRANULARITY_PERIODS * period_s:
+        reason = f"shorter than {GRANULARITY_PERIODS} quota periods of {period_s * 1000:.0f} ms"
+    else:
+        return replace(row, quota=quota)
+    return replace(row, quota=quota, flagged=True, reason=reason)
 
 
-def _calibration(lab: Lab, role: str, device: DeviceProfile, grid: Grid, limited: bool, **extra) -> dict:
+def _calibration(
+    lab: Lab, role: str, device: DeviceProfile, grid: Grid, limited: bool, **extra
+) -> Calibration:
     """`python -m client.calibration` on the host of `role` (the client: inside the device's CPU
     limit if `limited`). The server host runs it too: the calibration times the server's own work
     (the grid's role), with the device-emulation code the client's scaled mode uses."""
@@ -250,14 +254,14 @@ def _calibration(lab: Lab, role: str, device: DeviceProfile, grid: Grid, limited
     out = host.run(
         host.python("client.calibration"), input=json.dumps(request), limited=limited, timeout=7200
     )
-    return json.loads(out.stdout)
+    return decode(Calibration, json.loads(out.stdout))
 
 
 def record(
     manifest: ManifestFile,
     device: DeviceProfile,
     mode: str,
-    calibration: dict,
+    calibration: Calibration,
     at: str,
     role: str = "client",
     replica: int | None = None,
@@ -278,18 +282,17 @@ def record(
         if getattr(run, name) is None:
             setattr(run, name, Device(profile=device.as_dict(), mode=mode))
         section = getattr(run, name)
-    keys = ("quota", "period_s", "quotas", "host", "scale")
-    extra = {k: calibration[k] for k in keys if k in calibration}
     section.calibrations.append(
-        Calibration(
+        replace(
+            calibration,
             at=at,
-            tolerance_pct=TOLERANCE_PCT,
-            rows=calibration["rows"],
             replica=replica,
             replicas=replicas,
             client=client,
             machine=machine(),
-            **extra,
+            device=None,  # whose it is: the section says
+            mode=None,
+            role=None,
         )
     )
     manifest.save()
@@ -321,62 +324,61 @@ def reusable(
     return last
 
 
-def reuse(manifest: ManifestFile, calibration: Calibration, at: str) -> dict:
-    """`calibration` used again by the session started `at`, recorded there; returns it as the
-    calibration's own run returned it (what the trial worker and the marks need)."""
+def reuse(manifest: ManifestFile, calibration: Calibration, at: str) -> Calibration:
+    """`calibration` used again by the session started `at`, recorded there; returns it."""
     calibration.reused = [*(calibration.reused or []), at]
     manifest.save()
-    return {"rows": calibration.rows, "scale": calibration.scale}
+    return calibration
 
 
-def flagged(calibration: dict) -> set[tuple[str, int, str]]:
-    """(op, size, method) of every trial a missed target affects; method "local" for the kernel."""
-    out = set()
-    for row in calibration["rows"]:
-        if row["flagged"]:  # the start-up's row: (any, None, server_start)
-            codec = row["work"].split()[0] if row["work"] != "kernel" else LOCAL
-            out.add((row["op"], row["size"], codec))
-    return out
+def flagged(calibration: Calibration) -> set[tuple[str, int | None, str]]:
+    """(op, size, method) of every trial a missed target affects: a codec's work its method's; the
+    kernel of every method "local" (the server's marks take it to every method,
+    `testbed.sweep.calibration.server_marks`); the stack's start-up (any, None, server_start)."""
+    return {
+        (row.op, row.size, row.codec or (LOCAL if row.kind == KERNEL else row.kind))
+        for row in calibration.rows
+        if row.flagged
+    }
 
 
-def format_calibration(calibration: dict) -> str:
-    quotas = "quotas" in calibration  # throttle: each kind of work under its own quota
-    counted = all("samples" in r for r in calibration["rows"])  # scaled: sampled until precise
+def format_calibration(calibration: Calibration) -> str:
+    """A host's calibration as a table, for `testbed calibrate`."""
+    quotas = calibration.quotas is not None  # throttle: each kind of work under its own quota
+    counted = all(r.samples is not None for r in calibration.rows)  # sampled until precise
     lines = [
-        f"device {calibration['device']} ({calibration['mode']}): target vs achieved on the "
-        f"{calibration.get('role', 'client')} host",
+        f"device {calibration.device} ({calibration.mode}): target vs achieved on the "
+        f"{calibration.role or 'client'} host",
         f"{'work':<20} {'op':<4} {'size':>5} {'target s':>10} {'achieved s':>11} {'error':>8}"
         + (f" {'quota':>8} {'period':>9}" if quotas else "")
         + (f" {'samples':>8}" if counted else ""),
     ]
-    if "slow_host" in calibration:
+    if calibration.slow_host is not None:
         lines.insert(
             1,
-            f"calibration held under an extra quota of {calibration['slow_host']:g} of one core "
+            f"calibration held under an extra quota of {calibration.slow_host:g} of one core "
             "(a slower host): the targets must be met as without it",
         )
-    if "quota" in calibration:
+    if calibration.quota is not None:
         lines.insert(
             1,
-            f"client quota {calibration['quota']:g} of one core, period {calibration['period_s'] * 1000:g} ms"
+            f"client quota {calibration.quota:g} of one core, period {calibration.period_s * 1000:g} ms"
             + (" (between stages; each stage under its work's quota)" if quotas else ""),
         )
-    for r in calibration["rows"]:
-        per_work = (
-            f" {r['quota']:>8.4f} {r['period_s'] * 1000:>7.0f}ms"
-            if quotas and r.get("quota") and r.get("period_s")
+    return "\n".join(lines + [_row_line(r, quotas, counted) for r in calibration.rows])
+
+
+def _row_line(r: CalibrationRow, quotas: bool, counted: bool) -> str:
+    per_work = f" {r.quota:>8.4f} {r.period_s * 1000:>7.0f}ms" if quotas and r.quota and r.period_s else ""
+    return (
+        f"{r.work:<20} {r.op:<4} {r.size or '-':>5} {r.target_s:>10.4f} {r.achieved_s:>11.4f} "
+        f"{r.error_pct:>+7.1f}%{per_work}"
+        + (f" {r.samples:>8}" if counted else "")
+        + ("  FLAGGED" if r.flagged else "")
+        + (f" ({r.reason})" if r.reason else "")
+        + (
+            f" (first check {r.first_error_pct:+.1f}%, quota corrected)"
+            if r.first_error_pct is not None
             else ""
         )
-        lines.append(
-            f"{r['work']:<20} {r['op']:<4} {r['size'] or '-':>5} {r['target_s']:>10.4f} {r['achieved_s']:>11.4f} "
-            f"{r['error_pct']:>+7.1f}%{per_work}"
-            + (f" {r['samples']:>8}" if counted else "")
-            + ("  FLAGGED" if r["flagged"] else "")
-            + (f" ({r['reason']})" if r.get("reason") else "")
-            + (
-                f" (first check {r['first_error_pct']:+.1f}%, quota corrected)"
-                if "first_error_pct" in r
-                else ""
-            )
-        )
-    return "\n".join(lines)
+    )

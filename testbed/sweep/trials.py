@@ -43,7 +43,7 @@ def run_trial(
 ) -> tuple[dict, WorkerLink]:
     """One trial; on failure, bring back whatever died (worker, server) so the next trial can run."""
     try:
-        record = worker.run(t)
+        record = worker.run(t).as_record()
     except (WorkerDied, TimeoutError, json.JSONDecodeError) as exc:
         record = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         log.warning("trial %d: %s; restarting the client worker", t.trial, exc)

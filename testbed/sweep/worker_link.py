@@ -1,7 +1,8 @@
 """The sweep's link to the trial worker on the client host: one process per sweep, a trial per line.
 
 The worker itself (`python -m client.worker`, class `TrialWorker`) runs on the client under its CPU
-limit; this is the orchestrator's end of its stdin and stdout.
+limit; this is the orchestrator's end of its stdin and stdout, where a `contracts.worker_api.TrialSpec`
+goes and a `TrialResult` comes back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+from contracts.calibration import Calibration
+from contracts.worker_api import TrialResult, TrialSpec
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.sweep.plan import Trial
@@ -87,23 +90,24 @@ class WorkerLink:
             raise WorkerDied(f"the client worker exited (status {self.proc.poll()})")
         return json.loads(line)
 
-    def run(self, trial: Trial) -> dict:
-        spec = {
-            "trial": trial.trial,
-            "op": trial.op,
-            "size": trial.size,
-            "dtype": trial.dtype,
-            "method": trial.method,
-            "server": trial.server,
-            "parallelism": trial.parallelism,
-            "io_kb": trial.io_kb,
-        }
+    def run(self, trial: Trial) -> TrialResult:
+        """One trial's result; a result that is not a `TrialResult` is a bug (TypeError)."""
+        spec = TrialSpec(
+            trial=trial.trial,
+            op=trial.op,
+            size=trial.size,
+            dtype=trial.dtype,
+            method=trial.method,
+            server=trial.server,
+            parallelism=trial.parallelism,
+            io_kb=trial.io_kb,
+        )
         try:
-            self.proc.stdin.write((json.dumps(spec) + "\n").encode())
+            self.proc.stdin.write((json.dumps(spec.to_json()) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise WorkerDied("the client worker exited") from exc
-        return self._read(self.timeout + 30)
+        return TrialResult.from_json(self._read(self.timeout + 30))
 
     def close(self) -> None:
         try:
@@ -137,5 +141,11 @@ def emulation_args(calibration: dict | None) -> list[str]:
         ("server_scale", "server_rows", "--server-targets"),
     ):
         if calibration.get(scale) and calibration.get(rows):
-            args += [flag, json.dumps({row["key"]: row["target_s"] for row in calibration[rows]})]
+            args += [flag, json.dumps({row.key: row.target_s for row in calibration[rows]})]
     return args
+
+
+def emulation_of(calibration: Calibration) -> dict:
+    """What a trial worker takes of a host's calibration (`emulation_args`): its slowdowns (scaled)
+    with the rows whose targets they follow, or its per-work quotas (throttle)."""
+    return {"scale": calibration.scale, "quotas": calibration.quotas, "rows": calibration.rows}

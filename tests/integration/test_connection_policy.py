@@ -13,6 +13,7 @@ from client.grpc_offload import GrpcOffloadClient
 from client.offload import OffloadClient, make_operands
 from client.worker import TrialWorker
 from contracts.trials import PER_TRIAL, PERSISTENT
+from contracts.worker_api import TrialSpec
 
 TRIALS = 3
 
@@ -47,7 +48,7 @@ def test_the_worker_records_its_connection_policy_on_remote_trials_only(served, 
     server, target = served
     worker = TrialWorker(server.url, 1, 30.0, grpc_target=target, connection=connection)
     for method in ("json", "grpc"):
-        out = worker.run({"trial": 1, "op": "mul", "size": 30, "dtype": "float64", "method": method})
+        out = worker.run(TrialSpec(1, "mul", 30, "float64", method)).as_record()
         assert out["ok"] and out["connection"] == connection, out
-    local = worker.run({"trial": 2, "op": "mul", "size": 30, "dtype": "float64", "method": "local"})
+    local = worker.run(TrialSpec(2, "mul", 30, "float64", "local")).as_record()
     assert local["ok"] and "connection" not in local

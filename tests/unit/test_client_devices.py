@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from contracts.calibration import Calibration, CalibrationRow
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Manifest, read_manifest, read_trials
@@ -162,11 +163,15 @@ def test_a_session_reuses_each_client_hosts_own_calibration(tmp_path):
     manifest = ManifestFile(
         tmp_path / "manifest.json", Manifest(run_id="r", status="running", experiment=exp)
     )
-    rows = [{"key": key("kernel", "mul", 800), "target_s": 1.0, "flagged": False}]
+    rows = [CalibrationRow.of("kernel", None, "mul", 800, target=1.0, achieved=1.0, tolerance_pct=10.0)]
     p4, bone = load_device(P4), load_device(BONE)
-    record(manifest, p4, "scaled", {"rows": rows, "scale": {"k": 1.0}}, "first")
-    record(manifest, bone, "scaled", {"rows": rows, "scale": {"k": 2.0}}, "second", client="client3")
-    record(manifest, p4, "scaled", {"rows": rows, "scale": {"k": 3.0}}, "third", client="client2")
+
+    def calibration(slowdown: float) -> Calibration:
+        return Calibration(tolerance_pct=10.0, rows=rows, scale={"k": slowdown})
+
+    record(manifest, p4, "scaled", calibration(1.0), "first")
+    record(manifest, bone, "scaled", calibration(2.0), "second", client="client3")
+    record(manifest, p4, "scaled", calibration(3.0), "third", client="client2")
     assert reusable(manifest, "client", "scaled", None, True, P4).at == "first"
     assert reusable(manifest, "client", "scaled", None, True, BONE, "client3").at == "second"
     assert reusable(manifest, "client", "scaled", None, True, P4, "client2").at == "third"

@@ -65,10 +65,16 @@ def scripted(netns):
                      "achieved_s": achieved, "error_pct": error, "flagged": abs(error) > 10,
                      "period_s": quota_period(request["quotas"][k])[1] / 1e6}
                 )  # fmt: skip
-            return 0, json.dumps({"device": DEVICE, "mode": "throttle", "rows": rows})
+            return 0, json.dumps({"device": DEVICE, "tolerance_pct": 10.0, "mode": "throttle", "rows": rows})
         rows = host_rows(device, sizes, HOST_S)
         return 0, json.dumps(
-            {"device": DEVICE, "mode": "scaled", "rows": rows, "scale": {"kernel|mul|500": 1.0}}
+            {
+                "device": DEVICE,
+                "tolerance_pct": 10.0,
+                "mode": "scaled",
+                "rows": rows,
+                "scale": {"kernel|mul|500": 1.0},
+            }
         )
 
     netns.fake_ineff, netns.fake_follows_quota = {500: 1.2}, True
@@ -88,7 +94,7 @@ def test_scaled_mode_calibrates_outside_the_limit_and_sets_no_quota(scripted):
         and request["grid"]["codecs"] == ["raw"]
         and "check" not in request
     )
-    assert result["scale"] == {"kernel|mul|500": 1.0}
+    assert result.scale == {"kernel|mul|500": 1.0}
     assert "cpu.apply" not in lab.hosts["client"].verbs()
 
 
@@ -110,13 +116,13 @@ def test_throttle_gives_each_kind_of_work_its_own_quota_and_corrects_what_missed
     # mul 500 came out 20% slow under its quota: checked again, alone, with 1.2x the quota
     assert again["only"] == ["kernel|mul|500"]
     assert again["quotas"]["kernel|mul|500"] == pytest.approx(1.2 * need[500])
-    assert result["quotas"] == again["quotas"]
-    rows = {r["size"]: r for r in result["rows"]}
+    assert result.quotas == again["quotas"]
+    rows = {r["size"]: r for r in result.row_dicts()}
     assert rows[500]["first_error_pct"] == pytest.approx(20.0) and rows[500]["error_pct"] == pytest.approx(0)
     assert rows[500]["quota"] == pytest.approx(1.2 * need[500]) and not rows[500]["flagged"]
     assert not rows[1200]["flagged"] and "first_error_pct" not in rows[1200]
     quota_us, period_us = quota_period(base)
-    assert result["quota"] == quota_us / period_us and result["period_s"] == period_us / 1e6
+    assert result.quota == quota_us / period_us and result.period_s == period_us / 1e6
     assert device_emulation.flagged(result) == set()
     assert "each stage under its work's quota" in device_emulation.format_calibration(result)
 
@@ -125,7 +131,7 @@ def test_throttle_flags_what_still_misses_after_the_correction(scripted):
     lab, device, seen = scripted
     lab.fake_follows_quota = False  # this work's wall time does not answer to its quota
     result = device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
-    rows = {r["size"]: r for r in result["rows"]}
+    rows = {r["size"]: r for r in result.row_dicts()}
     assert rows[500]["flagged"] and "reason" not in rows[500]  # 2.48 s spans many periods, but 20% off
     assert rows[500]["first_error_pct"] == pytest.approx(20.0)
     assert device_emulation.flagged(result) == {("mul", 500, "local")}
@@ -138,15 +144,15 @@ def test_throttle_flags_work_shorter_than_ten_of_its_periods(scripted):
     lab.hosts["client"].on(  # mul 500 takes 2.5 ms here: a quota of 0.0010, periods of 990 ms
         "python",
         answer=lambda argv: (0, json.dumps(
-            {"device": DEVICE, "mode": "scaled", "scale": {},
+            {"device": DEVICE, "tolerance_pct": 10.0, "mode": "scaled", "scale": {},
              "rows": host_rows(device, [500, 1200], {500: 0.0025, 1200: 0.5})}
             if "check" not in json.loads(lab.hosts["client"].last_input)
-            else {"device": DEVICE, "mode": "throttle", "rows": [
+            else {"device": DEVICE, "tolerance_pct": 10.0, "mode": "throttle", "rows": [
                 {**r, "period_s": quota_period(json.loads(lab.hosts["client"].last_input)["quotas"][r["key"]])[1] / 1e6}
                 for r in host_rows(device, [500, 1200], {500: 0.0025, 1200: 0.5})]})),
     )  # fmt: skip
     result = device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
-    rows = {r["size"]: r for r in result["rows"]}
+    rows = {r["size"]: r for r in result.row_dicts()}
     assert rows[500]["reason"] == "shorter than 10 quota periods of 990 ms"  # 2.48 s < 9.9 s
     assert rows[1200]["flagged"] is False  # 45.1 s under its own quota spans many periods
 
@@ -156,7 +162,7 @@ def test_a_device_faster_than_the_host_cannot_be_throttled(scripted):
     slow_host = {500: 10.0, 1200: 100.0}
     lab.hosts["client"].on(
         "python",
-        answer=lambda argv: (0, json.dumps({"device": DEVICE, "mode": "scaled", "scale": {},
+        answer=lambda argv: (0, json.dumps({"device": DEVICE, "tolerance_pct": 10.0, "mode": "scaled", "scale": {},
                                              "rows": host_rows(device, [500, 1200], slow_host)})),
     )  # fmt: skip
     with pytest.raises(UserError, match="faster than this host"):
@@ -178,8 +184,8 @@ def test_the_manifest_keeps_every_calibration_and_the_quota(tmp_path, scripted):
     assert saved["profile"]["name"] == DEVICE and saved["mode"] == "throttle"
     assert [c["at"] for c in saved["calibrations"]] == ["now", "later"]
     first = saved["calibrations"][0]
-    assert first["quota"] == result["quota"] and len(first["host"]) == 2
-    assert first["quotas"] == result["quotas"]  # what each kind of work ran under
+    assert first["quota"] == result.quota and len(first["host"]) == 2
+    assert first["quotas"] == result.quotas  # what each kind of work ran under
 
 
 def test_a_slower_host_holds_the_whole_scaled_calibration_under_a_quota_and_puts_it_back(scripted):
@@ -195,7 +201,7 @@ def test_a_slower_host_holds_the_whole_scaled_calibration_under_a_quota_and_puts
     assert argv[:3] == ["python", "-m", "client.cpulimit"]  # the calibration ran inside the extra quota
     assert "check" not in request
     assert applied == [0.3, 1.0]  # no quota before: a whole core after
-    assert result["slow_host"] == 0.3
+    assert result.slow_host == 0.3
     assert "extra quota of 0.3" in device_emulation.format_calibration(result)
     with pytest.raises(UserError, match="scaled mode only"):
         device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500], ["raw"]), slow_host=0.3)

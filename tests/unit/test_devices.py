@@ -141,17 +141,17 @@ def test_calibration_reaches_the_targets_on_this_host():
         {"raw": {"encode": 100, "decode": 100}, "json": {"encode": 1, "decode": 1}},
     )
     result = calibrate(device, Grid.of(["mul"], [64], ["raw", "json"]), reps=3, tolerance_pct=50, budget_s=0)
-    assert [r["work"] for r in result["rows"]] == [
+    assert [r["work"] for r in result.row_dicts()] == [
         "kernel",
         "raw encode",
         "raw decode",
         "json encode",
         "json decode",
     ]
-    kernel = result["rows"][0]
+    kernel = result.row_dicts()[0]
     assert kernel["target_s"] == pytest.approx(2 * 64**3 / 0.05e9)
     assert kernel["slowdown"] == pytest.approx(kernel["target_s"] / kernel["host_cpu_s"])
-    assert set(result["scale"]) == {"kernel|mul|64", "encode|raw|mul|64", "decode|raw|mul|64",
+    assert set(result.scale) == {"kernel|mul|64", "encode|raw|mul|64", "decode|raw|mul|64",
                                     "encode|json|mul|64", "decode|json|mul|64"}  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from client.worker import TrialWorker
 from contracts.cpu_lock import CpuLock, references_path
 from contracts.device import key
 from contracts.trials import LOCAL
+from contracts.worker_api import TrialSpec
 
 ENCODE = ("client", key("encode", "mul", 400, "json"))
 KERNEL = ("server", key("kernel", "mul", 400))
@@ -64,9 +65,9 @@ def test_two_workers_on_one_host_scale_alike_after_one_slow_run(tmp_path, monkey
     assert all(w.references.path == str(tmp_path / "cpu.lock.refs") for w in workers)
     for w in workers:
         w.references.exchange([])  # both are up before the first trial
-    first = workers[0].run({"trial": 0, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
+    first = workers[0].run(TrialSpec(0, "mul", size, "float64", LOCAL)).as_record()
     assert first["ok"], first
-    second = workers[1].run({"trial": 1, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL})
+    second = workers[1].run(TrialSpec(1, "mul", size, "float64", LOCAL)).as_record()
     workers[0].follow({"cpu_total": 0.0007}, "mul", size, LOCAL)  # the first reads the second's run too
     a, b = (list(w.scaler.recent["client"][k]) for w in workers)
     assert b == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])  # in the order written

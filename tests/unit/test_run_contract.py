@@ -28,6 +28,7 @@ from contracts.run import (
 from contracts.stage_times import STAGE_TIMES, StageTimes
 from contracts.tasks import TASK_COLUMNS, TaskRecord
 from contracts.trials import STAGES
+from contracts.worker_api import TrialSpec
 from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
 from testbed.sweep.rounds import Rounds
@@ -264,6 +265,6 @@ def test_what_the_real_worker_reports_is_a_row_the_schema_knows():
     remote = next(t for t in trials if t.method == "raw")
     worker = TrialWorker("http://127.0.0.1:9/", seed=1, timeout=2.0)
     for t in (local, remote):
-        spec = {"trial": t.trial, "op": t.op, "size": t.size, "dtype": t.dtype, "method": t.method}
-        row = trial_row("r", t, worker.run(spec))
+        spec = TrialSpec(trial=t.trial, op=t.op, size=t.size, dtype=t.dtype, method=t.method)
+        row = trial_row("r", t, worker.run(spec).as_record())
         assert row.ok == (t is local), row.error

@@ -4,13 +4,16 @@ until newer runs push it out; the client's by the client's runs, the server's by
 (client/scaler.py)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from client.scaler import CLIENT, REFERENCE_WINDOW, SERVER, Scaler
 from client.worker import TrialWorker
+from contracts.calibration import CalibrationRow
 from contracts.device import key, stack_key
 from contracts.trials import LOCAL
+from contracts.worker_api import TrialSpec
 from testbed.sweep.worker_link import emulation_args
 
 KERNEL = key("kernel", "mul", 400)
@@ -117,17 +120,18 @@ def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
     k = key("kernel", "mul", size)
     scaler = Scaler({k: 1000.0}, targets={k: 0.5})  # calibrated at 0.5 ms of host CPU
     worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
-    spec = {"trial": 0, "op": "mul", "size": size, "dtype": "float64", "method": LOCAL}
-    first = worker.run(spec)
+    spec = TrialSpec(trial=0, op="mul", size=size, dtype="float64", method=LOCAL)
+    first = worker.run(spec).as_record()
     assert first["ok"], first
     assert first["t_total"] == pytest.approx(first["cpu_total"] * 1000.0)  # the calibration's alone
     assert list(scaler.recent[CLIENT][k]) == pytest.approx(
         [0.0005, first["cpu_total"]]
     )  # only the trial's run
-    second = worker.run(spec | {"trial": 1})
+    second = worker.run(replace(spec, trial=1)).as_record()
     assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((0.0005 + first["cpu_total"]) / 2))
     assert list(scaler.recent[CLIENT][k]) == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])
-    warm_up = worker.run(spec | {"trial": -1})  # untimed: a fresh process's first runs are no reference
+    # untimed: a fresh process's first runs are no reference
+    warm_up = worker.run(replace(spec, trial=-1)).as_record()
     assert warm_up["ok"] and len(scaler.recent[CLIENT][k]) == 3
 
 
@@ -141,8 +145,11 @@ def test_a_remote_trials_client_stages_are_its_reference_runs():
 
 
 def test_the_worker_gets_each_devices_targets_with_its_slowdowns():
-    calibration = {"scale": {KERNEL: 100.0}, "rows": [{"key": KERNEL, "target_s": 1.0}],
-                   "server_scale": {KERNEL: 7.0}, "server_rows": [{"key": KERNEL, "target_s": 0.2}]}  # fmt: skip
+    def row(target_s: float) -> CalibrationRow:  # of KERNEL
+        return CalibrationRow.of("kernel", None, "mul", 400, target_s, achieved=target_s, tolerance_pct=10.0)
+
+    calibration = {"scale": {KERNEL: 100.0}, "rows": [row(1.0)],
+                   "server_scale": {KERNEL: 7.0}, "server_rows": [row(0.2)]}  # fmt: skip
     args = emulation_args(calibration)
     assert json.loads(args[args.index("--targets") + 1]) == {KERNEL: 1.0}
     assert json.loads(args[args.index("--server-targets") + 1]) == {KERNEL: 0.2}

@@ -69,11 +69,11 @@ def test_a_server_calibration_reaches_its_targets_on_this_host():
     device = DeviceProfile("srv", {"mul": SpeedCurve(((1, 0.05),))}, {"raw": {"encode": 100, "decode": 50}})
     grid = Grid.of(["mul"], [64], ["raw"], role="server")
     result = calibrate(device, grid, reps=3, tolerance_pct=50, budget_s=0)
-    assert result["role"] == "server"
-    assert [r["work"] for r in result["rows"]] == ["kernel", "raw decode", "raw encode"]
-    decode = next(r for r in result["rows"] if r["work"] == "raw decode")
+    assert result.role == "server"
+    assert [r["work"] for r in result.row_dicts()] == ["kernel", "raw decode", "raw encode"]
+    decode = next(r for r in result.row_dicts() if r["work"] == "raw decode")
     assert decode["target_s"] == pytest.approx(2 * 64 * 64 * 8 / 50e6)  # both operands, at 50 MB/s
-    assert set(result["scale"]) == {key("kernel", "mul", 64), key("decode", "mul", 64, "raw"),
+    assert set(result.scale) == {key("kernel", "mul", 64), key("decode", "mul", 64, "raw"),
                                     key("encode", "mul", 64, "raw")}  # fmt: skip
 
 
@@ -108,15 +108,15 @@ def test_cgi_stages_are_calibrated_from_what_each_request_process_reports():
     )
     grid = Grid.of(["mul"], [64], ["raw"], role="server", cgi_argv=child, start_up=True)
     result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
-    host = {r["work"]: r["host_cpu_s"] for r in result["rows"]}
+    host = {r["work"]: r["host_cpu_s"] for r in result.row_dicts()}
     assert host == {"raw kernel": 0.04, "raw decode": 0.02, "raw encode": 0.01, "server_start": 0.375}
-    (kernel,) = [r for r in result["rows"] if r["work"] == "raw kernel"]
+    (kernel,) = [r for r in result.row_dicts() if r["work"] == "raw kernel"]
     assert kernel["key"] == key("kernel", "mul", 64, "raw")  # RAW's own requests' kernel
-    assert result["scale"][kernel["key"]] == pytest.approx(kernel["target_s"] / 0.04)
-    (start,) = [r for r in result["rows"] if r["work"] == "server_start"]
+    assert result.scale[kernel["key"]] == pytest.approx(kernel["target_s"] / 0.04)
+    (start,) = [r for r in result.row_dicts() if r["work"] == "server_start"]
     assert (start["key"], start["op"], start["size"]) == (stack_key("server_start"), "any", None)
     assert start["achieved_s"] == pytest.approx(0.15)
-    assert result["scale"][stack_key("server_start")] == pytest.approx(0.15 / 0.375)
+    assert result.scale[stack_key("server_start")] == pytest.approx(0.15 / 0.375)
     assert "server_start" in format_calibration(result)
 
 
@@ -127,7 +127,7 @@ def test_one_request_process_gives_a_sample_of_each_of_its_methods_stages(tmp_pa
     child = fake_cgi("decode;dur=1;cpu=20, compute;dur=1;cpu=40, encode;dur=1;cpu=10", count=tmp_path / "n")
     grid = Grid.of(["mul"], [64], ["raw"], role="server", cgi_argv=child)
     result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
-    assert {r["work"]: r["samples"] for r in result["rows"]} == {
+    assert {r["work"]: r["samples"] for r in result.row_dicts()} == {
         "raw decode": 4,
         "raw kernel": 4,
         "raw encode": 4,
@@ -174,7 +174,7 @@ def test_a_flagged_scaled_row_says_why(tmp_path):
     )  # fmt: skip
     grid = Grid.of(["mul"], [32], [], role="server", cgi_argv=flip, start_up=True)
     result = calibrate(device, grid, reps=4, tolerance_pct=10, budget_s=0)
-    (start,) = [r for r in result["rows"] if r["work"] == "server_start"]
+    (start,) = [r for r in result.row_dicts() if r["work"] == "server_start"]
     assert start["flagged"] and start["error_pct"] == pytest.approx(-75.0)  # 0.1 against 0.4
     assert start["reason"] == "this host's CPU time for it varied: two means of 4 samples each"
 

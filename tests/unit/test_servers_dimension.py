@@ -18,6 +18,7 @@ from client.worker import TrialWorker
 from contracts.errors import UserError
 from contracts.run import FORMAT_VERSION, TrialRecord, TrialWriter, read_trials
 from contracts.trials import offload_label, offloads
+from contracts.worker_api import TrialSpec
 from testbed.experiment import load_experiment, planned_trials
 from testbed.overrides import override
 from testbed.sweep.bookkeeping import start_run
@@ -109,10 +110,10 @@ class FakeGrpc:
 def test_the_worker_offloads_each_trial_to_its_servers_client():
     worker = TrialWorker("http://127.0.0.1:1", seed=1, timeout=1.0)
     worker.grpc = {"python": FakeGrpc("python"), "cpp": FakeGrpc("cpp")}
-    spec = {"trial": 1, "op": "log", "size": 2, "dtype": "float64", "method": "grpc"}
-    assert worker.run({**spec, "server": "cpp"})["error"] == "RuntimeError: cpp was asked"
-    assert worker.run(spec)["error"] == "RuntimeError: python was asked"  # no server: Python's
-    assert "no go gRPC server" in worker.run({**spec, "server": "go"})["error"]
+    spec = TrialSpec(trial=1, op="log", size=2, dtype="float64", method="grpc")
+    assert worker.run(replace(spec, server="cpp")).error == "RuntimeError: cpp was asked"
+    assert worker.run(spec).error == "RuntimeError: python was asked"  # no server: Python's
+    assert "no go gRPC server" in worker.run(replace(spec, server="go")).error
 
 
 def test_a_sweep_over_servers_starts_each_offloads_to_each_and_records_each(lab, tmp_path):

@@ -1,0 +1,76 @@
+"""The trial worker's boundary: what the orchestrator asks of it and what it answers, typed.
+
+The sweep's link (`testbed.sweep.worker_link`) sends the client host's worker (`client.worker`) one
+`TrialSpec` per JSON line and reads back one `TrialResult`; both ends encode and decode them with
+`contracts.dataclass_json` (`to_json`, `from_json`), so a key one side writes and the other does not
+know is a `TypeError` where it is read (a bug: the two ends are one version), not a value dropped.
+
+The JSON is what the two ends exchanged before these types: the spec's eight keys, and the result's
+flat keys, each a column of `trials.csv` (`contracts.run.TrialRecord`), present only when the trial
+has a value for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contracts.dataclass_json import Message, omitted
+
+
+@dataclass(frozen=True)
+class TrialSpec(Message):
+    """One trial for the worker: what to compute (op, size, dtype), and how (a method; for `grpc` the
+    server's language; the transfer settings: connections and write size, None: not varied)."""
+
+    trial: int  # the plan's trial number (-1: a warm-up, untimed as a reference run)
+    op: str
+    size: int
+    dtype: str
+    method: str  # a codec, a transport (grpc), or local
+    server: str | None = None  # the gRPC server's language (None or "": Python's)
+    parallelism: int | None = None  # connections the request and reply are split over (None: one)
+    io_kb: int | None = None  # the client's write size, KiB (None: the whole body at once)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialResult(Message):
+    """What the worker measured of one trial: whether it ran (`ok`, else `error`), its stage times in
+    seconds and bytes on the wire, and with device emulation what was measured before scaling (the
+    `wall_*` and `cpu_*` times). Every field is the `trials.csv` column of its name."""
+
+    trial: int | None = omitted()
+    started_at: str | None = omitted()  # ISO 8601, UTC, when its timed work began
+    ok: bool
+    error: str | None = omitted()  # why it failed (the first 500 characters)
+    connection: str | None = omitted()  # a remote trial's connection policy
+    t_total: float | None = omitted()
+    cpu_total: float | None = omitted()  # a local trial's CPU seconds
+    wall_total: float | None = omitted()  # scaled: a local trial's measured wall time
+    t_client_encode: float | None = omitted()
+    t_request: float | None = omitted()
+    t_server_decode: float | None = omitted()
+    t_server_compute: float | None = omitted()
+    t_server_encode: float | None = omitted()
+    t_client_decode: float | None = omitted()
+    t_comm: float | None = omitted()
+    bytes_up: int | None = omitted()
+    bytes_down: int | None = omitted()
+    cpu_client_encode: float | None = omitted()
+    cpu_client_decode: float | None = omitted()
+    cpu_server_decode: float | None = omitted()
+    cpu_server_compute: float | None = omitted()
+    cpu_server_encode: float | None = omitted()
+    t_server_start: float | None = omitted()
+    cpu_server_start: float | None = omitted()
+    t_server_queue: float | None = omitted()
+    wall_client_encode: float | None = omitted()
+    wall_client_decode: float | None = omitted()
+    wall_server_decode: float | None = omitted()
+    wall_server_compute: float | None = omitted()
+    wall_server_encode: float | None = omitted()
+    wall_server_start: float | None = omitted()
+
+    def as_record(self) -> dict:
+        """The fields it has a value for, by column: what the sweep's bookkeeping completes into a row
+        (`testbed.sweep.bookkeeping.trial_row`), as it read the worker's JSON before this type."""
+        return self.to_json()
