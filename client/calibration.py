@@ -12,8 +12,8 @@ import sys
 
 from client.scaled_calibration import calibrate
 from client.throttle_check import check_wall
-from contracts.dataclass_json import encode
 from contracts.device import DeviceProfile, Grid
+from contracts.message import encode
 from contracts.processes import end_when_unheard
 
 

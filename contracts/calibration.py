@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.dataclass_json import decode_fields, encode_fields, omitted
 from contracts.device import key, stack_key
+from contracts.message import decode_fields, encode_fields, omitted
 from contracts.trials import SERVER_START
 
 KERNEL, ENCODE, DECODE = "kernel", "encode", "decode"  # the kinds of work a trial times, with SERVER_START

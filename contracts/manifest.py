@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from contracts.calibration import Calibration
-from contracts.dataclass_json import decode, encode_fields
 from contracts.errors import UserError
+from contracts.message import decode, encode_fields
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.run_format import FORMAT_VERSION, check_version

@@ -1,5 +1,6 @@
-"""Dataclasses to JSON values and back: one codec for every message between the orchestrator and
-the host agents, so no type writes its own `to_json`.
+"""Dataclasses to JSON values and back: one codec for every message between the orchestrator and a
+host's processes (the agents' verbs, the trial worker's trials, a calibration) and for the run's
+files' typed sections, so no type writes its own `to_json` or field-by-field copy.
 
 A message is a dataclass (a `Message`, or any dataclass inside one); its JSON is an object with a key
 per field, nested dataclasses, lists, tuples and dicts included. A type of the project that already
@@ -62,16 +63,22 @@ def encode(value: Any) -> Any:
     if _self_coded(type(value)):
         return value.as_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: encode(v)
-            for f in dataclasses.fields(value)
-            if not _left_out(value, f, v := getattr(value, f.name))
-        }
+        return encode_fields(value)
     if isinstance(value, (list, tuple)):
         return [encode(v) for v in value]
     if isinstance(value, dict):
         return {k: encode(v) for k, v in value.items()}
     return value
+
+
+def encode_fields(value: Any) -> dict:
+    """A dataclass's fields as a JSON object (what `encode` gives a dataclass without its own form;
+    such a type's `as_dict` may start from it)."""
+    return {
+        f.name: encode(v)
+        for f in dataclasses.fields(value)
+        if not _left_out(value, f, v := getattr(value, f.name))
+    }
 
 
 @cache
@@ -117,12 +124,18 @@ def decode(kind: Any, data: Any) -> Any:
             raise _mismatch(kind, data)
         return kind.from_dict(data)
     if dataclasses.is_dataclass(kind):
-        if not isinstance(data, dict):
-            raise _mismatch(kind, data)
-        fields = _fields(kind)
-        # a key with no field goes to the constructor as it is: its TypeError names the key
-        return kind(**{k: decode(fields[k], v) if k in fields else v for k, v in data.items()})
+        return decode_fields(kind, data)
     return _scalar(kind, data)
+
+
+def decode_fields(kind: type, data: Any) -> Any:
+    """A JSON object as the dataclass `kind`, field by field (what `decode` does for a dataclass
+    without its own form; such a type's `from_dict` may end with it)."""
+    if not isinstance(data, dict):
+        raise _mismatch(kind, data)
+    fields = _fields(kind)
+    # a key with no field goes to the constructor as it is: its TypeError names the key
+    return kind(**{k: decode(fields[k], v) if k in fields else v for k, v in data.items()})
 
 
 def _scalar(kind: Any, data: Any) -> Any:

@@ -2,7 +2,7 @@
 
 The sweep's link (`testbed.sweep.worker_link`) sends the client host's worker (`client.worker`) one
 `TrialSpec` per JSON line and reads back one `TrialResult`; both ends encode and decode them with
-`contracts.dataclass_json` (`to_json`, `from_json`), so a key one side writes and the other does not
+`contracts.message` (`to_json`, `from_json`), so a key one side writes and the other does not
 know is a `TypeError` where it is read (a bug: the two ends are one version), not a value dropped.
 
 The JSON is what the two ends exchanged before these types: the spec's eight keys, and the result's
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.dataclass_json import Message, omitted
+from contracts.message import Message, omitted
 
 
 @dataclass(frozen=True)

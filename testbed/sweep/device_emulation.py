@@ -17,9 +17,9 @@ import statistics
 from dataclasses import replace
 
 from contracts.calibration import KERNEL, Calibration, CalibrationRow
-from contracts.dataclass_json import decode
 from contracts.device import MODES, DeviceProfile, Grid
 from contracts.errors import UserError
+from contracts.message import decode
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Device
 from contracts.trials import LOCAL, SERVER_START

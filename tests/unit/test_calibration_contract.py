@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from contracts.calibration import Calibration, CalibrationRow
-from contracts.dataclass_json import decode, encode
 from contracts.device import key, stack_key
 from contracts.errors import UserError
+from contracts.message import decode, encode
 from contracts.run import Experiment, Manifest, read_manifest
 from testbed.cli.calibrate import json_tables
 from testbed.devices import load_device

@@ -1,4 +1,4 @@
-"""The one dataclass<->JSON codec (`contracts.dataclass_json`): strict where a mismatch is a bug, and
+"""The one dataclass<->JSON codec (`contracts.message`): strict where a mismatch is a bug, and
 optional keys absent rather than null."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from contracts.dataclass_json import Message, decode, encode, omitted
+from contracts.message import Message, decode, encode, omitted
 from contracts.profiles import LinkSpec
 
 
