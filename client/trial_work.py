@@ -23,6 +23,7 @@ import numpy as np
 from client.sampling import SelfTimed, Work
 from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid
+from contracts.hosts import Role
 from contracts.ops import execute
 from contracts.trials import GRPC, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
@@ -127,7 +128,7 @@ def works(
     method's requests calibrate their own. gRPC's stages stay in this process (its server lives long)."""
     if operands is None:  # the caller's, when it holds the trials' already (the trial worker)
         operands = trial_operands(op, size, dtype, seed)
-    in_requests = role == "server" and bool(cgi_argv)
+    in_requests = role == Role.SERVER and bool(cgi_argv)
     kernel = lambda: execute(op, operands)  # noqa: E731
     out: list[tuple[str, str | None, Work, int]] = []
     if not in_requests or GRPC in codecs:  # one kernel for every method (gRPC's: its long-lived server)
@@ -142,7 +143,7 @@ def works(
             out.append(("kernel", name, request.work("compute"), 0))
             out.append(("encode", name, request.work("encode"), result.nbytes))
             continue
-        if role == "server":  # what `server.stages.run_stages` times
+        if role == Role.SERVER:  # what `server.stages.run_stages` times
             if name == GRPC:  # the message names its op
                 request = codec.encode_op_request(op, operands)
                 decode = lambda c=codec, b=request: c.decode_op_request(b, {})  # noqa: E731

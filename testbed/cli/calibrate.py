@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 
 from contracts.calibration import DECODE, ENCODE, KERNEL, Calibration, CalibrationRow
+from contracts.device import Mode
 from contracts.errors import UserError
 from contracts.grid import parse_sizes
+from contracts.hosts import Role
 from contracts.profiles import MIN_CPU_QUOTA
 from contracts.trials import SERVER_START
 from testbed.cli.args import (
@@ -72,11 +74,11 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
         )
     ops = [o for o in args.ops.split(",") if o.strip()]
     codecs = [c for c in args.codecs.split(",") if c.strip()]
-    if args.host == "server" and (args.mode != "scaled" or slow_host is not None):
+    if args.host == Role.SERVER and (args.mode != Mode.SCALED or slow_host is not None):
         raise UserError("the server is emulated in scaled mode only", "use --mode scaled and no --slow-host")
     require_root()
     inv = load(args)
-    if args.host == "client":
+    if args.host == Role.CLIENT:
         inv = inv.with_client_cpu(device_emulation.client_cpu(device, args.mode))
     else:  # the calibration computes with the device's BLAS threads, as the server does in a sweep
         inv = inv.with_server_blas(device.blas_threads)
@@ -84,7 +86,7 @@ def calibrate_device(args: argparse.Namespace, sizes: list[int]) -> int:
     lab.require_up()
     grid = (
         device_emulation.server_grid(lab, device, ops, sizes, codecs)
-        if args.host == "server"
+        if args.host == Role.SERVER
         else Grid.of(ops, sizes, codecs)
     )
     result = device_emulation.emulate(lab, device, args.mode, grid, slow_host)

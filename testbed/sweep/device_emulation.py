@@ -17,12 +17,13 @@ import statistics
 from dataclasses import replace
 
 from contracts.calibration import KERNEL, Calibration, CalibrationRow
-from contracts.device import MODES, DeviceProfile, Grid
+from contracts.device import MODES, DeviceProfile, Grid, Mode
 from contracts.errors import UserError
+from contracts.hosts import Role
 from contracts.message import decode
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Device
-from contracts.trials import LOCAL, SERVER_START
+from contracts.trials import LOCAL, SERVER_START, Stack
 from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
@@ -84,7 +85,7 @@ def emulate_server_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> Cali
     """Calibrate the server host for its device (scaled: the server's stages are scaled from the CPU
     time it measures around each, whatever mode the client is emulated in)."""
     grid = server_grid(
-        lab, device, exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed, exp.server_stack == "cgi"
+        lab, device, exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed, exp.server_stack == Stack.CGI
     )
     return emulate(lab, device, "scaled", grid)
 
@@ -120,15 +121,15 @@ def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
     `emulate` sets from the calibration (a whole core until then)."""
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}", f"use one of: {', '.join(MODES)}")
-    return CpuProfile(cpu_quota=None if mode == "scaled" else 1.0, blas_threads=device.blas_threads)
+    return CpuProfile(cpu_quota=None if mode == Mode.SCALED else 1.0, blas_threads=device.blas_threads)
 
 
 def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "client") -> Calibration:
     """Set the client host up as the device for everything the experiment's trials time; `host`: a
     further client host that calibrates (several clients are emulated scaled)."""
     grid = Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed)
-    if host != "client":
-        if exp.mode != "scaled":
+    if host != Role.CLIENT:
+        if exp.mode != Mode.SCALED:
             raise ValueError(f"client host {host} calibrating in {exp.mode} mode")  # refused in check
         check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
         return _calibration(lab, host, device, grid, limited=False)
@@ -153,15 +154,15 @@ def emulate(
     scaling CPU time rather than wall time. The client's quota in force before is put back after.
     """
     check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
-    if grid.role == "server":
-        if mode != "scaled" or slow_host is not None:
+    if grid.role == Role.SERVER:
+        if mode != Mode.SCALED or slow_host is not None:
             raise UserError(
                 "the server is emulated in scaled mode only",
                 "use --mode scaled and no --slow-host with --host server",
             )
         return _calibration(lab, "server", device, grid, limited=False)
     if slow_host is not None:
-        if mode != "scaled":
+        if mode != Mode.SCALED:
             raise UserError("a slower host is emulated for the scaled mode only", "use --mode scaled")
         before = lab.cpu_in_force().fraction or 1.0
         limit = lab.set_client_quota(slow_host)
@@ -171,7 +172,7 @@ def emulate(
             lab.set_client_quota(before)
         return replace(calibration, slow_host=limit.fraction or slow_host)
     calibration = _calibration(lab, "client", device, grid, limited=False)
-    if mode == "scaled":
+    if mode == Mode.SCALED:
         return calibration
     quotas = work_quotas(calibration.rows)
     if quotas["base"] > 1:
@@ -278,7 +279,7 @@ def record(
             section = Device(profile=device.as_dict(), mode=mode)
             run.client_devices.append(section)
     else:
-        name = "device" if role == "client" else "server_device"
+        name = "device" if role == Role.CLIENT else "server_device"
         if getattr(run, name) is None:
             setattr(run, name, Device(profile=device.as_dict(), mode=mode))
         section = getattr(run, name)
@@ -314,8 +315,8 @@ def reusable(
     if client is not None:
         section = manifest.manifest.client_device(device)
     else:
-        section = getattr(manifest.manifest, "device" if role == "client" else "server_device")
-    if mode != "scaled" or not embedded or section is None or section.mode != "scaled":
+        section = getattr(manifest.manifest, "device" if role == Role.CLIENT else "server_device")
+    if mode != Mode.SCALED or not embedded or section is None or section.mode != Mode.SCALED:
         return None
     mine = [c for c in section.calibrations if c.replica == replica and c.client == client]
     last = mine[-1] if mine else None
