@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
+from client.calibration_work import works
 from client.sampling import mean_seconds
-from client.trial_work import works
 from contracts.device import DeviceProfile, SpeedCurve, work
 
 PROFILE_PRECISION = 0.05  # each work's mean known within 5%

@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
+from client.calibration_work import grid_works, target_s
 from client.sampling import BUDGET_S, precise, sampled
-from client.trial_work import grid_works, target_s
 from contracts.calibration import Calibration, CalibrationRow, work_key
 from contracts.device import DeviceProfile, Grid
 

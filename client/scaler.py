@@ -107,7 +107,7 @@ class Scaler:
     def server_key(self, kind: str, op: str, size: int, codec: str) -> str:
         """The server's kind of work in a trial with `codec`: its kernel is the one calibrated in that
         method's requests when the server's calibration has it (the cgi stack:
-        `client.trial_work.works`), else the one of every method."""
+        `client.calibration_work.works`), else the one of every method."""
         if kind == "kernel" and key(kind, op, size, codec) not in (self.server_scale or {}):
             codec = None
         return key(kind, op, size, codec)

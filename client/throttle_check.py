@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from client.calibration_work import grid_works, target_s
 from client.sampling import mean_seconds
-from client.trial_work import grid_works, target_s
 from contracts.calibration import Calibration, CalibrationRow
 from contracts.device import DeviceProfile, Grid, key
 from contracts.profiles import too_short

@@ -25,13 +25,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from client.calibration_work import trial_operands
 from client.device_cores import DeviceCores, Pacer
 from client.grpc_offload import GrpcOffloadClient
 from client.host_references import HostReferences
 from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
 from client.scaler import Scaler
 from client.throttle import Aligner
-from client.trial_work import trial_operands
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
 from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT, PYTHON

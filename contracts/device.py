@@ -158,7 +158,7 @@ class Grid:
     seed: int = 1
     role: str = "client"
     # the server's cgi stack: argv of a process that answers one request as the stack's do (CGI
-    # variables in its environment, the body on stdin; `client.trial_work.CgiRequest`), in which the
+    # variables in its environment, the body on stdin; `client.calibration_work.CgiRequest`), in which the
     # server's HTTP stages are timed (empty: another stack, timed in the calibration's process)
     cgi_argv: tuple[str, ...] = ()
     start_up: bool = False  # with cgi_argv: also the stack's start-up (`server_start`), a kind of work

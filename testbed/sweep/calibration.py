@@ -94,7 +94,9 @@ def calibrate_host(
             result = device_emulation.emulate_for(lab, profile, exp, host or role)
         else:
             result = device_emulation.emulate_server_for(lab, profile, exp)
-        device_emulation.record(manifest, profile, mode, result, now(), role, lab.replica, replicas, client)
+        device_emulation.record_calibration(
+            manifest, profile, mode, result, now(), role, lab.replica, replicas, client
+        )
     missed = device_emulation.flagged(result)
     if role == Role.SERVER:  # its kernel is in every remote trial of its (op, size), in no local one
         missed = server_marks(exp, missed)

@@ -258,7 +258,7 @@ def _calibration(
     return decode(Calibration, json.loads(out.stdout))
 
 
-def record(
+def record_calibration(
     manifest: ManifestFile,
     device: DeviceProfile,
     mode: str,

@@ -117,7 +117,7 @@ def test_a_hosts_answer_says_whose_it_is_and_the_manifest_leaves_that_to_its_sec
     exp = Experiment("cal", ("mul",), (200,), (10.0,), ("json",), 1)
     manifest = ManifestFile(tmp_path / "manifest.json", Manifest("run", "running", exp))
     profile = load_device("paper-p4")
-    device_emulation.record(manifest, profile, "scaled", answer, "now", role="server")
+    device_emulation.record_calibration(manifest, profile, "scaled", answer, "now", role="server")
     (saved,) = json.loads((tmp_path / "manifest.json").read_text())["server_device"]["calibrations"]
     assert saved["at"] == "now" and saved["scale"] == {"k": 2.0}
     assert not {"device", "mode", "role", "slow_host"} & set(saved)

@@ -18,7 +18,7 @@ from testbed.experiment import load_experiment, planned_trials
 from testbed.overrides import override
 from testbed.run_files import ManifestFile
 from testbed.sweep.bookkeeping import start_run
-from testbed.sweep.device_emulation import record, reusable
+from testbed.sweep.device_emulation import record_calibration, reusable
 from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials
 from tests.fakes import FAKE_SWEEP, calibration_answers, healthy_worker
@@ -169,9 +169,9 @@ def test_a_session_reuses_each_client_hosts_own_calibration(tmp_path):
     def calibration(slowdown: float) -> Calibration:
         return Calibration(tolerance_pct=10.0, rows=rows, scale={"k": slowdown})
 
-    record(manifest, p4, "scaled", calibration(1.0), "first")
-    record(manifest, bone, "scaled", calibration(2.0), "second", client="client3")
-    record(manifest, p4, "scaled", calibration(3.0), "third", client="client2")
+    record_calibration(manifest, p4, "scaled", calibration(1.0), "first")
+    record_calibration(manifest, bone, "scaled", calibration(2.0), "second", client="client3")
+    record_calibration(manifest, p4, "scaled", calibration(3.0), "third", client="client2")
     assert reusable(manifest, "client", "scaled", None, True, P4).at == "first"
     assert reusable(manifest, "client", "scaled", None, True, BONE, "client3").at == "second"
     assert reusable(manifest, "client", "scaled", None, True, P4, "client2").at == "third"

@@ -178,8 +178,8 @@ def test_the_manifest_keeps_every_calibration_and_the_quota(tmp_path, scripted):
     exp = Experiment("cal", ("mul",), (100,), (10.0,), ("raw",), 3)
     manifest = ManifestFile(tmp_path / "manifest.json", Manifest("run", "running", exp))
     result = device_emulation.emulate(lab, device, "throttle", Grid.of(["mul"], [500, 1200], ["raw"]))
-    device_emulation.record(manifest, device, "throttle", result, "now")
-    device_emulation.record(manifest, device, "throttle", result, "later")
+    device_emulation.record_calibration(manifest, device, "throttle", result, "now")
+    device_emulation.record_calibration(manifest, device, "throttle", result, "later")
     saved = json.loads((tmp_path / "manifest.json").read_text())["device"]
     assert saved["profile"]["name"] == DEVICE and saved["mode"] == "throttle"
     assert [c["at"] for c in saved["calibrations"]] == ["now", "later"]

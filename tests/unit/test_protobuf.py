@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client.trial_work import works
+from client.calibration_work import works
 from contracts import offload_pb2 as pb
 from contracts.codecs import CODECS, CodecError, get_codec
 from contracts.errors import UserError

@@ -11,9 +11,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from client.calibration_work import CgiRequest, works
 from client.sampling import SelfTimed
 from client.scaled_calibration import calibrate
-from client.trial_work import CgiRequest, works
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import read_manifest, write_manifest
