@@ -6,7 +6,7 @@ and method. A cell without a successful trial stays in the table as `missing` (n
 so a failure can never pass for a result; its failed trials are still counted.
 
 With clients of several devices each way to offload is named with its device (`raw on paper-p4`,
-`contracts.trials.offload_label`) and each device has its own local baseline: a cell is compared with
+`contracts.stages.offload_label`) and each device has its own local baseline: a cell is compared with
 the local trials of its own device (column `device`; empty when the run's clients were of one device),
 never with another device's, nor with all of them pooled.
 """
@@ -22,7 +22,7 @@ from analysis.load import row_devices
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
 from contracts.run import Manifest
-from contracts.trials import LOCAL, STAGES, label_clients, label_device, label_without_device, on_device
+from contracts.stages import LOCAL, STAGES, label_clients, label_device, label_without_device, on_device
 
 KEYS = ["op", "size", "rate_mbps", "method"]
 PREFERRED_METHODS = ("json", "ujson", "raw")

@@ -28,7 +28,7 @@ from analysis.cells import KEYS, cell_table
 from analysis.decisions import OFFLOAD, STAY, decision_marks
 from analysis.load import load_run, writable_dir
 from contracts.errors import UserError
-from contracts.trials import LOCAL, label_device, label_without_device, on_device
+from contracts.stages import LOCAL, label_device, label_without_device, on_device
 
 STAGE_MEAN = re.compile(r"^(t_\w+)_mean$")
 SHOWN = 8  # differing cells and means named in the summary; the CSVs have them all

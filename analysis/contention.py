@@ -2,7 +2,7 @@
 where the time went, and energy per client.
 
 A run with several clients (`clients:` and `contention:` in its experiment) has each cell offloaded by
-k clients at once; the analysis names such a way to offload `raw-x4` (`contracts.trials.offload_label`),
+k clients at once; the analysis names such a way to offload `raw-x4` (`contracts.stages.offload_label`),
 so its decisions, penalties and stage figures treat k as it treats a method. Here, per (op, size,
 rate, method) and k:
 
@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 
 from analysis.decisions import OFFLOAD, decision_marks
 from analysis.style import method_styles
-from contracts.trials import LOCAL, label_clients, label_device, label_without_clients, on_device
+from contracts.stages import LOCAL, label_clients, label_device, label_without_clients, on_device
 
 KEYS = ["op", "size", "rate_mbps", "method"]  # method: the base label, without its number of clients
 SERVER = ["t_server_decode", "t_server_compute", "t_server_encode"]

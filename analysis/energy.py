@@ -31,7 +31,7 @@ from analysis.stats import ci95, welch
 from contracts.errors import UserError
 from contracts.power import Power, power_of_profile
 from contracts.run import MANIFEST_FILE, Manifest
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 
 KEYS = ["op", "size", "rate_mbps", "method"]
 

@@ -16,7 +16,7 @@ import pandas as pd
 from contracts import run as run_files
 from contracts.errors import UserError
 from contracts.run import COLUMNS, MANIFEST_FILE, PACKED_TRIALS_FILE, TRIALS_FILE, Manifest
-from contracts.trials import LOCAL, STAGES, offload_label
+from contracts.stages import LOCAL, STAGES, offload_label
 
 # numeric columns, NaN where a row has no value (not measured, a failed trial, an older run)
 NUMBERS = (
@@ -37,7 +37,7 @@ class Run:
     """A run as the analysis sees it: one row per trial, plus the manifest if there is one."""
 
     run_dir: Path
-    # line, op, size, rate_mbps, method (with its server: contracts.trials.offload_label), server, ok,
+    # line, op, size, rate_mbps, method (with its server: contracts.stages.offload_label), server, ok,
     # error, dtype, run_id, t_total, *STAGES
     trials: pd.DataFrame
     manifest: Manifest | None  # annotates the report and names the planned grid; may be missing

@@ -22,9 +22,9 @@ import pandas as pd
 
 from analysis.load import writable_dir
 from contracts.errors import UserError
+from contracts.stages import LOCAL
 from contracts.tasks import STREAM_FILE, TASKS_FILE, read_tasks
 from contracts.trace import ReplayPlan
-from contracts.trials import LOCAL
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend

@@ -27,7 +27,7 @@ from contracts.device import work
 from contracts.errors import UserError
 from contracts.grid import parse_rates, parse_sizes
 from contracts.run import Manifest
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 
 COLUMNS = [
     "op",

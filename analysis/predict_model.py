@@ -27,7 +27,7 @@ from analysis.stats import t_quantile
 from contracts.device import operand_bytes, result_bytes, work
 from contracts.errors import UserError
 from contracts.run import Manifest
-from contracts.trials import LOCAL, STAGES
+from contracts.stages import LOCAL, STAGES
 from contracts.units import expected_goodput
 
 # marshalling stage -> which matrix data it handles

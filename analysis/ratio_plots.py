@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from analysis.cells import REFERENCE_METHOD
 from analysis.style import rate_label
-from contracts.trials import DEVICE_MARK, label_device, label_without_device
+from contracts.stages import DEVICE_MARK, label_device, label_without_device
 
 MISSING_COLOR = "#DDDDDD"
 # colour bar ticks for ratios, coarse to fine: the first set with three ticks in range is used

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import row_devices
-from contracts.trials import LOCAL, STAGES, on_device
+from contracts.stages import LOCAL, STAGES, on_device
 
 QUANTITIES = ("t_total", *STAGES)
 CELL = ["op", "size", "rate_mbps", "method"]

@@ -16,7 +16,7 @@ from analysis.cells import cell_devices, method_order
 from analysis.decisions import MISSING, OFFLOAD, STAY, UNDECIDED, decision_marks, format_mbps
 from analysis.report_html import e
 from analysis.style import STAGE_LABELS
-from contracts.trials import STAGES
+from contracts.stages import STAGES
 
 
 def _and(items: list[str], word: str = "and") -> str:

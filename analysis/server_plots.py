@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.style import STAGE_COLORS, STAGE_LABELS, method_styles
-from contracts.trials import GRPC, SERVER_STAGES, label_server, label_without_device
+from contracts.stages import GRPC, SERVER_STAGES, label_server, label_without_device
 
 GROUP_WIDTH = 0.8
 

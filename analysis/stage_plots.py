@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis.style import OTHER_COLOR, STAGE_COLORS, STAGE_LABELS, method_styles, rate_label
-from contracts.trials import DEVICE_MARK, STAGES, label_device
+from contracts.stages import DEVICE_MARK, STAGES, label_device
 
 GROUP_WIDTH = 0.8
 OTHER_MIN = 0.005  # fraction of the total below which a remainder is rounding, not a missing stage

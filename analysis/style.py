@@ -5,7 +5,7 @@ Colours are Okabe-Ito: distinguishable with the common colour-vision deficiencie
 
 from __future__ import annotations
 
-from contracts.trials import STAGES
+from contracts.stages import STAGES
 
 # "t_client_encode" -> "client encode"; communication is spelled out
 STAGE_LABELS = {s: s.removeprefix("t_").replace("_", " ").replace("comm", "communication") for s in STAGES}

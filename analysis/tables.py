@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from contracts.trials import STAGES
+from contracts.stages import STAGES
 
 CELL_COLUMNS = [
     "op",

@@ -31,7 +31,7 @@ from analysis.stats import ci95
 from contracts.device import DeviceProfile, operand_bytes, result_bytes
 from contracts.hosts import Role
 from contracts.run import Device, Manifest
-from contracts.trials import LOCAL, PYTHON, label_server, method_codec
+from contracts.stages import LOCAL, PYTHON, label_server, method_codec
 
 # stage column -> (role, kind of work, the matrix data it handles)
 STAGE_WORK = {

@@ -27,7 +27,7 @@ from analysis.load import load_run
 from analysis.stopping import PRECISE, SIGNIFICANT
 from contracts.errors import UserError
 from contracts.run import Manifest
-from contracts.trials import offload_label
+from contracts.stages import offload_label
 from testbed.experiment import Experiment, load_experiment
 from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials

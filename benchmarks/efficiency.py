@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from benchmarks.common import Row, median, skipped
 from benchmarks.session import BenchError, goodput, run_ok, trial
-from contracts.trials import GRPC
+from contracts.stages import GRPC
 from testbed.backends.lab import Lab
 from testbed.sweep.worker_link import WorkerLink
 

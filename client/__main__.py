@@ -27,7 +27,7 @@ from client.offload import (
 from contracts.codecs import CODECS, DEFAULT_CODEC
 from contracts.errors import UserError
 from contracts.ops import OPS
-from contracts.trials import DTYPES, GRPC
+from contracts.stages import DTYPES, GRPC
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_GRPC = "127.0.0.1:50051"

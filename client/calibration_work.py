@@ -25,7 +25,7 @@ from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid
 from contracts.hosts import Role
 from contracts.ops import execute
-from contracts.trials import GRPC, SERVER_START, method_codec, parse_server_timing
+from contracts.stages import GRPC, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
 
 

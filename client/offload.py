@@ -23,7 +23,7 @@ from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
-from contracts.trials import (
+from contracts.stages import (
     DTYPES,
     SERVER_LOCK_WAIT,
     SERVER_QUEUE,

@@ -37,7 +37,7 @@ import statistics
 from collections import deque
 
 from contracts.device import key, stack_key
-from contracts.trials import LOCAL, PYTHON
+from contracts.stages import LOCAL, PYTHON
 
 CLIENT, SERVER = "client", "server"  # whose slowdowns a reference run moves
 CLIENT_STAGES = (("client_encode", "encode"), ("client_decode", "decode"))

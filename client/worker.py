@@ -34,7 +34,7 @@ from client.scaler import Scaler
 from client.throttle import Aligner
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
-from contracts.trials import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT, PYTHON
+from contracts.stages import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT, PYTHON
 from contracts.worker_api import TrialResult, TrialSpec
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from contracts.device import key, stack_key
 from contracts.message import decode_fields, encode_fields, omitted
-from contracts.trials import SERVER_START
+from contracts.stages import SERVER_START
 
 KERNEL, ENCODE, DECODE = "kernel", "encode", "decode"  # the kinds of work a trial times, with SERVER_START
 

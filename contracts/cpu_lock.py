@@ -5,7 +5,7 @@ each other. Every process that times CPU work (the client's trial worker, the of
 the host-wide lock named in its environment (`TESTBED_CPU_LOCK`) exactly around each timed stage:
 before the stage's clocks start and after they stop, so the time spent waiting counts in no stage.
 (On the server it falls inside the request, between its body's arrival and its reply: the server
-reports it, `contracts.trials.SERVER_LOCK_WAIT`, and communication, the request's wall time minus the
+reports it, `contracts.stages.SERVER_LOCK_WAIT`, and communication, the request's wall time minus the
 server's measured stages, excludes it too.) Without the variable there is nothing to wait for.
 
 `flock` on a file: the kernel releases it when its holder dies, and network namespaces share the
@@ -59,7 +59,7 @@ class CpuLock:
     @contextmanager
     def held(self) -> Iterator[float]:
         """Hold the lock for the block; it gets the seconds waited for it, which a server reports
-        (`contracts.trials.SERVER_LOCK_WAIT`) so that no stage and no communication counts them."""
+        (`contracts.stages.SERVER_LOCK_WAIT`) so that no stage and no communication counts them."""
         waited = self.take()
         try:
             yield waited

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 from contracts.hosts import Role
-from contracts.trials import LOCAL, SERVER_START, method_codec
+from contracts.stages import LOCAL, SERVER_START, method_codec
 
 
 class Mode(StrEnum):

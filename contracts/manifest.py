@@ -19,7 +19,7 @@ from contracts.message import decode, encode_fields
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.run_format import FORMAT_VERSION, check_version
-from contracts.trials import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, offload_label, offloads
+from contracts.stages import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, offload_label, offloads
 
 MANIFEST_FILE = "manifest.json"
 
@@ -103,7 +103,7 @@ class Experiment:
         return [(p, io) for p in self.parallelism or (None,) for io in self.io_kb or (None,)]
 
     def offload_labels(self) -> list[str]:
-        """Its ways to offload as the analysis names them (`contracts.trials.offload_label`): each
+        """Its ways to offload as the analysis names them (`contracts.stages.offload_label`): each
         method and server, with each transfer setting and each number of clients at once it varies."""
         return [
             offload_label(method, server, k, p, io, c)

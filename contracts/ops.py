@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contracts.trials import DTYPES
+from contracts.stages import DTYPES
 
 MAX_RESULT_ELEMENTS = 1 << 28  # 2 GiB of float64: a small (n x 1) @ (1 x n) must not ask for terabytes
 # NumPy multiplies integer matrices without BLAS: 0.33 G int64 multiply-adds/s against 13 G for float64

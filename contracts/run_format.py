@@ -22,11 +22,11 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   to 3 load with the column empty and the stack `wsgi` (the only one they had); resuming one
   rewrites its trials.csv in version 4's columns first.
 - 5: the column `server` (the language of the gRPC server a `grpc` row offloaded to, of
-  `contracts.trials.GRPC_SERVERS`; `python` for every HTTP row; empty for local rows) and the
+  `contracts.stages.GRPC_SERVERS`; `python` for every HTTP row; empty for local rows) and the
   experiment's `servers`. Older runs load with the column empty, which means Python (their only
   server), and `servers` `["python"]`; resuming one rewrites its trials.csv in version 5's columns.
 - 6: the column `t_server_queue` (a request's wait at the server for a work slot once its body had
-  arrived: `contracts.trials.SERVER_QUEUE`; communication excludes it, the completion time includes
+  arrived: `contracts.stages.SERVER_QUEUE`; communication excludes it, the completion time includes
   it). Older runs load with it empty (their communication includes what little queueing one client
   met); resuming one rewrites its trials.csv in version 6's columns.
 - 7: the columns `client` (which client host of several ran the trial, 1..N) and `clients` (how many

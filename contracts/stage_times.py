@@ -2,7 +2,7 @@
 and a stream's tasks.csv (`contracts.tasks`) both hold, defined once so the two files cannot name or
 type them differently.
 
-The stages are `contracts.trials.STAGES`, in the order they happen (the paper's Fig. 3); seconds,
+The stages are `contracts.stages.STAGES`, in the order they happen (the paper's Fig. 3); seconds,
 empty (None) where a trial did not measure one (a local trial has only `t_total`).
 """
 

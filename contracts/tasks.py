@@ -27,7 +27,7 @@ from typing import Any
 from contracts.errors import UserError
 from contracts.row_file import FALSE_WORDS, TRUE_WORDS, RowWriter, repair
 from contracts.stage_times import StageTimes
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 
 TASKS_FILE = "tasks.csv"
 STREAM_FILE = (

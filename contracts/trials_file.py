@@ -21,7 +21,7 @@ from contracts.errors import UserError
 from contracts.row_file import FALSE_WORDS, TRUE_WORDS, RowWriter, repair
 from contracts.run_format import FORMAT_VERSION, check_version
 from contracts.stage_times import STAGE_TIMES, StageTimes
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 
 TRIALS_MARK = "# offload-testbed trials format "
 TRIALS_FILE = "trials.csv"
@@ -75,7 +75,7 @@ class TrialRecord(StageTimes, _TrialHead):
     # the testbed broke during the trial's first attempt and was repaired (the manifest's `repairs` say
     # how): what was repaired and why the first attempt failed; this row is the attempt that followed
     repair: str | None = None
-    connection: str | None = None  # a remote trial's connection policy (contracts.trials.CONNECTIONS)
+    connection: str | None = None  # a remote trial's connection policy (contracts.stages.CONNECTIONS)
     # the cgi stack's process start-up, inside t_request and counted in t_comm (the paper's
     # definition); empty on the wsgi stack, for gRPC and in runs of formats 1 to 3; and its CPU
     # seconds as the server reported them (what a server device would scale)

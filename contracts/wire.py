@@ -1,7 +1,7 @@
 """What every codec checks and shares: the wire's dtypes, shapes, byte counts, and the Codec base.
 
 The decoders are the server's trust boundary. They accept only 2-D matrices with positive dimensions
-of an allowed dtype (`contracts.trials.DTYPES`) and raise `CodecError` (the server answers 400) for
+of an allowed dtype (`contracts.stages.DTYPES`) and raise `CodecError` (the server answers 400) for
 anything else. Binary data becomes an array only through `np.frombuffer`, after its byte count
 matched the declared shapes exactly; nothing is unpickled or evaluated.
 """
@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from contracts.trials import DTYPES
+from contracts.stages import DTYPES
 
 MAX_OPERANDS = 16  # more than any op takes; keeps a hostile X-Shape from costing anything
 MAX_DIM_DIGITS = 9  # a dimension of a billion is already far beyond any limit

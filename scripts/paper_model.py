@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.decisions import cumulative_penalties, decision_vectors  # noqa: E402
 from analysis.paper_checks import held_out_summary, paper_checks  # noqa: E402
-from contracts.trials import LOCAL  # noqa: E402
+from contracts.stages import LOCAL  # noqa: E402
 from testbed.devices import load_device  # noqa: E402
 from testbed.estimate import DurationModel, HostSpeeds  # noqa: E402
 from testbed.experiment import Experiment, Validation  # noqa: E402

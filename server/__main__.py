@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.processes import stop_all
-from contracts.trials import SERVER_STACKS, Stack, grpc_port
+from contracts.stages import SERVER_STACKS, Stack, grpc_port
 from server.languages import LANGUAGES, grpc_argv, parse_languages, program
 from server.lighttpd import PASSED_VARS, LighttpdPlan, find_lighttpd
 from server.timing import load_pace

@@ -30,7 +30,7 @@ from typing import BinaryIO
 
 from contracts.cpu_lock import CpuLock
 from contracts.limits import Limits
-from contracts.trials import SERVER_START
+from contracts.stages import SERVER_START
 from server import handler
 from server.handler import BodyTooLarge, Reply, error_reply
 from server.timing import StageClock

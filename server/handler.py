@@ -20,7 +20,7 @@ from contracts import __version__
 from contracts.codecs import CODECS, get_codec
 from contracts.limits import Limits, check_request
 from contracts.ops import OPS, get_op
-from contracts.trials import DTYPES
+from contracts.stages import DTYPES
 from contracts.wire import Codec, CodecError
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages

@@ -7,7 +7,7 @@ sweep can put the server's language and its matrix library beside the marshallin
 dimension (the multi-language gRPC offloading studies in ../shared/papers/).
 
 Every one takes the same flags: `--bind`, `--port`, `--max-body-mb`, `--parent` (stop when that
-process is no longer the parent). Each listens on its own port (`contracts.trials.grpc_port`).
+process is no longer the parent). Each listens on its own port (`contracts.stages.grpc_port`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
-from contracts.trials import GRPC_SERVERS as LANGUAGES
+from contracts.stages import GRPC_SERVERS as LANGUAGES
 
 SERVER_DIR = Path(__file__).resolve().parent
 BINARIES = {

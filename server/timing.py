@@ -1,7 +1,7 @@
 """The server's stage clock: how long decode, compute and encode of one request took.
 
 Durations are milliseconds measured with `time.perf_counter` (and the process's CPU time with
-`time.process_time`), sent in the `Server-Timing` header (format in `contracts.trials`). Only stages that ran are reported, so an error after decoding still
+`time.process_time`), sent in the `Server-Timing` header (format in `contracts.stages`). Only stages that ran are reported, so an error after decoding still
 says how long decoding took.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from contracts.cpu_lock import CpuLock
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
-from contracts.trials import SERVER_LOCK_WAIT, SERVER_QUEUE, format_server_timing
+from contracts.stages import SERVER_LOCK_WAIT, SERVER_QUEUE, format_server_timing
 
 CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none otherwise
 

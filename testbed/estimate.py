@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contracts.device import DeviceProfile, Mode, operand_bytes, result_bytes, work
-from contracts.trials import GRPC, LOCAL, Stack, method_codec, offloads
+from contracts.stages import GRPC, LOCAL, Stack, method_codec, offloads
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
 

@@ -11,8 +11,7 @@ from contracts.device import MODES, Mode
 from contracts.errors import UserError
 from contracts.grid import parse_rates, parse_sizes
 from contracts.run import Experiment, Validation
-from contracts.transfer import MAX_PARALLELISM
-from contracts.trials import (
+from contracts.stages import (
     CONNECTIONS,
     DTYPES,
     GRPC,
@@ -23,6 +22,7 @@ from contracts.trials import (
     Stack,
     offloads,
 )
+from contracts.transfer import MAX_PARALLELISM
 from testbed.devices import load_device
 from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
 
@@ -36,7 +36,7 @@ def known_ops() -> tuple[str, ...]:
 def known_methods() -> tuple[str, ...]:
     """The codecs over HTTP, then the transports of their own (grpc)."""
     from contracts.codecs import CODECS
-    from contracts.trials import TRANSPORTS
+    from contracts.stages import TRANSPORTS
 
     return (*CODECS, *TRANSPORTS)
 

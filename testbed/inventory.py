@@ -15,7 +15,7 @@ from contracts.config import Section, load_yaml
 from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.profiles import CpuProfile, LinkSpec, blas_env, check_burst, check_cpu_quota
-from contracts.trials import GRPC_SERVERS, grpc_port
+from contracts.stages import GRPC_SERVERS, grpc_port
 from contracts.units import parse_rate
 
 ROLES = ("client", "appliance", "server")

@@ -9,7 +9,7 @@ from contracts.errors import UserError
 from contracts.grid import parse_rates, parse_sizes
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment
-from contracts.trials import (
+from contracts.stages import (
     DTYPES,
     GRPC_SERVERS,
 )

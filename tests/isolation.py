@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from contracts.processes import alive
-from contracts.trials import GRPC_SERVERS
+from contracts.stages import GRPC_SERVERS
 
 LEASE_DIR = Path(os.environ.get("TESTBED_TEST_LEASES", "/run/testbed-tests"))
 # inventory.py takes a prefix of at most 6 characters (interface names are limited to 15, and the

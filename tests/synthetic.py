@@ -31,7 +31,7 @@ from contracts.run import (
     TrialWriter,
     write_manifest,
 )
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 
 # seconds per byte to encode / decode, and bytes on the wire per float64 element
 CODEC = {"json": (40e-9, 24.0), "ujson": (15e-9, 24.0), "raw": (0.5e-9, 8.0), "msgpack": (3e-9, 9.0)}

@@ -303,7 +303,7 @@ class StageClock {
 
   bool empty() const { return stages_.empty(); }
 
-  // contracts/trials.py format_server_timing: `decode;dur=1.500;cpu=1.410, compute;dur=...`
+  // contracts/stages.py format_server_timing: `decode;dur=1.500;cpu=1.410, compute;dur=...`
   std::string header() const {
     std::string out;
     char buf[128];
@@ -312,7 +312,7 @@ class StageClock {
                     s.cpu_ms);
       out += buf;
     }
-    if (lock_.active()) {  // the waits for the CPU lock, which communication excludes (contracts/trials.py)
+    if (lock_.active()) {  // the waits for the CPU lock, which communication excludes (contracts/stages.py)
       std::snprintf(buf, sizeof buf, ", cpulock;dur=%.3f", waited_ms_);
       out += buf;
     }

@@ -529,7 +529,7 @@ func cpuSeconds() float64 {
 type stageClock struct {
 	lock   cpuLock
 	header []string
-	waited time.Duration // for the CPU lock: `cpulock`, which communication excludes (contracts/trials.py)
+	waited time.Duration // for the CPU lock: `cpulock`, which communication excludes (contracts/stages.py)
 }
 
 func (c *stageClock) stage(name string, body func() error) error {

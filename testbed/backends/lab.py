@@ -25,8 +25,8 @@ from contracts.errors import UserError
 from contracts.hosts import Role
 from contracts.message import encode
 from contracts.profiles import LinkSpec
+from contracts.stages import GRPC_SERVERS, PYTHON, Stack, grpc_port
 from contracts.trace import ReplayPlan
-from contracts.trials import GRPC_SERVERS, PYTHON, Stack, grpc_port
 from testbed.backends.host import Host
 from testbed.backends.life_cycle import LabUse
 from testbed.inventory import Inventory
@@ -86,10 +86,10 @@ class Lab(ABC):
     cgroup: str  # the client's CPU limit
     probes: dict[str, answers.ProbeReport]  # the hosts' answers to `probe`, by role, from the last preflight
     replica: int | None = None  # which of a sweep's testbeds this is (None: the sweep has one)
-    # how the offload server runs requests (contracts.trials.SERVER_STACKS): what `up` and a restart
+    # how the offload server runs requests (contracts.stages.SERVER_STACKS): what `up` and a restart
     # start; a sweep sets its experiment's, `testbed up --server-stack` the one asked for
     server_stack: str = "wsgi"
-    # the gRPC servers it starts (contracts.trials.GRPC_SERVERS), each on grpc_port plus its index: a
+    # the gRPC servers it starts (contracts.stages.GRPC_SERVERS), each on grpc_port plus its index: a
     # sweep sets its experiment's `servers`, `testbed up --servers` the ones asked for
     grpc_servers: tuple[str, ...] = (PYTHON,)
     # the server's work slots (requests working at once; the rest queue) and the server device its

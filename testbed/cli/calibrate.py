@@ -11,7 +11,7 @@ from contracts.errors import UserError
 from contracts.grid import parse_sizes
 from contracts.hosts import Role
 from contracts.profiles import MIN_CPU_QUOTA
-from contracts.trials import SERVER_START
+from contracts.stages import SERVER_START
 from testbed.cli.args import (
     always,
     load,

@@ -10,7 +10,7 @@ import sys
 from contracts.errors import UserError
 from contracts.hosts import Backend
 from contracts.profiles import CpuProfile
-from contracts.trials import GRPC_SERVERS, PYTHON, SERVER_STACKS, Stack
+from contracts.stages import GRPC_SERVERS, PYTHON, SERVER_STACKS, Stack
 from contracts.units import format_rate
 from testbed.cli.args import (
     always,

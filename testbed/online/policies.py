@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from analysis.predict_model import BorderModel
 from contracts.errors import UserError
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 
 KINDS = ("local", "remote", "online")
 MIN_WIRE_S = 0.005  # the shortest wire time a sample takes (a 128x128 probe's 3 Mbit: 600 Mbit/s)

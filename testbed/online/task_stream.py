@@ -31,9 +31,9 @@ from contracts.config import load_yaml
 from contracts.errors import UserError
 from contracts.grid import parse_sizes
 from contracts.run import Experiment
+from contracts.stages import LOCAL, STAGES
 from contracts.tasks import STREAM_FILE, TaskRecord, TaskWriter
 from contracts.trace import ReplayPlan
-from contracts.trials import LOCAL, STAGES
 from testbed.backends.lab import Lab
 from testbed.experiment import known_methods, known_ops
 from testbed.link.trace import DEFAULT_GRANULARITY_MS, load_trace

@@ -7,7 +7,7 @@ import logging
 
 from contracts.device import DeviceProfile, Mode
 from contracts.hosts import Backend, Role
-from contracts.trials import GRPC, LOCAL, SERVER_START
+from contracts.stages import GRPC, LOCAL, SERVER_START
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.run_files import ManifestFile, now

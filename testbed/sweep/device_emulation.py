@@ -23,7 +23,7 @@ from contracts.hosts import Role
 from contracts.message import decode
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Device
-from contracts.trials import LOCAL, SERVER_START, Stack
+from contracts.stages import LOCAL, SERVER_START, Stack
 from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment

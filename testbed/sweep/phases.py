@@ -25,7 +25,7 @@ from contracts.device import PACED, DeviceProfile, Mode
 from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
-from contracts.trials import GRPC
+from contracts.stages import GRPC
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
 from testbed.experiment import Experiment

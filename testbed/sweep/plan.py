@@ -5,7 +5,7 @@ first; with several clients, (..., server, clients at once, rep, client); with c
 requests outstanding per client before the clients, and each request stream after its client; with
 clients of several devices, each local repetition once per device, on that device's first client), so
 a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
-its own (`contracts.trials.offloads`): a run with the Python server alone numbers its trials as runs
+its own (`contracts.stages.offloads`): a run with the Python server alone numbers its trials as runs
 before servers did. The execution order within each phase
 (local baseline, then each rate) is shuffled from the experiment's seed, so slow drift on the machine
 does not line up with any one factor.
@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from itertools import product
 
-from contracts.trials import LOCAL, offloads
+from contracts.stages import LOCAL, offloads
 from testbed.devices import load_device
 from testbed.experiment import Experiment
 
@@ -31,7 +31,7 @@ class Trial:
     rate_mbps: float | None  # None for the local baseline
     method: str  # a codec, or "local"
     rep: int
-    server: str = ""  # the server's language (contracts.trials.GRPC_SERVERS); "" for the local baseline
+    server: str = ""  # the server's language (contracts.stages.GRPC_SERVERS); "" for the local baseline
     clients: int | None = None  # several clients: how many offload the cell at once (None: one client)
     client: int | None = None  # several clients: which of them runs this trial, 1..clients
     parallelism: int | None = None  # transfer settings a sweep varies (None: not varied)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from analysis.stopping import Rule, stop_reason
 from contracts.run import TrialRecord
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from testbed.experiment import Experiment
 from testbed.sweep.plan import Trial
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.run import MANIFEST_FILE
-from contracts.trials import PYTHON
+from contracts.stages import PYTHON
 from testbed.estimate import DurationModel, model_for
 from testbed.experiment import FLAGS, Experiment, load_experiment, trial_range
 from testbed.inventory import Inventory, load_inventory

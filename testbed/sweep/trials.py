@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.run import TrialRecord
-from contracts.trials import GRPC, LOCAL, offload_label
+from contracts.stages import GRPC, LOCAL, offload_label
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.link.guard import ShapingGuard, SwitchWatch

@@ -14,7 +14,7 @@ import pytest
 from benchmarks.loopback import free_port, stop
 from client.grpc_offload import ready
 from contracts.processes import group_alive
-from contracts.trials import GRPC_SERVERS
+from contracts.stages import GRPC_SERVERS
 from tests.servers import start_server
 
 

@@ -12,7 +12,7 @@ import pytest
 from client.grpc_offload import GrpcOffloadClient
 from client.offload import OffloadClient, make_operands
 from client.worker import TrialWorker
-from contracts.trials import PER_TRIAL, PERSISTENT
+from contracts.stages import PER_TRIAL, PERSISTENT
 from contracts.worker_api import TrialSpec
 
 TRIALS = 3

@@ -35,7 +35,7 @@ from contracts.cpu_lock import ENV as CPU_LOCK_ENV
 from contracts.errors import UserError
 from contracts.processes import alive, group_alive
 from contracts.protobuf_codec import EXECUTE
-from contracts.trials import SERVER_LOCK_WAIT, parse_server_timing
+from contracts.stages import SERVER_LOCK_WAIT, parse_server_timing
 from server.languages import LANGUAGES, program
 from tests.helpers import REPO
 from tests.servers import start_server

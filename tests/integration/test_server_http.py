@@ -20,7 +20,7 @@ from client.offload import OffloadClient, OffloadError, check_result, local, mak
 from contracts.codecs import CODECS
 from contracts.errors import UserError
 from contracts.ops import OPS
-from contracts.trials import parse_server_timing
+from contracts.stages import parse_server_timing
 from tests.helpers import REPO
 from tests.servers import EXPECTED, A, B, assert_healthy, post
 

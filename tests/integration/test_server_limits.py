@@ -20,7 +20,7 @@ import requests
 from benchmarks.loopback import LoopbackServer
 from benchmarks.memory import reset_peak, vm_kib
 from contracts.limits import MIB
-from contracts.trials import parse_server_timing
+from contracts.stages import parse_server_timing
 from tests.servers import assert_healthy
 
 PEAK_PER_REQUEST = 8  # x --max-body-mb above the idle worker: the bound docs/server.md documents

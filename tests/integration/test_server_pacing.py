@@ -16,7 +16,7 @@ import requests
 from benchmarks.loopback import stop
 from client.offload import OffloadClient, check_result, local, make_operands
 from contracts.device import DeviceProfile, SpeedCurve
-from contracts.trials import parse_server_timing
+from contracts.stages import parse_server_timing
 from tests.helpers import REPO
 from tests.servers import start_server
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from contracts.run import FORMAT_VERSION
-from contracts.trials import parse_server_timing
+from contracts.stages import parse_server_timing
 from server.app import create_app
 from server.handler import PID_HEADER
 from testbed.backends.lab import STATE_ROOT

@@ -30,7 +30,7 @@ from analysis.trial_fidelity import trial_fidelity
 from contracts.errors import UserError
 from contracts.power import Power
 from contracts.run import MANIFEST_FILE, TRIALS_FILE, read_manifest
-from contracts.trials import (
+from contracts.stages import (
     label_base,
     label_clients,
     label_device,

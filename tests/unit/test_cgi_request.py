@@ -20,7 +20,7 @@ import pytest
 
 from contracts.codecs import get_codec
 from contracts.limits import Limits
-from contracts.trials import parse_server_timing
+from contracts.stages import parse_server_timing
 from server import cgi
 from server.app import create_app
 from server.handler import PID_HEADER

@@ -28,7 +28,7 @@ from contracts.codecs import (
     get_codec,
 )
 from contracts.ops import DTYPES
-from contracts.trials import parse_server_timing
+from contracts.stages import parse_server_timing
 from contracts.wire import parse_shapes
 from server.timing import StageClock
 

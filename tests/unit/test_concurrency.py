@@ -15,7 +15,7 @@ from client.scaler import Scaler
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, read_trials
-from contracts.trials import label_clients, offload_label
+from contracts.stages import label_clients, offload_label
 from testbed.experiment import load_experiment, planned_trials
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep

@@ -26,7 +26,7 @@ from contracts.run import (
     read_trials,
     write_manifest,
 )
-from contracts.trials import label_base, label_clients, label_without_clients, method_codec, offload_label
+from contracts.stages import label_base, label_clients, label_without_clients, method_codec, offload_label
 from testbed.experiment import load_experiment, planned_trials
 from testbed.link import guard
 from testbed.sweep.bookkeeping import start_run

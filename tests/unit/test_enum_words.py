@@ -1,5 +1,5 @@
 """Roles, backends, modes and server stacks are compared through their enums (`contracts.hosts.Role`,
-`Backend`, `contracts.device.Mode`, `contracts.trials.Stack`), never as words: a word compared in one
+`Backend`, `contracts.device.Mode`, `contracts.stages.Stack`), never as words: a word compared in one
 place and spelt otherwise in another would silently never match. Checked on the source's syntax tree."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ast
 
 from contracts.device import Mode
 from contracts.hosts import Backend, Role
-from contracts.trials import Stack
+from contracts.stages import Stack
 from tests.helpers import REPO
 
 PACKAGES = ("contracts", "agent", "appliance", "client", "server", "analysis", "testbed", "benchmarks")

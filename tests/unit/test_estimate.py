@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from contracts.device import DeviceProfile, SpeedCurve
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from contracts.units import expected_goodput
 from testbed.estimate import (
     HTTP_HEADERS,

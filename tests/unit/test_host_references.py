@@ -8,7 +8,7 @@ from client.scaler import Scaler
 from client.worker import TrialWorker
 from contracts.cpu_lock import CpuLock, references_path
 from contracts.device import key
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from contracts.worker_api import TrialSpec
 
 ENCODE = ("client", key("encode", "mul", 400, "json"))

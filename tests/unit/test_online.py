@@ -13,8 +13,8 @@ from analysis.load import load_run
 from analysis.online import analyze_stream, oracle, policy_metrics, tasks_frame
 from analysis.predict_model import fit
 from contracts.errors import UserError
+from contracts.stages import LOCAL
 from contracts.tasks import TASKS_FILE, TaskRecord, TaskWriter, read_tasks
-from contracts.trials import LOCAL
 from testbed.link.trace import load_trace
 from testbed.online.policies import MIN_WIRE_S, AlwaysRemote, Decision, Online, Policy, make_policies
 from testbed.online.task_stream import PROBE_TRIAL, StreamSpec, load_stream, run_stream, task_stream

@@ -14,7 +14,7 @@ from client.calibration_work import works
 from contracts import offload_pb2 as pb
 from contracts.codecs import CODECS, CodecError, get_codec
 from contracts.errors import UserError
-from contracts.trials import method_codec
+from contracts.stages import method_codec
 from testbed.devices import load_device
 from testbed.overrides import override
 

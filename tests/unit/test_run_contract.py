@@ -26,8 +26,8 @@ from contracts.run import (
     write_manifest,
 )
 from contracts.stage_times import STAGE_TIMES, StageTimes
+from contracts.stages import STAGES
 from contracts.tasks import TASK_COLUMNS, TaskRecord
-from contracts.trials import STAGES
 from contracts.worker_api import TrialSpec
 from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
@@ -130,7 +130,7 @@ def test_what_the_sweep_writes_now_is_this_version_and_reads_back_the_same(tmp_p
 
 
 def test_trials_and_tasks_hold_the_stage_columns_of_one_definition():
-    """`contracts.stage_times` defines them once (the stages of `contracts.trials`); trials.csv and a
+    """`contracts.stage_times` defines them once (the stages of `contracts.stages`); trials.csv and a
     stream's tasks.csv each hold them in one block, after their own leading columns, as before."""
     assert ("t_total", *STAGES) == STAGE_TIMES
     assert issubclass(TrialRecord, StageTimes) and issubclass(TaskRecord, StageTimes)

@@ -12,7 +12,7 @@ from client.scaler import CLIENT, REFERENCE_WINDOW, SERVER, Scaler
 from client.worker import TrialWorker
 from contracts.calibration import CalibrationRow
 from contracts.device import key, stack_key
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from contracts.worker_api import TrialSpec
 from testbed.sweep.worker_link import emulation_args
 

@@ -17,7 +17,7 @@ from client.scaled_calibration import calibrate
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import read_manifest, write_manifest
-from contracts.trials import format_server_timing, parse_server_timing
+from contracts.stages import format_server_timing, parse_server_timing
 from server.timing import StageClock
 from testbed.devices import load_device
 from testbed.experiment import load_experiment

@@ -10,7 +10,7 @@ import pytest
 
 import server.languages as languages
 from contracts.errors import UserError
-from contracts.trials import grpc_port
+from contracts.stages import grpc_port
 from server.__main__ import main as server_main
 
 

@@ -17,7 +17,7 @@ from client.scaler import Scaler
 from contracts.device import DeviceProfile, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from testbed.backends.lab import CGI_DIR
 from testbed.experiment import load_experiment
 from testbed.overrides import override

@@ -17,7 +17,7 @@ from analysis.load import load_run
 from client.worker import TrialWorker
 from contracts.errors import UserError
 from contracts.run import FORMAT_VERSION, TrialRecord, TrialWriter, read_trials
-from contracts.trials import offload_label, offloads
+from contracts.stages import offload_label, offloads
 from contracts.worker_api import TrialSpec
 from testbed.experiment import load_experiment, planned_trials
 from testbed.overrides import override

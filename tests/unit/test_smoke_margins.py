@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from testbed.devices import load_device
 from testbed.estimate import model_for
 from testbed.experiment import load_experiment

@@ -1,7 +1,7 @@
 from collections import Counter
 
 from contracts.run import COLUMNS, FORMAT_VERSION, TRIALS_MARK, TrialRecord, TrialWriter, read_trials, repair
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from testbed.experiment import Experiment
 from testbed.sweep.plan import plan_trials, rate_groups
 

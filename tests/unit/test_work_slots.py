@@ -13,7 +13,7 @@ from client.offload import stage_times
 from client.scaler import Scaler
 from contracts.device import DeviceProfile, SpeedCurve
 from contracts.run import FORMAT_VERSION, TrialRecord, TrialWriter, read_trials
-from contracts.trials import format_server_timing, parse_server_timing
+from contracts.stages import format_server_timing, parse_server_timing
 from server.timing import StageClock
 
 DEVICE = DeviceProfile(

@@ -11,7 +11,7 @@ import pytest
 
 from client import worker as worker_main
 from contracts.run import COLUMNS, TrialRecord
-from contracts.trials import LOCAL
+from contracts.stages import LOCAL
 from contracts.worker_api import TrialResult, TrialSpec
 from testbed.experiment import Experiment
 from testbed.sweep.bookkeeping import trial_row

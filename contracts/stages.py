@@ -1,4 +1,5 @@
-"""The trial schema: what a trial is called, measured and written as, on every host and in the analysis.
+"""A trial's stages and names: what a trial is called, measured and written as, on every host and in the
+analysis (the stage schema: `STAGES`; the methods, servers and stacks; the `Server-Timing` format).
 
 `trials.csv` (its record and format: `contracts.run`) and the analysis that reads it agree through
 these names; the server's stage times reach the client in the standard
