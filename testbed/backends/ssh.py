@@ -23,7 +23,7 @@ from testbed.backends.lab import Lab
 from testbed.backends.ssh_host import SshHost
 from testbed.inventory import Inventory
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # testbed/backends/ssh.py -> the repository
 PACKAGES = ("contracts", "agent", "appliance", "client", "server")  # what a host needs: never testbed/
 
 

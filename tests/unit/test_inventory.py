@@ -200,3 +200,18 @@ def test_a_server_devices_blas_threads_go_to_every_server_process(tmp_path):
         env = lab.hosts["server"].env
         assert env["OPENBLAS_NUM_THREADS"] == "1" and env["OMP_NUM_THREADS"] == "1", type(lab).__name__
         assert "OPENBLAS_NUM_THREADS" not in (lab.hosts["appliance"].env or {})
+
+
+def test_an_ssh_hosts_code_is_every_module_of_the_roles_the_agent_and_the_core():
+    """What `up` ships to an SSH lab's hosts: exactly the project's files of those packages (an empty
+    archive would go unnoticed wherever the hosts share this machine's file system, as in the tests)."""
+    import io
+    import tarfile
+
+    from testbed.backends.ssh import PACKAGES, REPO, code_archive
+
+    with tarfile.open(fileobj=io.BytesIO(code_archive()), mode="r:gz") as tar:
+        shipped = sorted(tar.getnames())
+    expected = sorted(str(p.relative_to(REPO)) for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py"))
+    assert shipped == expected and "agent/__main__.py" in shipped and "contracts/hosts.py" in shipped
+    assert not any(name.startswith("testbed/") for name in shipped)
