@@ -12,7 +12,7 @@ has a value for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from contracts.message import Message, omitted
 
@@ -36,7 +36,9 @@ class TrialSpec(Message):
 class TrialResult(Message):
     """What the worker measured of one trial: whether it ran (`ok`, else `error`), its stage times in
     seconds and bytes on the wire, and with device emulation what was measured before scaling (the
-    `wall_*` and `cpu_*` times). Every field is the `trials.csv` column of its name."""
+    `wall_*` and `cpu_*` times). Every field is the `trials.csv` column of its name; the columns the
+    orchestrator adds (`emulation_flagged`, `replica`, `repair`) are not the worker's to say, so they
+    are not fields here: `testbed.sweep.bookkeeping.trial_row` takes them beside the result."""
 
     trial: int | None = omitted()
     started_at: str | None = omitted()  # ISO 8601, UTC, when its timed work began
@@ -70,7 +72,7 @@ class TrialResult(Message):
     wall_server_encode: float | None = omitted()
     wall_server_start: float | None = omitted()
 
-    def as_record(self) -> dict:
-        """The fields it has a value for, by column: what the sweep's bookkeeping completes into a row
-        (`testbed.sweep.bookkeeping.trial_row`), as it read the worker's JSON before this type."""
-        return self.to_json()
+    def failed(self, error: str) -> TrialResult:
+        """This result failed, saying why: how the orchestrator marks a trial it cannot keep (what it ran
+        through was wrong) while its measurements stay in the row."""
+        return replace(self, ok=False, error=error)

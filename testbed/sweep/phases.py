@@ -26,6 +26,7 @@ from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.stages import GRPC
+from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
 from testbed.experiment import Experiment
@@ -313,7 +314,7 @@ class Sweep(Together):
             lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
         if tb.problems.get(rate):
             for t in phase:
-                self.record(tb, t, {"ok": False, "error": tb.problems[rate]})
+                self.record(tb, t, TrialResult(ok=False, error=tb.problems[rate]))
             self.close_cells()
             return
         if tb.worker is None:
@@ -333,23 +334,25 @@ class Sweep(Together):
             for t in phase:
                 if self.source.stopped:
                     return  # another testbed failed, or the user interrupted: no row for what did not run
+                repair = None
                 if tb.problems.get(rate):  # the link broke and could not be repaired
-                    record = {"ok": False, "error": tb.problems[rate]}
+                    result = TrialResult(ok=False, error=tb.problems[rate])
                 elif guard is None:  # the local baseline: on client 1, or on its device's client
                     self.show(cell_label(t))
                     role = lab.client_roles[(t.client or 1) - 1]
                     worker = self.stream_worker(tb, role, role, [t])
-                    record, worker = run_trial(lab, exp, worker, self.run_dir, t)
+                    result, worker = run_trial(lab, exp, worker, self.run_dir, t)
                     self.keep_worker(tb, role, worker)
                 else:
                     self.show(cell_label(t))
                     with tb.quiet.shared():
-                        record, tb.worker, guard, tb.problems[rate] = run_checked(
+                        done, guard, tb.problems[rate] = run_checked(
                             lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
                         )
+                    result, tb.worker, repair = done.result, done.worker, done.repair
                 if self.source.stopped:
                     return  # the trial was cut short by the stop (its worker killed): it runs on resume
-                self.record(tb, t, self.flagged(tb, t, record))
+                self.record(tb, t, result, emulation_flagged=self.flagged(tb, t), repair=repair)
         if counters is not None:
             counters_after(self.manifest, counters, lab, [t.trial for t in phase])
         self.close_cells()
@@ -375,13 +378,14 @@ class Sweep(Together):
         else:
             tb.workers[name] = worker
 
-    def flagged(self, tb: Testbed, t: Trial, record: dict) -> dict:
-        """The record marked when a missed calibration target concerns its trial (its client host's)."""
+    def flagged(self, tb: Testbed, t: Trial) -> bool:
+        """Whether a missed calibration target concerns the trial (its client host's): its row's
+        `emulation_flagged`."""
         if self.device is not None or self.server_device is not None:
             host = self.calibrating_host(tb, tb.lab.client_roles[(t.client or 1) - 1])
             marks = tb.emulations[host][1] if host in tb.emulations else tb.marks
-            return {**record, "emulation_flagged": (t.op, t.size, t.method) in marks}
-        return record
+            return (t.op, t.size, t.method) in marks
+        return False
 
     def finish(self) -> None:
         """Close the files and the session, and take each testbed down (or restore its link). The
@@ -406,11 +410,20 @@ class Sweep(Together):
             raise late
 
     # ---------------------------------------------------------------- shared between testbeds
-    def record(self, tb: Testbed, t: Trial, record: dict) -> None:
-        """A trial's row, written at once; its cell's progress; the adaptive rule's results."""
-        if tb.lab.replica is not None:
-            record = {**record, "replica": tb.lab.replica}
-        row = trial_row(self.run_id, t, record)
+    def record(
+        self,
+        tb: Testbed,
+        t: Trial,
+        result: TrialResult,
+        *,
+        emulation_flagged: bool = False,
+        repair: str | None = None,
+    ) -> None:
+        """A trial's row (`trial_row`: the result, and what the sweep adds to it: the testbed's
+        replica), written at once; its cell's progress; the adaptive rule's results."""
+        row = trial_row(
+            self.run_id, t, result, emulation_flagged=emulation_flagged, replica=tb.lab.replica, repair=repair
+        )
         with self.lock:
             self.writer.write(row)
             self.failed += not row.ok

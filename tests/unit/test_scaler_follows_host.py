@@ -121,17 +121,17 @@ def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
     scaler = Scaler({k: 1000.0}, targets={k: 0.5})  # calibrated at 0.5 ms of host CPU
     worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
     spec = TrialSpec(trial=0, op="mul", size=size, dtype="float64", method=LOCAL)
-    first = worker.run(spec).as_record()
+    first = worker.run(spec).to_json()
     assert first["ok"], first
     assert first["t_total"] == pytest.approx(first["cpu_total"] * 1000.0)  # the calibration's alone
     assert list(scaler.recent[CLIENT][k]) == pytest.approx(
         [0.0005, first["cpu_total"]]
     )  # only the trial's run
-    second = worker.run(replace(spec, trial=1)).as_record()
+    second = worker.run(replace(spec, trial=1)).to_json()
     assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((0.0005 + first["cpu_total"]) / 2))
     assert list(scaler.recent[CLIENT][k]) == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])
     # untimed: a fresh process's first runs are no reference
-    warm_up = worker.run(replace(spec, trial=-1)).as_record()
+    warm_up = worker.run(replace(spec, trial=-1)).to_json()
     assert warm_up["ok"] and len(scaler.recent[CLIENT][k]) == 3
 
 
