@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from contracts.device import PACED, DeviceProfile, Mode
@@ -26,7 +27,7 @@ from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.stages import GRPC
-from contracts.worker_api import TrialResult
+from contracts.worker_api import TrialResult, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
 from testbed.experiment import Experiment
@@ -245,8 +246,10 @@ class Sweep(Together):
                     tb.lab, self.exp, self.manifest, self.progress, "client", profile, None,
                     None if self.recalibrate else self.session.started_at, host,
                 )  # fmt: skip
-                server = {k: v for k, v in (tb.calibration or {}).items() if k.startswith("server_")}
-                tb.emulations[host] = ({**result, **server}, missed)  # the server's, as client 1's
+                tb.emulations[host] = (
+                    result.with_server(tb.calibration),
+                    missed,
+                )  # the server's, as client 1's
 
     def client_profile(self, role: str) -> DeviceProfile | None:
         """The device client host `role` emulates (None: none, it runs as its host)."""
@@ -442,17 +445,17 @@ class Sweep(Together):
         with self.lock:
             self.progress.show(label)
 
-    def worker_emulation(self, tb: Testbed, role: str) -> dict | None:
+    def worker_emulation(self, tb: Testbed, role: str) -> WorkerEmulation | None:
         """What a trial worker on client host `role` emulates the devices with: the calibration, and
         with concurrency (scaled) the device's cores, a timeline every worker of that host shares
         (`client.device_cores`)."""
         host = self.calibrating_host(tb, role)
         calibration = tb.emulations[host][0] if host in tb.emulations else tb.calibration
         device = self.client_profile(role)
-        if not (self.exp.concurrency and calibration and calibration.get("scale") and device):
+        if not (self.exp.concurrency and calibration and calibration.scale and device):
             return calibration
         path = str(tb.lab.host(role).state_dir / "device-cores.json")
-        return {**calibration, "cores": [path, device.cores]}
+        return replace(calibration, cores=(path, device.cores))
 
     def worker_log(self, tb: Testbed, role: str = "client") -> Path:
         """worker.log; a replica's worker-R.log; a further client's (or request stream's) worker-NAME.log."""

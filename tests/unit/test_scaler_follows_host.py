@@ -13,7 +13,7 @@ from client.worker import TrialWorker
 from contracts.calibration import CalibrationRow
 from contracts.device import key, stack_key
 from contracts.stages import LOCAL
-from contracts.worker_api import TrialSpec
+from contracts.worker_api import TrialSpec, WorkerEmulation
 from testbed.sweep.worker_link import emulation_args
 
 KERNEL = key("kernel", "mul", 400)
@@ -148,11 +148,14 @@ def test_the_worker_gets_each_devices_targets_with_its_slowdowns():
     def row(target_s: float) -> CalibrationRow:  # of KERNEL
         return CalibrationRow.of("kernel", None, "mul", 400, target_s, achieved=target_s, tolerance_pct=10.0)
 
-    calibration = {"scale": {KERNEL: 100.0}, "rows": [row(1.0)],
-                   "server_scale": {KERNEL: 7.0}, "server_rows": [row(0.2)]}  # fmt: skip
+    calibration = WorkerEmulation(scale={KERNEL: 100.0}, rows=[row(1.0)],
+                                  server_scale={KERNEL: 7.0}, server_rows=[row(0.2)])  # fmt: skip
     args = emulation_args(calibration)
     assert json.loads(args[args.index("--targets") + 1]) == {KERNEL: 1.0}
     assert json.loads(args[args.index("--server-targets") + 1]) == {KERNEL: 0.2}
     assert json.loads(args[args.index("--scale") + 1]) == {KERNEL: 100.0} and "--server-scale" in args
-    assert emulation_args({"quotas": {"base": 0.1}}) == ["--quotas", '{"base": 0.1}']  # throttle: none
+    assert emulation_args(WorkerEmulation(quotas={"base": 0.1})) == [
+        "--quotas",
+        '{"base": 0.1}',
+    ]  # throttle: none
     assert emulation_args(None) == []
