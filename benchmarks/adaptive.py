@@ -28,6 +28,7 @@ from analysis.stopping import PRECISE, SIGNIFICANT
 from contracts.errors import UserError
 from contracts.run import Manifest
 from contracts.stages import offload_label
+from contracts.worker_api import TrialResult
 from testbed.experiment import Experiment, load_experiment
 from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
@@ -93,7 +94,7 @@ def replay(fixed_dir: Path, min_reps: int, precision: float | None = None) -> tu
             if key not in measured:
                 raise UserError(f"{fixed_dir} lacks {key}", "replay a complete fixed run")
             rounds.record(
-                trial_row("replay", trial, {"ok": measured[key] is not None, "t_total": measured[key]})
+                trial_row("replay", trial, TrialResult(ok=measured[key] is not None, t_total=measured[key]))
             )
             chosen.add(key)
     taken = t[[k in chosen for k in keys]]

@@ -76,9 +76,9 @@ def run_condition(
         ratios, totals, bounds = [], [], []
         for rep in range(reps):
             r = run_ok(worker, trial(rep, n, rate_mbps, method))
-            bound = r["bytes_up"] * 8 / gp["up"] + r["bytes_down"] * 8 / gp["down"] + r["t_server_compute"]
-            ratios.append(r["t_total"] / bound)
-            totals.append(r["t_total"])
+            bound = r.bytes_up * 8 / gp["up"] + r.bytes_down * 8 / gp["down"] + r.t_server_compute
+            ratios.append(r.t_total / bound)
+            totals.append(r.t_total)
             bounds.append(bound)
         rows.append(
             Row(

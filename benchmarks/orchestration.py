@@ -112,17 +112,15 @@ def bookkeeping(lab: Lab, worker: WorkerLink, n: int) -> list[Row]:
                 t = trial(i, BOOKKEEPING_SIZE, BOOKKEEPING_RATE)
                 start = time.perf_counter()
                 done = check.run(worker, t)
-                took, worker, record = time.perf_counter() - start, done.worker, done.record
+                took, worker, result = time.perf_counter() - start, done.worker, done.result
                 if not done.kept:
-                    raise BenchError(
-                        f"a bookkeeping trial failed or the testbed broke: {record.get('error')}"
-                    )
-                round_trips.append(took - done.check_s - record["t_total"])
+                    raise BenchError(f"a bookkeeping trial failed or the testbed broke: {result.error}")
+                round_trips.append(took - done.check_s - result.t_total)
                 checks.append(done.check_s)
                 start = time.perf_counter()
-                writer.write(trial_row("bench", t, record))
+                writer.write(trial_row("bench", t, result))
                 writes.append(time.perf_counter() - start)
-                totals.append(record["t_total"])
+                totals.append(result.t_total)
         finally:
             writer.close()
     cost, trial_ms = median(round_trips) + median(writes), median(totals) * 1e3

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from contracts.worker_api import TrialResult
 from testbed.backends import open_lab
 from testbed.backends.lab import Lab, require_root
 from testbed.experiment import Experiment, Validation
@@ -87,9 +88,9 @@ def trial(n: int, size: int, rate_mbps: float | None, method: str = "raw", op: s
     return Trial(n, op, size, "float64", rate_mbps, method, n)
 
 
-def run_ok(worker: WorkerLink, t: Trial) -> dict:
-    """The worker's record of one trial; a failed trial is an error here, not a data point."""
-    record = worker.run(t).as_record()
-    if not record.get("ok"):
-        raise BenchError(f"trial {t.op} {t.size} {t.method} failed: {record.get('error')}")
-    return record
+def run_ok(worker: WorkerLink, t: Trial) -> TrialResult:
+    """The worker's result of one trial; a failed trial is an error here, not a data point."""
+    result = worker.run(t)
+    if not result.ok:
+        raise BenchError(f"trial {t.op} {t.size} {t.method} failed: {result.error}")
+    return result

@@ -5,6 +5,9 @@ The sweep's link (`testbed.sweep.worker_link`) sends the client host's worker (`
 `contracts.message` (`to_json`, `from_json`), so a key one side writes and the other does not
 know is a `TypeError` where it is read (a bug: the two ends are one version), not a value dropped.
 
+How the worker emulates the devices is a `WorkerEmulation`, given once as its command line's flags
+(`testbed.sweep.worker_link.emulation_args`).
+
 The JSON is what the two ends exchanged before these types: the spec's eight keys, and the result's
 flat keys, each a column of `trials.csv` (`contracts.run.TrialRecord`), present only when the trial
 has a value for it.
@@ -12,8 +15,9 @@ has a value for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from contracts.calibration import Calibration, CalibrationRow
 from contracts.message import Message, omitted
 
 
@@ -36,7 +40,9 @@ class TrialSpec(Message):
 class TrialResult(Message):
     """What the worker measured of one trial: whether it ran (`ok`, else `error`), its stage times in
     seconds and bytes on the wire, and with device emulation what was measured before scaling (the
-    `wall_*` and `cpu_*` times). Every field is the `trials.csv` column of its name."""
+    `wall_*` and `cpu_*` times). Every field is the `trials.csv` column of its name; the columns the
+    orchestrator adds (`emulation_flagged`, `replica`, `repair`) are not the worker's to say, so they
+    are not fields here: `testbed.sweep.bookkeeping.trial_row` takes them beside the result."""
 
     trial: int | None = omitted()
     started_at: str | None = omitted()  # ISO 8601, UTC, when its timed work began
@@ -70,7 +76,39 @@ class TrialResult(Message):
     wall_server_encode: float | None = omitted()
     wall_server_start: float | None = omitted()
 
-    def as_record(self) -> dict:
-        """The fields it has a value for, by column: what the sweep's bookkeeping completes into a row
-        (`testbed.sweep.bookkeeping.trial_row`), as it read the worker's JSON before this type."""
-        return self.to_json()
+    def failed(self, error: str) -> TrialResult:
+        """This result failed, saying why: how the orchestrator marks a trial it cannot keep (what it ran
+        through was wrong) while its measurements stay in the row."""
+        return replace(self, ok=False, error=error)
+
+
+@dataclass(frozen=True)
+class WorkerEmulation:
+    """What a trial worker emulates the devices with, from their hosts' calibrations: the client's
+    slowdowns (scaled) with the rows whose targets they follow, or its per-work quotas (throttle);
+    a server device's slowdowns with its rows; and with concurrency (scaled) the device's cores its
+    client's workers share (the timeline file's path, how many). Empty fields: not emulated."""
+
+    scale: dict[str, float] | None = None
+    quotas: dict[str, float] | None = None
+    rows: list[CalibrationRow] | None = None
+    server_scale: dict[str, float] | None = None
+    server_rows: list[CalibrationRow] | None = None
+    cores: tuple[str, int] | None = None
+
+    @classmethod
+    def of_client(cls, calibration: Calibration) -> WorkerEmulation:
+        """What the worker takes of its client host's calibration."""
+        return cls(scale=calibration.scale, quotas=calibration.quotas, rows=calibration.rows)
+
+    @classmethod
+    def of_server(cls, calibration: Calibration) -> WorkerEmulation:
+        """What the worker takes of the server host's calibration (scaled: its slowdowns and rows)."""
+        return cls(server_scale=calibration.scale, server_rows=calibration.rows)
+
+    def with_server(self, server: WorkerEmulation | None) -> WorkerEmulation:
+        """This client's emulation with the server device's of `server` (None: no server device):
+        every client host's worker follows the one server."""
+        if server is None:
+            return self
+        return replace(self, server_scale=server.server_scale, server_rows=server.server_rows)

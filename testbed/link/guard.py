@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from contracts.agent_answers import HtbClass
 from contracts.units import format_rate
+from contracts.worker_api import TrialResult
 
 RATE_TOLERANCE = 0.01  # the kernel keeps rates in bytes/s: a rate asked in bits/s rounds
 WATCH_EVERY_S = 2.0  # how often a trial's switch is asked after: the first time this long into the trial
@@ -50,13 +51,14 @@ class ShapingGuard:
         self.since_start = since_start
         self.moved = dict.fromkeys(PAYLOADS, 0)  # since_start: the payloads of the trials checked so far
 
-    def check(self, classes: dict[str, HtbClass], record: dict) -> str | None:
-        """What was wrong with the shaping while the trial of `record` ran, or None; `classes` becomes
+    def check(self, classes: dict[str, HtbClass], result: TrialResult) -> str | None:
+        """What was wrong with the shaping while the trial of `result` ran, or None; `classes` becomes
         the reading the next trial is checked against (since_start: the first reading stays that)."""
+        moved = {key: getattr(result, key) for key in PAYLOADS}
         if self.since_start:
             for key in PAYLOADS:
-                self.moved[key] += record.get(key) or 0
-            record = self.moved
+                self.moved[key] += moved[key] or 0
+            moved = self.moved
         problems = []
         for direction, port, payload_key in self.ports:
             before, now = self.last.get(port), classes.get(port)
@@ -70,7 +72,7 @@ class ShapingGuard:
             if before is None:
                 continue  # the class came back since the last reading: its counters say nothing yet
             sent = now.bytes - before.bytes
-            payload = record.get(payload_key)
+            payload = moved[payload_key]
             if sent < 0:
                 problems.append(
                     f"{port} ({direction}): the class's byte counter went back ({sent} bytes): it was replaced"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from contracts.errors import UserError
 from contracts.run import LinkCheck, Repair
+from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.link.guard import ShapingGuard
@@ -91,12 +92,12 @@ def shaping_guard(lab: Lab, rate_mbps: float, since_start: bool = False) -> Shap
     return ShapingGuard(rate_bps, lab.up_if, lab.down_if, lab.shaping_classes(), since_start)
 
 
-def not_kept(record: dict, why: str, own: str | None = None) -> dict:
-    """The trial's record, failed because of what it ran through (`why`: the shaping was wrong, the
+def not_kept(result: TrialResult, why: str, own: str | None = None) -> TrialResult:
+    """The trial's result, failed because of what it ran through (`why`: the shaping was wrong, the
     switch was down), with what the trial itself said (`own`, by default its error) after."""
-    own = own or record.get("error")
+    own = own or result.error
     said = f" (the trial itself: {own})" if own else ""
-    return {**record, "ok": False, "error": f"not kept, {why}{said}"}
+    return result.failed(f"not kept, {why}{said}")
 
 
 def repair_shaping(

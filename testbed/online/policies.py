@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from analysis.predict_model import BorderModel
 from contracts.errors import UserError
 from contracts.stages import LOCAL
+from contracts.worker_api import TrialResult
 
 KINDS = ("local", "remote", "online")
 MIN_WIRE_S = 0.005  # the shortest wire time a sample takes (a 128x128 probe's 3 Mbit: 600 Mbit/s)
@@ -59,7 +60,7 @@ class Policy:
     def decide(self, op: str, size: int, now_s: float) -> Decision:
         return Decision(LOCAL)
 
-    def observe(self, record: dict, decision: Decision, now_s: float) -> None:
+    def observe(self, result: TrialResult, decision: Decision, now_s: float) -> None:
         return None
 
 
@@ -102,16 +103,16 @@ class Online(Policy):
         remote = self.model.remote_at(op, size, self.method, estimate)
         return Decision(self.method if remote < local else LOCAL, estimate / 1e6, local, remote)
 
-    def observe(self, record: dict, decision: Decision, now_s: float) -> None:
+    def observe(self, result: TrialResult, decision: Decision, now_s: float) -> None:
         """A successful offload's goodput (a task's or a probe's) becomes the newest sample. A small
         transfer's communication can come out below the model's per-request constant (its start-up
         varies by more than the wire takes at a high rate): it counts as `MIN_WIRE_S` on the wire, a
         link too fast to tell apart, rather than as no sample."""
-        if not decision.remote or not record.get("ok") or not record.get("t_comm"):
+        if not decision.remote or not result.ok or not result.t_comm:
             return
-        wire = 8 * ((record.get("bytes_up") or 0) + (record.get("bytes_down") or 0))
+        wire = 8 * ((result.bytes_up or 0) + (result.bytes_down or 0))
         comm = self.model.comm
-        seconds = (record["t_comm"] - comm.intercept) / comm.slope if comm.slope > 0 else record["t_comm"]
+        seconds = (result.t_comm - comm.intercept) / comm.slope if comm.slope > 0 else result.t_comm
         if wire > 0:
             self.samples.append((now_s, wire / max(seconds, MIN_WIRE_S)))
 

@@ -34,6 +34,7 @@ from contracts.run import Experiment
 from contracts.stages import LOCAL, STAGES
 from contracts.tasks import STREAM_FILE, TaskRecord, TaskWriter
 from contracts.trace import ReplayPlan
+from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
 from testbed.experiment import known_methods, known_ops
 from testbed.link.trace import DEFAULT_GRANULARITY_MS, load_trace
@@ -217,18 +218,17 @@ class StreamRun:
                         PROBE_TRIAL, task.op, self.probe_size, self.exp.dtype, None, policy.method, 0
                     )
                     seen, worker = run_trial(self.lab, self.exp, worker, self.run_dir, probe)
-                    probe_s = seen["t_total"] if seen.get("ok") else clock() - start - start_s
+                    probe_s = seen.t_total if seen.ok else clock() - start - start_s
                     policy.observe(seen, Decision(policy.method), start_s + probe_s)
                 began = start_s + (probe_s or 0.0)  # the task's own trial, after its probe
                 sleep(max(0.0, start + began - clock()))
                 decision = policy.decide(task.op, task.size, began)
                 trial = Trial(task.task, task.op, task.size, self.exp.dtype, None, decision.method, 0)
-                record, worker = run_trial(self.lab, self.exp, worker, self.run_dir, trial)
-                ok = bool(record.get("ok"))
-                end_s = began + record["t_total"] if ok else clock() - start
+                result, worker = run_trial(self.lab, self.exp, worker, self.run_dir, trial)
+                end_s = began + result.t_total if result.ok else clock() - start
                 free_s = end_s
-                policy.observe(record, decision, end_s)
-                row = task_row(policy.name, task, start_s, end_s, decision, record, self.plan, probe_s)
+                policy.observe(result, decision, end_s)
+                row = task_row(policy.name, task, start_s, end_s, decision, result, self.plan, probe_s)
                 self.writer.write(row)
                 if self.progress is not None:  # a stream's "cells" are its policies
                     self.progress.count(policy.name)
@@ -249,7 +249,7 @@ def task_row(
     start_s: float,
     end_s: float,
     decision: Decision,
-    record: dict,
+    result: TrialResult,
     plan: ReplayPlan,
     probe_s: float | None = None,
 ) -> TaskRecord:
@@ -257,9 +257,9 @@ def task_row(
     trace at the task's start."""
     step = plan.step_at(start_s)
     lag = None
-    if record.get("wall_client_encode") is not None and record.get("t_client_encode") is not None:
-        lag = record["t_client_encode"] - record["wall_client_encode"]
-    ok = bool(record.get("ok"))
+    if result.wall_client_encode is not None and result.t_client_encode is not None:
+        lag = result.t_client_encode - result.wall_client_encode
+    ok = result.ok
     return TaskRecord(
         policy=policy,
         task=task.task,
@@ -271,10 +271,10 @@ def task_row(
         method=decision.method,
         ok=ok,
         end_s=end_s,
-        error=None if ok else str(record.get("error") or "failed"),
-        **{s: record.get(s) if ok else None for s in ("t_total", *STAGES)},
-        bytes_up=record.get("bytes_up"),
-        bytes_down=record.get("bytes_down"),
+        error=None if ok else result.error or "failed",
+        **{s: getattr(result, s) if ok else None for s in ("t_total", *STAGES)},
+        bytes_up=result.bytes_up,
+        bytes_down=result.bytes_down,
         trace_up_mbps=step.up_bps / 1e6,
         trace_down_mbps=step.down_bps / 1e6,
         estimate_mbps=decision.estimate_mbps,

@@ -3,10 +3,12 @@ each trial leaves in trials.csv, and the appliance's counters around a rate's tr
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.run import Counters, Manifest, TrialRecord
+from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.run_files import ManifestFile, create_run, environment, now
@@ -57,11 +59,22 @@ def counters_after(manifest: ManifestFile, entry: Counters, lab: Lab, trial_ids:
     manifest.save()
 
 
-def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
-    """The row of trial `t` from what the worker reported: a field the schema lacks raises (a bug)."""
+def trial_row(
+    run_id: str,
+    t: Trial,
+    result: TrialResult,
+    *,
+    emulation_flagged: bool = False,
+    replica: int | None = None,
+    repair: str | None = None,
+) -> TrialRecord:
+    """The row of trial `t` from what the worker reported, every field of the result its column's (one
+    the schema lacks raises: a bug), with what the sweep adds: whether a missed calibration target
+    concerns it, the testbed that ran it, and what was repaired before this attempt."""
+    measured = {f.name: getattr(result, f.name) for f in fields(result)}
     return TrialRecord(
         **{
-            **record,
+            **measured,  # its trial number is the plan's, below
             "run_id": run_id,
             "trial": t.trial,
             "op": t.op,
@@ -78,7 +91,8 @@ def trial_row(run_id: str, t: Trial, record: dict) -> TrialRecord:
             "concurrency": t.concurrency,
             "stream": t.stream,
             "device": t.device,
-            "ok": bool(record.get("ok")),
-            "error": record.get("error"),
+            "emulation_flagged": emulation_flagged,
+            "replica": replica,
+            "repair": repair,
         }
     )

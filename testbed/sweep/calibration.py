@@ -8,12 +8,12 @@ import logging
 from contracts.device import DeviceProfile, Mode
 from contracts.hosts import Backend, Role
 from contracts.stages import GRPC, LOCAL, SERVER_START
+from contracts.worker_api import WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.run_files import ManifestFile, now
 from testbed.sweep import device_emulation
 from testbed.sweep.progress import Progress
-from testbed.sweep.worker_link import emulation_of
 
 log = logging.getLogger("testbed.sweep")
 
@@ -40,7 +40,7 @@ def calibrate_devices(
     server_device: DeviceProfile | None,
     replicas: list[int] | None = None,
     reuse_at: str | None = None,
-) -> tuple[dict | None, set]:
+) -> tuple[WorkerEmulation | None, set]:
     """At the start of a session, each host that emulates a device is calibrated for it and the
     calibration recorded (with the `replicas` that use it, when testbeds on one machine share it).
     With `reuse_at` (the session's start), the run's calibration of a host is used again instead
@@ -54,10 +54,9 @@ def calibrate_devices(
             continue
         result, missed = calibrate_host(lab, exp, manifest, progress, role, profile, replicas, reuse_at)
         if role == Role.CLIENT:
-            calibration = {**(calibration or {}), **result}
+            calibration = result.with_server(calibration)
         else:
-            server = {"server_scale": result["scale"], "server_rows": result["rows"]}
-            calibration = {**(calibration or {}), **server}
+            calibration = (calibration or WorkerEmulation()).with_server(result)
         marks |= missed
     return calibration, marks
 
@@ -72,11 +71,11 @@ def calibrate_host(
     replicas: list[int] | None = None,
     reuse_at: str | None = None,
     host: str | None = None,
-) -> tuple[dict, set]:
+) -> tuple[WorkerEmulation, set]:
     """One host calibrated for its device (or its calibration used again): `role` "client" or
     "server", on the host of that role or on `host` (a further client host: of another device, or an
     SSH lab's further machine; recorded under its device with the host's role). Returns what the
-    trial worker takes of the calibration (`worker_link.emulation_of`) and the trials it marks."""
+    trial worker takes of the calibration (a `WorkerEmulation`) and the trials it marks."""
     embedded = lab.inv.backend == Backend.NETNS
     mode = exp.mode if role == Role.CLIENT else Mode.SCALED
     client = host if host not in (None, role) else None  # a further client host's own calibration
@@ -108,4 +107,7 @@ def calibrate_host(
             f"{host or role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% "
             f"for {what}; those trials are marked emulation_flagged"
         )
-    return emulation_of(result), missed
+    emulation = (
+        WorkerEmulation.of_client(result) if role == Role.CLIENT else WorkerEmulation.of_server(result)
+    )
+    return emulation, missed

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from contracts.device import PACED, DeviceProfile, Mode
@@ -26,6 +27,7 @@ from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.stages import GRPC
+from contracts.worker_api import TrialResult, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
 from testbed.experiment import Experiment
@@ -244,8 +246,10 @@ class Sweep(Together):
                     tb.lab, self.exp, self.manifest, self.progress, "client", profile, None,
                     None if self.recalibrate else self.session.started_at, host,
                 )  # fmt: skip
-                server = {k: v for k, v in (tb.calibration or {}).items() if k.startswith("server_")}
-                tb.emulations[host] = ({**result, **server}, missed)  # the server's, as client 1's
+                tb.emulations[host] = (
+                    result.with_server(tb.calibration),
+                    missed,
+                )  # the server's, as client 1's
 
     def client_profile(self, role: str) -> DeviceProfile | None:
         """The device client host `role` emulates (None: none, it runs as its host)."""
@@ -313,7 +317,7 @@ class Sweep(Together):
             lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
         if tb.problems.get(rate):
             for t in phase:
-                self.record(tb, t, {"ok": False, "error": tb.problems[rate]})
+                self.record(tb, t, TrialResult(ok=False, error=tb.problems[rate]))
             self.close_cells()
             return
         if tb.worker is None:
@@ -333,23 +337,25 @@ class Sweep(Together):
             for t in phase:
                 if self.source.stopped:
                     return  # another testbed failed, or the user interrupted: no row for what did not run
+                repair = None
                 if tb.problems.get(rate):  # the link broke and could not be repaired
-                    record = {"ok": False, "error": tb.problems[rate]}
+                    result = TrialResult(ok=False, error=tb.problems[rate])
                 elif guard is None:  # the local baseline: on client 1, or on its device's client
                     self.show(cell_label(t))
                     role = lab.client_roles[(t.client or 1) - 1]
                     worker = self.stream_worker(tb, role, role, [t])
-                    record, worker = run_trial(lab, exp, worker, self.run_dir, t)
+                    result, worker = run_trial(lab, exp, worker, self.run_dir, t)
                     self.keep_worker(tb, role, worker)
                 else:
                     self.show(cell_label(t))
                     with tb.quiet.shared():
-                        record, tb.worker, guard, tb.problems[rate] = run_checked(
+                        done, guard, tb.problems[rate] = run_checked(
                             lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
                         )
+                    result, tb.worker, repair = done.result, done.worker, done.repair
                 if self.source.stopped:
                     return  # the trial was cut short by the stop (its worker killed): it runs on resume
-                self.record(tb, t, self.flagged(tb, t, record))
+                self.record(tb, t, result, emulation_flagged=self.flagged(tb, t), repair=repair)
         if counters is not None:
             counters_after(self.manifest, counters, lab, [t.trial for t in phase])
         self.close_cells()
@@ -375,13 +381,14 @@ class Sweep(Together):
         else:
             tb.workers[name] = worker
 
-    def flagged(self, tb: Testbed, t: Trial, record: dict) -> dict:
-        """The record marked when a missed calibration target concerns its trial (its client host's)."""
+    def flagged(self, tb: Testbed, t: Trial) -> bool:
+        """Whether a missed calibration target concerns the trial (its client host's): its row's
+        `emulation_flagged`."""
         if self.device is not None or self.server_device is not None:
             host = self.calibrating_host(tb, tb.lab.client_roles[(t.client or 1) - 1])
             marks = tb.emulations[host][1] if host in tb.emulations else tb.marks
-            return {**record, "emulation_flagged": (t.op, t.size, t.method) in marks}
-        return record
+            return (t.op, t.size, t.method) in marks
+        return False
 
     def finish(self) -> None:
         """Close the files and the session, and take each testbed down (or restore its link). The
@@ -406,11 +413,20 @@ class Sweep(Together):
             raise late
 
     # ---------------------------------------------------------------- shared between testbeds
-    def record(self, tb: Testbed, t: Trial, record: dict) -> None:
-        """A trial's row, written at once; its cell's progress; the adaptive rule's results."""
-        if tb.lab.replica is not None:
-            record = {**record, "replica": tb.lab.replica}
-        row = trial_row(self.run_id, t, record)
+    def record(
+        self,
+        tb: Testbed,
+        t: Trial,
+        result: TrialResult,
+        *,
+        emulation_flagged: bool = False,
+        repair: str | None = None,
+    ) -> None:
+        """A trial's row (`trial_row`: the result, and what the sweep adds to it: the testbed's
+        replica), written at once; its cell's progress; the adaptive rule's results."""
+        row = trial_row(
+            self.run_id, t, result, emulation_flagged=emulation_flagged, replica=tb.lab.replica, repair=repair
+        )
         with self.lock:
             self.writer.write(row)
             self.failed += not row.ok
@@ -429,17 +445,17 @@ class Sweep(Together):
         with self.lock:
             self.progress.show(label)
 
-    def worker_emulation(self, tb: Testbed, role: str) -> dict | None:
+    def worker_emulation(self, tb: Testbed, role: str) -> WorkerEmulation | None:
         """What a trial worker on client host `role` emulates the devices with: the calibration, and
         with concurrency (scaled) the device's cores, a timeline every worker of that host shares
         (`client.device_cores`)."""
         host = self.calibrating_host(tb, role)
         calibration = tb.emulations[host][0] if host in tb.emulations else tb.calibration
         device = self.client_profile(role)
-        if not (self.exp.concurrency and calibration and calibration.get("scale") and device):
+        if not (self.exp.concurrency and calibration and calibration.scale and device):
             return calibration
         path = str(tb.lab.host(role).state_dir / "device-cores.json")
-        return {**calibration, "cores": [path, device.cores]}
+        return replace(calibration, cores=(path, device.cores))
 
     def worker_log(self, tb: Testbed, role: str = "client") -> Path:
         """worker.log; a replica's worker-R.log; a further client's (or request stream's) worker-NAME.log."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contracts.cpu_lock import CpuLock
+from contracts.worker_api import WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.backends.life_cycle import LabUse
 from testbed.quiet import NoQuiet, Quiet
@@ -18,7 +19,7 @@ class Testbed:
 
     lab: Lab
     worker: WorkerLink | None = None
-    calibration: dict | None = None  # what its trial worker needs to emulate the devices
+    calibration: WorkerEmulation | None = None  # what its trial worker needs to emulate the devices
     marks: set = field(default_factory=set)  # (op, size, method) its missed calibration targets mark
     problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
     warmed: set = field(default_factory=set)  # rates its worker was warmed up at

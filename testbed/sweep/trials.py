@@ -16,6 +16,7 @@ from pathlib import Path
 
 from contracts.run import TrialRecord
 from contracts.stages import GRPC, LOCAL, offload_label
+from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.link.guard import ShapingGuard, SwitchWatch
@@ -40,17 +41,17 @@ def cell_label(t: Trial) -> str:
 
 def run_trial(
     lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, t: Trial
-) -> tuple[dict, WorkerLink]:
+) -> tuple[TrialResult, WorkerLink]:
     """One trial; on failure, bring back whatever died (worker, server) so the next trial can run."""
     try:
-        record = worker.run(t).as_record()
+        result = worker.run(t)
     except (WorkerDied, TimeoutError, json.JSONDecodeError) as exc:
-        record = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        result = TrialResult(ok=False, error=f"{type(exc).__name__}: {exc}")
         log.warning("trial %d: %s; restarting the client worker", t.trial, exc)
         worker = restarted(lab, exp, worker)
-    if not record.get("ok"):
-        log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), record.get("error"))
-    return record, worker
+    if not result.ok:
+        log.warning("trial %d (%s) failed: %s", t.trial, cell_label(t), result.error)
+    return result, worker
 
 
 def restarted(lab: Lab, exp: Experiment, worker: WorkerLink) -> WorkerLink:
@@ -62,20 +63,23 @@ def restarted(lab: Lab, exp: Experiment, worker: WorkerLink) -> WorkerLink:
 
 @dataclass
 class Checked:
-    """A shaped trial, run and checked: its record (failed, saying why, when what it ran through was
+    """A shaped trial, run and checked: its result (failed, saying why, when what it ran through was
     wrong), its worker (a new one if it had to be restarted), what was wrong with the shaping and
-    with the switch (empty: nothing), and the seconds the check added to the trial (watching the
-    switch while it ran, the reading after it: what the bench's shaping check figure is)."""
+    with the switch (empty: nothing), the seconds the check added to the trial (watching the
+    switch while it ran, the reading after it: what the bench's shaping check figure is), and, when
+    it is a second attempt (`run_checked`), what was repaired after the first failed (its row's
+    `repair`; None: it is the first)."""
 
-    record: dict
+    result: TrialResult
     worker: WorkerLink
     wrong: str = ""
     switch: list[str] = field(default_factory=list)
     check_s: float = 0.0
+    repair: str | None = None
 
     @property
     def kept(self) -> bool:
-        return bool(self.record.get("ok")) and not self.wrong and not self.switch
+        return self.result.ok and not self.wrong and not self.switch
 
 
 class TrialCheck:
@@ -95,20 +99,20 @@ class TrialCheck:
         started = time.perf_counter()
         with SwitchWatch(self._switch_now, worker.proc.kill) as watch:
             ran = time.perf_counter()
-            record, worker = run_trial(self.lab, self.exp, worker, self.run_dir, t)
+            result, worker = run_trial(self.lab, self.exp, worker, self.run_dir, t)
             ran = time.perf_counter() - ran
         if watch.ended and worker.proc.poll() is not None:  # killed just after it answered
             worker = restarted(self.lab, self.exp, worker)
         with self._reading:
             reading = self.lab.appliance_check()
-            wrong = self.guard.check(reading.classes, record) or ""
+            wrong = self.guard.check(reading.classes, result) or ""
         switch = reading.switch or watch.found
         if switch:
             own = "ended when the switch was found down while it ran" if watch.ended else None
-            record = not_kept(record, f"the switch was down: {'; '.join(switch)}", own)
+            result = not_kept(result, f"the switch was down: {'; '.join(switch)}", own)
         elif wrong:
-            record = not_kept(record, f"the shaping was wrong while it ran: {wrong}")
-        return Checked(record, worker, wrong, switch, time.perf_counter() - started - ran)
+            result = not_kept(result, f"the shaping was wrong while it ran: {wrong}")
+        return Checked(result, worker, wrong, switch, time.perf_counter() - started - ran)
 
     def _switch_now(self) -> list[str]:
         """What is wrong with the switch's daemons now (the quick check `appliance.check` makes)."""
@@ -123,40 +127,40 @@ def run_checked(
     t: Trial,
     guard: ShapingGuard,
     manifest: ManifestFile,
-) -> tuple[dict, WorkerLink, ShapingGuard | None, str | None]:
+) -> tuple[Checked, ShapingGuard | None, str | None]:
     """A shaped trial, checked (`TrialCheck`), and what the sweep does about what the check found.
 
     A trial that failed, or ran while the switch was down, has the testbed healed (`repairs.heal`)
     and runs once more if something was repaired: its row is then that second attempt's, with what
     was repaired in `repair`. A trial that ran through a wrong shaping is failed and the shaping
-    repaired. Returns the record, the worker, the guard for the rate's next trial, and why the
-    rate's remaining trials cannot run (None: they can)."""
+    repaired. Returns the trial checked (its result, its worker and that `repair`), the guard for
+    the rate's next trial, and why the rate's remaining trials cannot run (None: they can)."""
     rate = t.rate_mbps
     first = None  # (what was repaired, why the first attempt failed)
     for attempt in (1, 2):
         done = TrialCheck(lab, exp, run_dir, guard).run(worker, t)
-        record, worker = done.record, done.worker
+        worker = done.worker
         if done.kept:
             break
         if done.wrong and not done.switch:
             reason = repair_shaping(lab, exp, rate, manifest, done.wrong, t.trial)
-            return record, worker, None if reason else shaping_guard(lab, rate), reason
+            return done, None if reason else shaping_guard(lab, rate), reason
         if done.switch:
             why = f"trial {t.trial} ran while the switch was down"
         else:
-            why = f"trial {t.trial} failed: {record.get('error')}"
+            why = f"trial {t.trial} failed: {done.result.error}"
         healing = heal(lab, exp, rate, manifest, why, [t.trial], grpc=t.method == GRPC, switch=done.switch)
         if not healing.repairs:
             break  # every host is healthy: the failure is the trial's own
         if healing.link:
-            return record, worker, None, healing.link
+            return done, None, healing.link
         guard = shaping_guard(lab, rate)
         if attempt == 1:
-            first = (healing.parts, record.get("error"))
+            first = (healing.parts, done.result.error)
     if first:
         parts, error = first
-        record["repair"] = f"{parts} repaired after the first attempt failed: {error}"
-    return record, worker, guard, None
+        done.repair = f"{parts} repaired after the first attempt failed: {error}"
+    return done, guard, None
 
 
 def validate_or_heal(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:

@@ -13,8 +13,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from contracts.calibration import Calibration
-from contracts.worker_api import TrialResult, TrialSpec
+from contracts.worker_api import TrialResult, TrialSpec, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
 from testbed.sweep.plan import Trial
@@ -36,15 +35,15 @@ class WorkerLink:
         lab: Lab,
         exp: Experiment,
         stderr_path: Path,
-        calibration: dict | None = None,
+        calibration: WorkerEmulation | None = None,
         role: str = "client",
     ) -> None:
-        """`calibration`: the device emulation's (`testbed.sweep.device_emulation.emulate`), None without; the
-        worker takes its slowdowns (scaled) or its per-work quotas (throttle). `role`: the client host it
-        runs on (several clients: `client2` ...)."""
+        """`calibration`: the devices' emulation (`testbed.sweep.calibration.calibrate_devices`), None
+        without; the worker takes its slowdowns (scaled) or its per-work quotas (throttle). `role`: the
+        client host it runs on (several clients: `client2` ...)."""
         host = lab.host(role)
         self.calibration, self.role = calibration, role
-        if (calibration or {}).get("quotas"):
+        if calibration is not None and calibration.quotas:
             # a whole core for the worker's start (its imports would take minutes under the device's
             # quota, and a worker that died left its last stage's quota); it then puts its own in force
             lab.set_client_quota(1.0)
@@ -122,30 +121,24 @@ class WorkerLink:
         self._stderr.close()
 
 
-def emulation_args(calibration: dict | None) -> list[str]:
+def emulation_args(calibration: WorkerEmulation | None) -> list[str]:
     """The worker's flags for the devices' emulation: the client's slowdowns (scaled) with the device's
     targets they follow this host by (`client.scaler`), or its quotas (throttle); the server's
     slowdowns with its device's targets; with concurrency the device's cores its client's workers share."""
-    calibration = calibration or {}
+    calibration = calibration or WorkerEmulation()
     args = [
         arg
         for flag in ("scale", "quotas", "server_scale")
-        if calibration.get(flag)
-        for arg in (f"--{flag.replace('_', '-')}", json.dumps(calibration[flag]))
+        if getattr(calibration, flag)
+        for arg in (f"--{flag.replace('_', '-')}", json.dumps(getattr(calibration, flag)))
     ]
-    if calibration.get("scale") and calibration.get("cores"):  # concurrency: the device's cores
-        path, cores = calibration["cores"]  # its client's workers share
+    if calibration.scale and calibration.cores:  # concurrency: the device's cores its client's workers share
+        path, cores = calibration.cores
         args += ["--device-cores", str(path), str(cores)]
     for scale, rows, flag in (
-        ("scale", "rows", "--targets"),
-        ("server_scale", "server_rows", "--server-targets"),
+        (calibration.scale, calibration.rows, "--targets"),
+        (calibration.server_scale, calibration.server_rows, "--server-targets"),
     ):
-        if calibration.get(scale) and calibration.get(rows):
-            args += [flag, json.dumps({row.key: row.target_s for row in calibration[rows]})]
+        if scale and rows:
+            args += [flag, json.dumps({row.key: row.target_s for row in rows})]
     return args
-
-
-def emulation_of(calibration: Calibration) -> dict:
-    """What a trial worker takes of a host's calibration (`emulation_args`): its slowdowns (scaled)
-    with the rows whose targets they follow, or its per-work quotas (throttle)."""
-    return {"scale": calibration.scale, "quotas": calibration.quotas, "rows": calibration.rows}

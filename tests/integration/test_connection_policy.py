@@ -48,7 +48,7 @@ def test_the_worker_records_its_connection_policy_on_remote_trials_only(served, 
     server, target = served
     worker = TrialWorker(server.url, 1, 30.0, grpc_target=target, connection=connection)
     for method in ("json", "grpc"):
-        out = worker.run(TrialSpec(1, "mul", 30, "float64", method)).as_record()
+        out = worker.run(TrialSpec(1, "mul", 30, "float64", method)).to_json()
         assert out["ok"] and out["connection"] == connection, out
-    local = worker.run(TrialSpec(2, "mul", 30, "float64", "local")).as_record()
+    local = worker.run(TrialSpec(2, "mul", 30, "float64", "local")).to_json()
     assert local["ok"] and "connection" not in local

@@ -16,6 +16,7 @@ from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, read_trials
 from contracts.stages import label_clients, offload_label
+from contracts.worker_api import WorkerEmulation
 from testbed.experiment import load_experiment, planned_trials
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.phases import run_sweep
@@ -127,10 +128,12 @@ def test_paced_client_stages_are_not_scaled_again():
 
 
 def test_the_worker_is_given_the_devices_cores_to_share():
-    calibration = {"scale": {"k": 2.0}, "rows": [], "cores": ["/run/testbed/tb/client/device-cores.json", 1]}
+    calibration = WorkerEmulation(
+        scale={"k": 2.0}, rows=[], cores=("/run/testbed/tb/client/device-cores.json", 1)
+    )
     args = emulation_args(calibration)
     assert args[args.index("--device-cores") + 1 :][:2] == ["/run/testbed/tb/client/device-cores.json", "1"]
-    assert "--device-cores" not in emulation_args({"scale": {"k": 2.0}, "rows": []})
+    assert "--device-cores" not in emulation_args(WorkerEmulation(scale={"k": 2.0}, rows=[]))
 
 
 def test_a_sweep_runs_each_request_stream_on_a_worker_of_its_own(lab, tmp_path):

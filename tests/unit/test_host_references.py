@@ -65,9 +65,9 @@ def test_two_workers_on_one_host_scale_alike_after_one_slow_run(tmp_path, monkey
     assert all(w.references.path == str(tmp_path / "cpu.lock.refs") for w in workers)
     for w in workers:
         w.references.exchange([])  # both are up before the first trial
-    first = workers[0].run(TrialSpec(0, "mul", size, "float64", LOCAL)).as_record()
+    first = workers[0].run(TrialSpec(0, "mul", size, "float64", LOCAL)).to_json()
     assert first["ok"], first
-    second = workers[1].run(TrialSpec(1, "mul", size, "float64", LOCAL)).as_record()
+    second = workers[1].run(TrialSpec(1, "mul", size, "float64", LOCAL)).to_json()
     workers[0].follow({"cpu_total": 0.0007}, "mul", size, LOCAL)  # the first reads the second's run too
     a, b = (list(w.scaler.recent["client"][k]) for w in workers)
     assert b == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])  # in the order written

@@ -15,6 +15,7 @@ from analysis.predict_model import fit
 from contracts.errors import UserError
 from contracts.stages import LOCAL
 from contracts.tasks import TASKS_FILE, TaskRecord, TaskWriter, read_tasks
+from contracts.worker_api import TrialResult
 from testbed.link.trace import load_trace
 from testbed.online.policies import MIN_WIRE_S, AlwaysRemote, Decision, Online, Policy, make_policies
 from testbed.online.task_stream import PROBE_TRIAL, StreamSpec, load_stream, run_stream, task_stream
@@ -118,12 +119,12 @@ def test_the_online_policy_probes_then_decides_from_its_estimate(model):
     assert online.needs_probe(0.0)  # nothing known: measure the link first
     blind = online.decide("mul", 800, 0.0)  # and if the probe failed, nothing is risked
     assert not blind.remote and blind.estimate_mbps is None
-    fast = {"ok": True, "t_comm": 0.5, "bytes_up": 10_000_000, "bytes_down": 5_000_000}
+    fast = TrialResult(ok=True, t_comm=0.5, bytes_up=10_000_000, bytes_down=5_000_000)
     online.observe(fast, Decision("raw"), 1.0)
     assert not online.needs_probe(2.0)
     quick = online.decide("mul", 800, 2.0)
     assert quick.remote and quick.predicted_remote_s < quick.predicted_local_s
-    slow = {"ok": True, "t_comm": 600.0, "bytes_up": 10_000_000, "bytes_down": 5_000_000}
+    slow = TrialResult(ok=True, t_comm=600.0, bytes_up=10_000_000, bytes_down=5_000_000)
     online.observe(slow, quick, 3.0)
     online.observe(slow, quick, 3.5)  # the window holds the two slow ones: the fast one is gone
     after = online.decide("mul", 800, 4.0)
@@ -136,7 +137,7 @@ def test_a_probe_quicker_than_the_per_request_constant_reads_as_a_fast_link(mode
     cgi = replace(model[0], comm=replace(model[0].comm, intercept=0.15, slope=1.0))  # a 0.15-s start-up
     online = Online("raw", cgi, window=1, stale_s=0.0)
     assert online.needs_probe(0.0) and online.needs_probe(0.0)  # stale_s 0: before every task
-    probe = {"ok": True, "t_comm": 0.14, "bytes_up": 262_144, "bytes_down": 131_072}
+    probe = TrialResult(ok=True, t_comm=0.14, bytes_up=262_144, bytes_down=131_072)
     online.observe(probe, Decision("raw"), 1.0)
     assert online.estimate_bps() == pytest.approx(8 * 393_216 / MIN_WIRE_S)
     with pytest.raises(UserError, match="stale_s -1 out of range"):

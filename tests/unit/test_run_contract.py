@@ -28,7 +28,7 @@ from contracts.run import (
 from contracts.stage_times import STAGE_TIMES, StageTimes
 from contracts.stages import STAGES
 from contracts.tasks import TASK_COLUMNS, TaskRecord
-from contracts.worker_api import TrialSpec
+from contracts.worker_api import TrialResult, TrialSpec
 from testbed.sweep.bookkeeping import trial_row
 from testbed.sweep.plan import plan_trials
 from testbed.sweep.rounds import Rounds
@@ -61,7 +61,7 @@ def test_a_field_the_worker_emits_that_the_schema_lacks_raises():
     t = plan_trials(read_manifest(V1 / "manifest.json").experiment)[0]
     record = {"ok": True, "t_total": 0.5, "t_server_compute_gpu": 0.1}  # renamed or added by the worker
     with pytest.raises(TypeError, match="t_server_compute_gpu"):
-        trial_row("r", t, record)
+        trial_row("r", t, TrialResult.from_json(record))
 
 
 def test_a_manifest_section_field_the_schema_lacks_raises(tmp_path):
@@ -266,5 +266,5 @@ def test_what_the_real_worker_reports_is_a_row_the_schema_knows():
     worker = TrialWorker("http://127.0.0.1:9/", seed=1, timeout=2.0)
     for t in (local, remote):
         spec = TrialSpec(trial=t.trial, op=t.op, size=t.size, dtype=t.dtype, method=t.method)
-        row = trial_row("r", t, worker.run(spec).as_record())
+        row = trial_row("r", t, worker.run(spec))
         assert row.ok == (t is local), row.error

@@ -13,7 +13,7 @@ from client.worker import TrialWorker
 from contracts.calibration import CalibrationRow
 from contracts.device import key, stack_key
 from contracts.stages import LOCAL
-from contracts.worker_api import TrialSpec
+from contracts.worker_api import TrialSpec, WorkerEmulation
 from testbed.sweep.worker_link import emulation_args
 
 KERNEL = key("kernel", "mul", 400)
@@ -121,17 +121,17 @@ def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
     scaler = Scaler({k: 1000.0}, targets={k: 0.5})  # calibrated at 0.5 ms of host CPU
     worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
     spec = TrialSpec(trial=0, op="mul", size=size, dtype="float64", method=LOCAL)
-    first = worker.run(spec).as_record()
+    first = worker.run(spec).to_json()
     assert first["ok"], first
     assert first["t_total"] == pytest.approx(first["cpu_total"] * 1000.0)  # the calibration's alone
     assert list(scaler.recent[CLIENT][k]) == pytest.approx(
         [0.0005, first["cpu_total"]]
     )  # only the trial's run
-    second = worker.run(replace(spec, trial=1)).as_record()
+    second = worker.run(replace(spec, trial=1)).to_json()
     assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((0.0005 + first["cpu_total"]) / 2))
     assert list(scaler.recent[CLIENT][k]) == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])
     # untimed: a fresh process's first runs are no reference
-    warm_up = worker.run(replace(spec, trial=-1)).as_record()
+    warm_up = worker.run(replace(spec, trial=-1)).to_json()
     assert warm_up["ok"] and len(scaler.recent[CLIENT][k]) == 3
 
 
@@ -148,11 +148,14 @@ def test_the_worker_gets_each_devices_targets_with_its_slowdowns():
     def row(target_s: float) -> CalibrationRow:  # of KERNEL
         return CalibrationRow.of("kernel", None, "mul", 400, target_s, achieved=target_s, tolerance_pct=10.0)
 
-    calibration = {"scale": {KERNEL: 100.0}, "rows": [row(1.0)],
-                   "server_scale": {KERNEL: 7.0}, "server_rows": [row(0.2)]}  # fmt: skip
+    calibration = WorkerEmulation(scale={KERNEL: 100.0}, rows=[row(1.0)],
+                                  server_scale={KERNEL: 7.0}, server_rows=[row(0.2)])  # fmt: skip
     args = emulation_args(calibration)
     assert json.loads(args[args.index("--targets") + 1]) == {KERNEL: 1.0}
     assert json.loads(args[args.index("--server-targets") + 1]) == {KERNEL: 0.2}
     assert json.loads(args[args.index("--scale") + 1]) == {KERNEL: 100.0} and "--server-scale" in args
-    assert emulation_args({"quotas": {"base": 0.1}}) == ["--quotas", '{"base": 0.1}']  # throttle: none
+    assert emulation_args(WorkerEmulation(quotas={"base": 0.1})) == [
+        "--quotas",
+        '{"base": 0.1}',
+    ]  # throttle: none
     assert emulation_args(None) == []

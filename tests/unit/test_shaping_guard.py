@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from contracts.agent_answers import HtbClass
+from contracts.worker_api import TrialResult
 from testbed.link.guard import ShapingGuard, SwitchWatch
 from tests.fake_answers import htb_class
 
@@ -21,7 +22,7 @@ def guard() -> ShapingGuard:
     return ShapingGuard(RATE, "a1", "a0", classes(1_000, 2_000))
 
 
-TRIAL = {"ok": True, "t_total": 1.0, "bytes_up": 50_000, "bytes_down": 25_000}
+TRIAL = TrialResult(ok=True, t_total=1.0, bytes_up=50_000, bytes_down=25_000)
 
 
 def test_a_trial_through_its_classes_passes_and_the_next_is_checked_from_there():
@@ -51,8 +52,8 @@ def test_a_replaced_class_and_a_bypass_are_told_apart():
 
 
 def test_a_failed_trial_without_bytes_is_checked_for_its_classes_only():
-    assert guard().check(classes(1_000, 2_000), {"ok": False, "error": "refused"}) is None
-    assert guard().check({}, {"ok": False, "error": "refused"}).count("no HTB class") == 2
+    assert guard().check(classes(1_000, 2_000), TrialResult(ok=False, error="refused")) is None
+    assert guard().check({}, TrialResult(ok=False, error="refused")).count("no HTB class") == 2
 
 
 def test_with_several_clients_each_reading_is_checked_from_the_first_against_every_payload_since():

@@ -11,6 +11,7 @@ import pytest
 
 from contracts.command import Result
 from contracts.run import TrialRecord
+from contracts.worker_api import TrialResult
 from testbed.cli import build_parser
 from testbed.cli import sweep as sweep_cli
 from testbed.link import validate as validate_mod
@@ -113,7 +114,7 @@ PLAN = plan_trials(replace(FAKE_SWEEP, reps=3))  # 3 trials a cell
 
 def record(t, ok: bool, error: str | None = None) -> TrialRecord:
     """The row the sweep writes for trial `t` from the worker's answer."""
-    return trial_row("r", t, {"ok": ok, "t_total": 0.1 if ok else None, "error": error})
+    return trial_row("r", t, TrialResult(ok=ok, t_total=0.1 if ok else None, error=error))
 
 
 def test_a_cell_is_unusable_when_no_trial_of_it_is_ok_and_says_its_most_common_error():
