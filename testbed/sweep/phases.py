@@ -304,7 +304,7 @@ class Sweep(Together):
             finally:
                 self.source.done()
 
-    def run_unit(self, tb: Testbed, rate: float | None, phase: list[Trial]) -> None:
+    def run_unit(self, tb: Testbed, rate: float | None, group: list[Trial]) -> None:
         """One rate group: shape and validate the rate (once a session), warm up, run and check its
         trials, read the appliance's counters around them."""
         lab, exp = tb.lab, self.exp
@@ -316,7 +316,7 @@ class Sweep(Together):
         elif rate is not None and not tb.problems[rate]:
             lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
         if tb.problems.get(rate):
-            for t in phase:
+            for t in group:
                 self.record(tb, t, TrialResult(ok=False, error=tb.problems[rate]))
             self.close_cells()
             return
@@ -324,17 +324,17 @@ class Sweep(Together):
             tb.worker = WorkerLink(lab, exp, self.worker_log(tb), self.worker_emulation(tb, "client"))
         if rate not in tb.warmed:
             with tb.quiet.shared():
-                tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, phase)
+                tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, group)
             tb.warmed.add(rate)
         if exp.together and rate is not None:  # the local baseline: the first client alone, below
-            self.run_together(tb, rate, phase)
+            self.run_together(tb, rate, group)
             return
         counters = counters_before(self.manifest, lab, rate) if rate is not None else None
         guard = None if rate is None else shaping_guard(lab, rate)
         # the local baseline has the machine to itself (testbed.quiet): its scaled time multiplies a
         # few milliseconds of this host's CPU time by hundreds
         with tb.quiet.alone() if rate is None else nullcontext():
-            for t in phase:
+            for t in group:
                 if self.source.stopped:
                     return  # another testbed failed, or the user interrupted: no row for what did not run
                 repair = None
@@ -357,7 +357,7 @@ class Sweep(Together):
                     return  # the trial was cut short by the stop (its worker killed): it runs on resume
                 self.record(tb, t, result, emulation_flagged=self.flagged(tb, t), repair=repair)
         if counters is not None:
-            counters_after(self.manifest, counters, lab, [t.trial for t in phase])
+            counters_after(self.manifest, counters, lab, [t.trial for t in group])
         self.close_cells()
         with self.lock:
             self.writer.sync()

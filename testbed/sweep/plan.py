@@ -6,7 +6,7 @@ requests outstanding per client before the clients, and each request stream afte
 clients of several devices, each local repetition once per device, on that device's first client), so
 a resumed sweep knows exactly which trials are missing. Only the method grpc has servers of
 its own (`contracts.stages.offloads`): a run with the Python server alone numbers its trials as runs
-before servers did. The execution order within each phase
+before servers did. The execution order within each rate group
 (local baseline, then each rate) is shuffled from the experiment's seed, so slow drift on the machine
 does not line up with any one factor.
 """

@@ -2,7 +2,7 @@
 
 A unit is a rate group of a round: each rate costs a shaping and an iperf3 validation, so a testbed
 asks first for more of the rate it has (`take(rate)`). A fixed sweep's units are its phases (one
-testbed: in the order a single testbed has always run them) or, for several, each phase's
+testbed: in the order a single testbed has always run them) or, for several, each rate group's
 repetitions (enough units to share). An adaptive sweep's rounds come from `Rounds`: a round is
 computed from the results of the one before, so the next is handed out only once every unit of the
 last has been done (`done`), whichever testbed ran it. With several testbeds each of a round's rate

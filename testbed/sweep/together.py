@@ -22,13 +22,13 @@ class Together:
     """The sweep's way of running a cell with several clients at once (`Sweep` is one): its
     methods use the sweep's testbeds, source, writer and progress."""
 
-    def run_together(self, tb: Testbed, rate: float, phase: list[Trial]) -> None:
+    def run_together(self, tb: Testbed, rate: float, group: list[Trial]) -> None:
         """Several clients: each cell's trials with the clients that offload it at once, cell after
         cell (`run_cell_together`). A cell whose shaping or switch broke has the testbed healed and
         its trials that did not run run then."""
         lab, exp = tb.lab, self.exp
         cells: dict[tuple, list[Trial]] = {}
-        for t in phase:
+        for t in group:
             cells.setdefault(t.cell, []).append(t)
         for trials in cells.values():
             for _attempt in (1, 2):

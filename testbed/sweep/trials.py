@@ -177,12 +177,12 @@ def validate_or_heal(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Mani
     return shape_and_validate(lab, exp, rate_mbps, manifest)
 
 
-def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, phase: list[Trial]) -> WorkerLink:
-    """Untimed trials at each op's smallest size, per method, before the phase's timed ones."""
+def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, group: list[Trial]) -> WorkerLink:
+    """Untimed trials at each op's smallest size, per method, before the rate group's timed ones."""
     if not exp.warmup:
         return worker
     seen = {}
-    for t in phase:
+    for t in group:
         seen.setdefault((t.op, t.method, t.server), t)
     for (op, method, server), t in seen.items():
         probe = Trial(-1, op, min(exp.sizes), t.dtype, t.rate_mbps, method, -1, server)
