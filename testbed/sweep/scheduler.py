@@ -1,7 +1,7 @@
 """Handing a sweep's work to its testbeds (replicas): units of (rate, trials), taken one at a time.
 
 A unit is a rate group of a round: each rate costs a shaping and an iperf3 validation, so a testbed
-asks first for more of the rate it has (`take(rate)`). A fixed sweep's units are its phases (one
+asks first for more of the rate it has (`take(rate)`). A fixed sweep's units are its rate groups (one
 testbed: in the order a single testbed has always run them) or, for several, each rate group's
 repetitions (enough units to share). An adaptive sweep's rounds come from `Rounds`: a round is
 computed from the results of the one before, so the next is handed out only once every unit of the
