@@ -71,7 +71,7 @@ def device_lines(manifest: Manifest | None) -> list[str]:
             bad = table[table["flagged"].astype(bool)]
             where = f" on {host or 'client'}" if len(last) > 1 else ""
             told = f"  calibration {i} ({cal.at}){where}: {len(bad)} of {len(table)} outside "
-            told += f"{cal.tolerance_pct:g}%"
+            told += cal.tolerance.describe()
             if len(bad):
                 told += ": " + "; ".join(
                     f"{work_name(r)} {r.error_pct:+.3g}%" for r in bad.itertuples(index=False)

@@ -8,6 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.style import METHOD_COLORS
+from contracts.tolerance import DeviceTolerance
 
 # what a codec's work is on each role: the server decodes the request and encodes the response
 WORK_OF_ROLE = {
@@ -28,11 +29,12 @@ def across_sizes(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def fidelity_figure(
-    rows: pd.DataFrame, device: str, mode: str, tolerance_pct: float, role: str = "client"
+    rows: pd.DataFrame, device: str, mode: str, tolerance: DeviceTolerance, role: str = "client"
 ) -> Figure:
     """`rows`: one calibration's rows (work, op, size, target_s, achieved_s, error_pct, flagged) of the
     device emulated on `role`'s host; the title names the role, so two such figures are told apart.
-    Work of no size (the cgi stack's start-up) is drawn flat across the sizes."""
+    Work of no size (the cgi stack's start-up) is drawn flat across the sizes. The shaded band is the
+    tolerance's percent; short work may lie outside it unflagged, within the tolerance's ms."""
     rows = across_sizes(rows)
     works = list(dict.fromkeys(rows["work"]))
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
@@ -54,10 +56,10 @@ def fidelity_figure(
     ax_time.set_ylabel("seconds (dashed: the device's target)")
     ax_time.set_title("target vs achieved")
     fig.legend(loc="outside lower center", ncols=4, fontsize=7)
-    ax_err.axhspan(-tolerance_pct, tolerance_pct, color="#DDDDDD", zorder=0)
+    ax_err.axhspan(-tolerance.pct, tolerance.pct, color="#DDDDDD", zorder=0)
     ax_err.axhline(0, color="black", linewidth=0.6)
     ax_err.set_xlabel("matrix size")
     ax_err.set_ylabel("error %  (x: flagged)")
-    ax_err.set_title(f"within ±{tolerance_pct:g}% (shaded)")
+    ax_err.set_title(f"within {tolerance.describe()} (shaded: ±{tolerance.pct:g}%)")
     fig.suptitle(f"{role} device {device}, {mode} mode ({WORK_OF_ROLE[role]})")
     return fig

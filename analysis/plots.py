@@ -200,7 +200,7 @@ def fidelity_jobs(manifest: Manifest | None) -> list[Job]:
             continue
         cal = device.calibrations[-1]
         name = device.profile["name"]
-        args = (pd.DataFrame(cal.row_dicts()), name, device.mode, cal.tolerance_pct, role)
+        args = (pd.DataFrame(cal.row_dicts()), name, device.mode, cal.tolerance, role)
         title = f"{role} device {name}: target vs achieved ({device.mode})"
         key = device_key(role, device, manifest)
         jobs.append(Job("fidelity", args, f"fidelity-{key}", title, "fidelity", (role, key)))

@@ -330,7 +330,7 @@ def _device_html(role: str, device: Device | None) -> str:
             )
         out.append(
             f"<h4>Calibration {i} ({e(cal.at)}{shared}): {flagged} of {len(rows)} outside "
-            f"{cal.tolerance_pct:g}%</h4>"
+            f"{cal.tolerance.describe()}</h4>"
             f'<p class="note">Target: the {role} device\'s time for the work from its profile '
             f"({WORK_OF_ROLE[role]}); achieved: {achieved}. Flagged rows are highlighted; trials of "
             "flagged work are marked emulation_flagged in trials.csv and cells.csv.</p>"

@@ -62,7 +62,7 @@ def _device_rows(manifest: Manifest, fidelity: pd.DataFrame | None) -> list[tupl
         for host, (i, cal) in last_calibrations(device).items():
             table = calibration_table(cal)
             checked = _link(f"calibration {i}" + (f" on {host}" if host else ""), f"device-{key}")
-            target = f"the profile's time for each kind of work, ±{cal.tolerance_pct:g}%"
+            target = f"the profile's time for each kind of work, within {cal.tolerance.describe()}"
             worst_ = _calibration_worst(table)
             flagged = int(table["flagged"].astype(bool).sum())
             rows.append((what, checked, target, worst_, f"{flagged} of {len(table)}", flagged > 0))
@@ -73,7 +73,8 @@ def _device_rows(manifest: Manifest, fidelity: pd.DataFrame | None) -> list[tupl
                 w["target_s"], w["mean_s"], w["error_pct"], "s"
             )
             flagged = int(mine["flagged"].astype(bool).sum())
-            target = f"the same, in the trials' stage times, ±{tolerance(device):g}%"
+            stated = tolerance(device, manifest.experiment.device_tolerance)
+            target = f"the same, in the trials' stage times, within {stated.describe()}"
             checked = _link("the trials", "trial-fidelity")
             rows.append((what, checked, target, worst_, f"{flagged} of {len(mine)}", flagged > 0))
     return rows

@@ -9,7 +9,9 @@ the device's although the calibration held (measured 2026-11-24, the smoke run: 
 24% above paper-p4's time, the server's encode of a JSON response 20-68% above paper-i3's). So the
 analysis checks what was used: per role, kind of work, op, size and method, the mean used stage time
 (`t_*`, the device's time in scaled mode, the quota-held wall time in throttle mode) with its 95% CI,
-the profile's target, the error, and a flag where it is outside the calibration's tolerance.
+the profile's target, the error, and a flag where it is outside the calibration's tolerance (the
+experiment's `contracts.tolerance.DeviceTolerance`, max(10%, 0.1 ms) by default, as the calibration
+recorded it; a calibration from before the ms part judged by its percent alone, and so is its table).
 
 A server device's targets are those of the Python server's code, which its calibration runs; the
 gRPC servers in other languages (`grpc@cpp`, `grpc@go`) are scaled by the same slowdowns and are
@@ -32,6 +34,7 @@ from contracts.device import DeviceProfile, operand_bytes, result_bytes
 from contracts.hosts import Role
 from contracts.run import Device, Manifest
 from contracts.stages import LOCAL, PYTHON, label_server, method_codec
+from contracts.tolerance import DEFAULT, DeviceTolerance
 
 # stage column -> (role, kind of work, the matrix data it handles)
 STAGE_WORK = {
@@ -43,7 +46,6 @@ STAGE_WORK = {
     "t_server_start": ("server", "server_start", None),
 }
 COLUMNS = ["role", "work", "op", "size", "method", "n", "target_s", "mean_s", "ci95", "error_pct", "flagged"]
-DEFAULT_TOLERANCE_PCT = 10.0
 
 
 def target_s(
@@ -58,8 +60,10 @@ def target_s(
     return profile.work_s(kind, op, size, method, nbytes)
 
 
-def tolerance(device: Device) -> float:
-    return device.calibrations[-1].tolerance_pct if device.calibrations else DEFAULT_TOLERANCE_PCT
+def tolerance(device: Device, default: DeviceTolerance = DEFAULT) -> DeviceTolerance:
+    """What a device's stages are judged by: its last calibration's tolerance as that recorded it (the
+    trials then agree with the calibration's flags), else `default` (the experiment's)."""
+    return device.calibrations[-1].tolerance if device.calibrations else default
 
 
 def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFrame:
@@ -69,6 +73,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
     if manifest is None:
         return pd.DataFrame(columns=columns)
     itemsize = np.dtype(manifest.experiment.dtype).itemsize
+    stated = manifest.experiment.device_tolerance
     good = trials[trials["ok"].astype(bool)]
     good = good.assign(device=row_devices(good))
     rows, profiles = [], {}
@@ -106,7 +111,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
                     mean,
                     half,
                     error,
-                    abs(error) > tolerance(device),
+                    tolerance(device, stated).missed(target, mean),
                 ]
             )
     return pd.DataFrame(rows, columns=columns)

@@ -15,12 +15,14 @@ from client.throttle_check import check_wall
 from contracts.device import DeviceProfile, Grid
 from contracts.message import encode
 from contracts.processes import end_when_unheard
+from contracts.tolerance import DeviceTolerance
 
 
 def main(argv: list[str] | None = None) -> int:
     """Calibrate this host for a device, print the `contracts.calibration.Calibration` as JSON.
 
-    The request: {"device": <profile as JSON>, "grid": <Grid as JSON>, "tolerance_pct": ..., "check":
+    The request: {"device": <profile as JSON>, "grid": <Grid as JSON>, "tolerance_pct": ...,
+    "tolerance_ms": ... (the experiment's `contracts.tolerance.DeviceTolerance`), "check":
     "wall" for throttle mode's check, "quotas": its per-work quotas, "only": the keys to check}.
     """
     request = json.load(sys.stdin)
@@ -28,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     grid = Grid.from_dict(request["grid"])
     check = check_wall if request.get("check") == "wall" else calibrate  # wall: throttle, inside the limit
     extra = {k: request[k] for k in ("quotas", "only") if request.get(k)}
-    json.dump(encode(check(device, grid, tolerance_pct=request["tolerance_pct"], **extra)), sys.stdout)
+    tolerance = DeviceTolerance(request["tolerance_pct"], request["tolerance_ms"])
+    json.dump(encode(check(device, grid, tolerance=tolerance, **extra)), sys.stdout)
     return 0
 
 

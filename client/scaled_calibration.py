@@ -19,13 +19,14 @@ from client.calibration_work import grid_works, target_s
 from client.sampling import BUDGET_S, precise, sampled
 from contracts.calibration import Calibration, CalibrationRow, work_key
 from contracts.device import DeviceProfile, Grid
+from contracts.tolerance import DEFAULT, DeviceTolerance
 
 
 def calibrate(
     device: DeviceProfile,
     grid: Grid,
     reps: int = 10,
-    tolerance_pct: float = 10.0,
+    tolerance: DeviceTolerance = DEFAULT,
     budget_s: float = BUDGET_S,
 ) -> Calibration:
     """Slowdowns for every kind of work of the grid, and the check of each against its target.
@@ -36,7 +37,7 @@ def calibrate(
     either ~68 or ~100 ms), and a median of a few samples jumps between the modes (measured: two
     medians of 10 samples more than 10% apart in 40-65% of draws for JSON and uJSON, two means in
     13-36%). At least `reps` samples each for the slowdowns and the check, and more until each mean
-    is known within half the tolerance (95% CI) or the work's `budget_s` is spent: the check's error
+    is known within half the tolerance's percent (95% CI) or the work's `budget_s` is spent: the check's error
     is the difference of the two means, so what is left of it is the host's noise.
     """
     items = grid_works(grid)
@@ -53,7 +54,7 @@ def calibrate(
         2 * reps,
         seed=grid.seed,
         batch=False,
-        enough=lambda _, s: all(precise(s[h::2], tolerance_pct / 200) for h in (0, 1)),
+        enough=lambda _, s: all(precise(s[h::2], tolerance.pct / 200) for h in (0, 1)),
         budget_s=budget_s,
     )
     host = [statistics.mean(s[0::2]) for s in samples]
@@ -66,15 +67,21 @@ def calibrate(
         factor = target / max(host_s, 1e-7)
         scale[work_key(kind, op, size, codec)] = factor
         row = CalibrationRow.of(
-            kind, codec, op, size, target, again_s * factor, tolerance_pct,
+            kind, codec, op, size, target, again_s * factor, tolerance,
             host_cpu_s=host_s, slowdown=factor, samples=len(taken),
         )  # fmt: skip
         if row.flagged:  # the error is the two means' difference: this host's noise, said as such
-            known = all(precise(taken[h::2], tolerance_pct / 200) for h in (0, 1))
-            row = replace(row, reason=_noisy(len(taken) // 2, known, tolerance_pct, budget_s))
+            known = all(precise(taken[h::2], tolerance.pct / 200) for h in (0, 1))
+            row = replace(row, reason=_noisy(len(taken) // 2, known, tolerance.pct, budget_s))
         rows.append(row)
     return Calibration(
-        tolerance_pct=tolerance_pct, rows=rows, scale=scale, device=device.name, mode="scaled", role=grid.role
+        tolerance_pct=tolerance.pct,
+        tolerance_ms=tolerance.ms,
+        rows=rows,
+        scale=scale,
+        device=device.name,
+        mode="scaled",
+        role=grid.role,
     )
 
 

@@ -9,6 +9,7 @@ from client.sampling import mean_seconds
 from contracts.calibration import Calibration, CalibrationRow
 from contracts.device import DeviceProfile, Grid, key
 from contracts.profiles import too_short
+from contracts.tolerance import DEFAULT, DeviceTolerance
 
 WALL_BUDGET_S = 20.0  # a sample takes the device's time, so a larger budget than the scaled one (wall)
 
@@ -17,13 +18,13 @@ def check_wall(
     device: DeviceProfile,
     grid: Grid,
     reps: int = 5,
-    tolerance_pct: float = 10.0,
+    tolerance: DeviceTolerance = DEFAULT,
     quotas: dict[str, float] | None = None,
     only: list[str] | None = None,
 ) -> Calibration:
     """`throttle` mode's check, run inside the device's CPU limit: the wall time of each kind of work
     against its target, one run per sample, sampled in rounds as a sweep interleaves its trials: the
-    mean of at least `reps` samples, and more until it is known within half the tolerance or
+    mean of at least `reps` samples, and more until it is known within half the tolerance's percent or
     `WALL_BUDGET_S` has gone into the work (its samples and their alignment), unless the work is
     too short for its quota to be trusted at all (`contracts.profiles.too_short`).
     With `quotas` (fraction of a core per `key`), each sample runs under its work's own quota, as the
@@ -56,7 +57,7 @@ def check_wall(
     walls, counts = mean_seconds(
         [item[4] for item in items],
         reps,
-        tolerance_pct / 200,
+        tolerance.pct / 200,
         budget_s=WALL_BUDGET_S,
         settled=settled,
         clock=time.perf_counter,
@@ -65,11 +66,16 @@ def check_wall(
         before=before,
     )
     rows = [
-        CalibrationRow.of(kind, codec, op, size, target, wall, tolerance_pct, period_s=period, samples=n)
+        CalibrationRow.of(kind, codec, op, size, target, wall, tolerance, period_s=period, samples=n)
         for (op, size, kind, codec, _, _), target, wall, period, n in zip(
             items, targets, walls, periods, counts, strict=True
         )
     ]
     return Calibration(
-        tolerance_pct=tolerance_pct, rows=rows, device=device.name, mode="throttle", role=grid.role
+        tolerance_pct=tolerance.pct,
+        tolerance_ms=tolerance.ms,
+        rows=rows,
+        device=device.name,
+        mode="throttle",
+        role=grid.role,
     )

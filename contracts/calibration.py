@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from contracts.device import key, stack_key
 from contracts.message import decode_fields, encode_fields, omitted
 from contracts.stages import SERVER_START
+from contracts.tolerance import DeviceTolerance
 
 KERNEL, ENCODE, DECODE = "kernel", "encode", "decode"  # the kinds of work a trial times, with SERVER_START
 
@@ -63,7 +64,7 @@ class CalibrationRow:
         size: int | None,
         target: float,
         achieved: float,
-        tolerance_pct: float,
+        tolerance: DeviceTolerance,
         **measured,
     ) -> CalibrationRow:
         """A kind of work's row from its target and what was achieved: the error, and whether it is
@@ -78,7 +79,7 @@ class CalibrationRow:
             target_s=target,
             achieved_s=achieved,
             error_pct=round(error, 2),
-            flagged=abs(error) > tolerance_pct,
+            flagged=tolerance.missed(target, achieved),
             **measured,
         )
 
@@ -113,6 +114,8 @@ class Calibration:
 
     at: str = ""  # when the run recorded it
     tolerance_pct: float
+    # the tolerance's least miss in ms (`contracts.tolerance`); absent before it had one: pct alone
+    tolerance_ms: float | None = omitted()
     rows: list[CalibrationRow]
     quota: float | None = None  # throttle: the client's quota between stages, a fraction of a core
     period_s: float | None = None  # throttle: that quota's period
@@ -131,6 +134,11 @@ class Calibration:
     role: str | None = omitted()
     # `testbed calibrate --slow-host`: held under this extra quota, a fraction of a core (never a sweep's)
     slow_host: float | None = omitted()
+
+    @property
+    def tolerance(self) -> DeviceTolerance:
+        """The tolerance its rows were judged by, as it recorded it."""
+        return DeviceTolerance(self.tolerance_pct, self.tolerance_ms or 0.0)
 
     def row_dicts(self) -> list[dict]:
         """The rows as the manifest holds them (what a table of them is made from)."""

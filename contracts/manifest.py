@@ -20,6 +20,7 @@ from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.run_format import FORMAT_VERSION, check_version
 from contracts.stages import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, offload_label, offloads
+from contracts.tolerance import DEFAULT_MS, DEFAULT_PCT, DeviceTolerance
 
 MANIFEST_FILE = "manifest.json"
 
@@ -78,6 +79,10 @@ class Experiment:
     # clients of several devices (`clients: [{device, count}, ...]`): each client host's device, client
     # 1 first (`client_device` is client 1's); empty: every client is `client_device`
     client_devices: tuple[str, ...] = ()
+    # how far an emulated device's stage may miss its target: max(pct of it, ms) (contracts.tolerance);
+    # a manifest written before these keys reads with the defaults (its calibrations say their own)
+    device_tolerance_pct: float = DEFAULT_PCT
+    device_tolerance_ms: float = DEFAULT_MS
 
     def as_dict(self) -> dict:
         return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)
@@ -92,6 +97,11 @@ class Experiment:
             client_cpu=CpuProfile(**cpu) if cpu else None,
             validation=Validation(**val),
         )
+
+    @property
+    def device_tolerance(self) -> DeviceTolerance:
+        """The one rule its device stages are judged by: calibration, trials' fidelity, flags."""
+        return DeviceTolerance(self.device_tolerance_pct, self.device_tolerance_ms)
 
     @property
     def adaptive(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +23,7 @@ from contracts.stages import (
     Stack,
     offloads,
 )
+from contracts.tolerance import DEFAULT_MS, DEFAULT_PCT
 from contracts.transfer import MAX_PARALLELISM
 from testbed.devices import load_device
 from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
@@ -100,7 +102,7 @@ def load_experiment(path: Path) -> Experiment:
     allowed = set(FLAGS) - {"cpu_quota", "device", "precision"}  # a file's precision is under reps
     allowed |= {"client_cpu", "client_device", "server_device", "validation", "local", "trial_timeout"}
     allowed |= {"description", "clients", "contention", "server_workers", "workload", "parallelism", "io_kb"}
-    allowed |= {"concurrency"}
+    allowed |= {"concurrency", "device_tolerance_pct", "device_tolerance_ms"}
     doc.reject_unknown(allowed)
 
     def wrap(key, fn, *a):
@@ -141,6 +143,8 @@ def load_experiment(path: Path) -> Experiment:
         io_kb=_counts(doc, "io_kb"),
         concurrency=_counts(doc, "concurrency"),
         client_devices=client_devices,
+        device_tolerance_pct=float(doc.get("device_tolerance_pct", float, DEFAULT_PCT)),
+        device_tolerance_ms=float(doc.get("device_tolerance_ms", float, DEFAULT_MS)),
     )
     try:
         return check(exp)
@@ -212,6 +216,7 @@ def check(exp: Experiment) -> Experiment:
         )
     _check_clients(exp)
     _check_settings(exp)
+    _check_tolerance(exp)
     if not _NAME.match(exp.name):
         raise InvalidValue(
             "name",
@@ -243,6 +248,15 @@ def _check_settings(exp: Experiment) -> None:
         raise InvalidValue("concurrency", f"at most {MAX_CONCURRENCY} requests outstanding", "give fewer")
     if any(k > 1 << 20 for k in exp.io_kb):
         raise InvalidValue("io_kb", "a write of more than 1 GiB", "give a smaller write size")
+
+
+def _check_tolerance(exp: Experiment) -> None:
+    """The device tolerance's two parts are positive numbers: a stage within max(pct, ms) of its
+    target holds (`contracts.tolerance`); zero or less would flag every stage, whatever it took."""
+    for key, example in (("device_tolerance_pct", "10 (percent)"), ("device_tolerance_ms", "0.1 (ms)")):
+        value = getattr(exp, key)
+        if not (math.isfinite(value) and value > 0):
+            raise InvalidValue(key, f"{value:g} is not a positive number", f"give {key} > 0, e.g. {example}")
 
 
 def _check_clients(exp: Experiment) -> None:

@@ -104,7 +104,7 @@ def calibrate_host(
         what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
         log.warning("%s device emulation misses its tolerance for: %s", host or role, what)
         progress.note(
-            f"{host or role} device {profile.name}: emulation outside {device_emulation.TOLERANCE_PCT:g}% "
+            f"{host or role} device {profile.name}: emulation outside {result.tolerance.describe()} "
             f"for {what}; those trials are marked emulation_flagged"
         )
     emulation = (

@@ -24,13 +24,13 @@ from contracts.message import decode
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Device
 from contracts.stages import LOCAL, SERVER_START, Stack
+from contracts.tolerance import DEFAULT, DeviceTolerance
 from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
 from testbed.experiment import Experiment
 from testbed.inventory import Inventory
 from testbed.run_files import ManifestFile, machine
 
-TOLERANCE_PCT = 10.0
 CORRECTIONS = 2  # throttle: checks again, with corrected quotas, of what missed the first check
 
 
@@ -87,7 +87,7 @@ def emulate_server_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> Cali
     grid = server_grid(
         lab, device, exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed, exp.server_stack == Stack.CGI
     )
-    return emulate(lab, device, "scaled", grid)
+    return emulate(lab, device, "scaled", grid, tolerance=exp.device_tolerance)
 
 
 def server_grid(
@@ -132,12 +132,17 @@ def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "c
         if exp.mode != Mode.SCALED:
             raise ValueError(f"client host {host} calibrating in {exp.mode} mode")  # refused in check
         check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
-        return _calibration(lab, host, device, grid, limited=False)
-    return emulate(lab, device, exp.mode, grid)
+        return _calibration(lab, host, device, grid, exp.device_tolerance, limited=False)
+    return emulate(lab, device, exp.mode, grid, tolerance=exp.device_tolerance)
 
 
 def emulate(
-    lab: Lab, device: DeviceProfile, mode: str, grid: Grid, slow_host: float | None = None
+    lab: Lab,
+    device: DeviceProfile,
+    mode: str,
+    grid: Grid,
+    slow_host: float | None = None,
+    tolerance: DeviceTolerance = DEFAULT,
 ) -> Calibration:
     """Calibrate the client host for the device; when throttling, also set and check the quota.
 
@@ -152,6 +157,7 @@ def emulate(
     `slow_host` (scaled only) holds the whole calibration under an extra quota of that fraction of a
     core, as a slower host would run it: the device's times must not move, which is the point of
     scaling CPU time rather than wall time. The client's quota in force before is put back after.
+    Each row is judged by `tolerance`, the experiment's (the host's answer records it).
     """
     check_device_covers(device, list(grid.ops), list(grid.codecs), "the calibration")
     if grid.role == Role.SERVER:
@@ -160,18 +166,18 @@ def emulate(
                 "the server is emulated in scaled mode only",
                 "use --mode scaled and no --slow-host with --host server",
             )
-        return _calibration(lab, "server", device, grid, limited=False)
+        return _calibration(lab, "server", device, grid, tolerance, limited=False)
     if slow_host is not None:
         if mode != Mode.SCALED:
             raise UserError("a slower host is emulated for the scaled mode only", "use --mode scaled")
         before = lab.cpu_in_force().fraction or 1.0
         limit = lab.set_client_quota(slow_host)
         try:
-            calibration = _calibration(lab, "client", device, grid, limited=True)
+            calibration = _calibration(lab, "client", device, grid, tolerance, limited=True)
         finally:
             lab.set_client_quota(before)
         return replace(calibration, slow_host=limit.fraction or slow_host)
-    calibration = _calibration(lab, "client", device, grid, limited=False)
+    calibration = _calibration(lab, "client", device, grid, tolerance, limited=False)
     if mode == Mode.SCALED:
         return calibration
     quotas = work_quotas(calibration.rows)
@@ -182,19 +188,20 @@ def emulate(
             "use mode: scaled, or a host at least as fast as the device",
         )
     needs = {r.key: r.host_cpu_s / r.target_s for r in calibration.rows}
-    check = _check_wall(lab, device, grid, quotas)
+    check = _check_wall(lab, device, grid, tolerance, quotas)
     rows = {r.key: _under_quota(r, quotas, needs) for r in check.rows}
     # closed loop: work runs less efficiently under a quota than at full speed (every period starts
     # with caches another process has used; measured +13% to +56% for paper-p4 at its quotas), so
     # what missed by more than half the tolerance gets its quota scaled by achieved over target and
     # is checked again, alone, up to CORRECTIONS times (measured: one correction left mul 600 at -12%)
+    half = tolerance.halved()
     for _ in range(CORRECTIONS):
-        missed = [k for k, r in rows.items() if not r.reason and abs(r.error_pct) > TOLERANCE_PCT / 2]
+        missed = [k for k, r in rows.items() if not r.reason and half.missed(r.target_s, r.achieved_s)]
         if not missed:
             break
         for k in missed:
             quotas[k] = min(max(quotas[k] * rows[k].achieved_s / rows[k].target_s, MIN_CPU_QUOTA), 1.0)
-        for row in _check_wall(lab, device, grid, quotas, only=missed).rows:
+        for row in _check_wall(lab, device, grid, tolerance, quotas, only=missed).rows:
             earlier = rows[row.key]
             first = earlier.error_pct if earlier.first_error_pct is None else earlier.first_error_pct
             rows[row.key] = _under_quota(replace(row, first_error_pct=first), quotas, needs)
@@ -218,13 +225,17 @@ def work_quotas(host_rows: list[CalibrationRow]) -> dict[str, float]:
     return {**quotas, "base": max(statistics.median(kernels), MIN_CPU_QUOTA)}
 
 
-def _check_wall(lab: Lab, device: DeviceProfile, grid: Grid, quotas: dict, **extra) -> Calibration:
+def _check_wall(
+    lab: Lab, device: DeviceProfile, grid: Grid, tolerance: DeviceTolerance, quotas: dict, **extra
+) -> Calibration:
     """Throttle mode's check on the client host, each kind of work under its own quota. Its process
     starts at a whole core (importing numpy under the device's quota would take minutes) and puts each
     work's quota in force itself; a whole core again after it, for the trial worker's start."""
     lab.set_client_quota(1.0)
     try:
-        return _calibration(lab, "client", device, grid, limited=True, check="wall", quotas=quotas, **extra)
+        return _calibration(
+            lab, "client", device, grid, tolerance, limited=True, check="wall", quotas=quotas, **extra
+        )
     finally:
         lab.set_client_quota(1.0)
 
@@ -245,12 +256,24 @@ def _under_quota(row: CalibrationRow, quotas: dict, needs: dict) -> CalibrationR
 
 
 def _calibration(
-    lab: Lab, role: str, device: DeviceProfile, grid: Grid, limited: bool, **extra
+    lab: Lab,
+    role: str,
+    device: DeviceProfile,
+    grid: Grid,
+    tolerance: DeviceTolerance,
+    limited: bool,
+    **extra,
 ) -> Calibration:
     """`python -m client.calibration` on the host of `role` (the client: inside the device's CPU
     limit if `limited`). The server host runs it too: the calibration times the server's own work
     (the grid's role), with the device-emulation code the client's scaled mode uses."""
-    request = {"device": device.as_dict(), "grid": grid.as_dict(), "tolerance_pct": TOLERANCE_PCT, **extra}
+    request = {
+        "device": device.as_dict(),
+        "grid": grid.as_dict(),
+        "tolerance_pct": tolerance.pct,
+        "tolerance_ms": tolerance.ms,
+        **extra,
+    }
     host = lab.host(role)
     out = host.run(
         host.python("client.calibration"), input=json.dumps(request), limited=limited, timeout=7200
@@ -349,7 +372,7 @@ def format_calibration(calibration: Calibration) -> str:
     counted = all(r.samples is not None for r in calibration.rows)  # sampled until precise
     lines = [
         f"device {calibration.device} ({calibration.mode}): target vs achieved on the "
-        f"{calibration.role or 'client'} host",
+        f"{calibration.role or 'client'} host, within {calibration.tolerance.describe()}",
         f"{'work':<20} {'op':<4} {'size':>5} {'target s':>10} {'achieved s':>11} {'error':>8}"
         + (f" {'quota':>8} {'period':>9}" if quotas else "")
         + (f" {'samples':>8}" if counted else ""),

@@ -19,6 +19,7 @@ from analysis import analyze
 from analysis.fidelity_plots import across_sizes, fidelity_figure
 from analysis.plots import BUILDERS, fidelity_jobs
 from contracts.run import TrialWriter, read_manifest, read_trials
+from contracts.tolerance import DeviceTolerance
 from testbed.devices import load_device
 from tests.synthetic import write_synthetic_run
 
@@ -227,7 +228,7 @@ def test_a_start_up_row_of_no_size_is_drawn_flat_across_the_sizes():
     spread = across_sizes(rows)
     start = spread[spread["work"] == "server_start"]
     assert list(start["size"]) == [200, 400] and set(start["achieved_s"]) == {0.16}
-    fig = fidelity_figure(rows, "paper-i3", "scaled", 10.0, role="server")
+    fig = fidelity_figure(rows, "paper-i3", "scaled", DeviceTolerance(10.0), role="server")
     assert len(fig.axes[0].get_lines()) == 2 * 2  # target and achieved, kernel and start-up
 
 

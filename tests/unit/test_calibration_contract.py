@@ -13,6 +13,7 @@ from contracts.device import key, stack_key
 from contracts.errors import UserError
 from contracts.message import decode, encode
 from contracts.run import Experiment, Manifest, read_manifest
+from contracts.tolerance import DeviceTolerance
 from testbed.cli.calibrate import json_tables
 from testbed.devices import load_device
 from testbed.run_files import ManifestFile
@@ -68,7 +69,7 @@ def test_a_row_made_before_rows_had_keys_gets_its_key():
     old = {"work": "json decode", "op": "mul", "size": 200, "target_s": 1.0, "achieved_s": 1.0,
            "error_pct": 0.0, "flagged": False, "host_cpu_s": 0.01, "slowdown": 100.0}  # fmt: skip
     assert CalibrationRow.from_dict(old).key == key("decode", "mul", 200, "json")
-    start = CalibrationRow.of("server_start", None, "any", None, 0.15, 0.18, 10.0)
+    start = CalibrationRow.of("server_start", None, "any", None, 0.15, 0.18, DeviceTolerance(10.0))
     assert (start.key, start.error_pct, start.flagged) == (stack_key("server_start"), 20.0, True)
 
 
@@ -83,7 +84,7 @@ def test_a_row_key_the_schema_lacks_is_refused_where_the_manifest_is_read(tmp_pa
 
 def rows() -> list[CalibrationRow]:
     def row(kind, codec, size, achieved, op="mul"):
-        return CalibrationRow.of(kind, codec, op, size, 1.0, achieved, 10.0, samples=4)
+        return CalibrationRow.of(kind, codec, op, size, 1.0, achieved, DeviceTolerance(10.0), samples=4)
 
     return [
         row("kernel", None, 200, 1.3),

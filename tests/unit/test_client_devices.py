@@ -13,6 +13,7 @@ from contracts.calibration import Calibration, CalibrationRow
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Manifest, read_manifest, read_trials
+from contracts.tolerance import DeviceTolerance
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, planned_trials
 from testbed.overrides import override
@@ -163,7 +164,11 @@ def test_a_session_reuses_each_client_hosts_own_calibration(tmp_path):
     manifest = ManifestFile(
         tmp_path / "manifest.json", Manifest(run_id="r", status="running", experiment=exp)
     )
-    rows = [CalibrationRow.of("kernel", None, "mul", 800, target=1.0, achieved=1.0, tolerance_pct=10.0)]
+    rows = [
+        CalibrationRow.of(
+            "kernel", None, "mul", 800, target=1.0, achieved=1.0, tolerance=DeviceTolerance(10.0)
+        )
+    ]
     p4, bone = load_device(P4), load_device(BONE)
 
     def calibration(slowdown: float) -> Calibration:

@@ -10,6 +10,7 @@ from client.scaled_calibration import calibrate
 from client.scaler import Scaler
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, operand_bytes, result_bytes, work
 from contracts.errors import UserError
+from contracts.tolerance import DeviceTolerance
 from testbed.devices import DEVICES_DIR, load_device
 from testbed.experiment import load_experiment
 
@@ -140,7 +141,9 @@ def test_calibration_reaches_the_targets_on_this_host():
         {"mul": SpeedCurve(((1, 0.05),))},
         {"raw": {"encode": 100, "decode": 100}, "json": {"encode": 1, "decode": 1}},
     )
-    result = calibrate(device, Grid.of(["mul"], [64], ["raw", "json"]), reps=3, tolerance_pct=50, budget_s=0)
+    result = calibrate(
+        device, Grid.of(["mul"], [64], ["raw", "json"]), reps=3, tolerance=DeviceTolerance(50), budget_s=0
+    )
     assert [r["work"] for r in result.row_dicts()] == [
         "kernel",
         "raw encode",

@@ -13,6 +13,7 @@ from client.worker import TrialWorker
 from contracts.calibration import CalibrationRow
 from contracts.device import key, stack_key
 from contracts.stages import LOCAL
+from contracts.tolerance import DeviceTolerance
 from contracts.worker_api import TrialSpec, WorkerEmulation
 from testbed.sweep.worker_link import emulation_args
 
@@ -146,7 +147,9 @@ def test_a_remote_trials_client_stages_are_its_reference_runs():
 
 def test_the_worker_gets_each_devices_targets_with_its_slowdowns():
     def row(target_s: float) -> CalibrationRow:  # of KERNEL
-        return CalibrationRow.of("kernel", None, "mul", 400, target_s, achieved=target_s, tolerance_pct=10.0)
+        return CalibrationRow.of(
+            "kernel", None, "mul", 400, target_s, achieved=target_s, tolerance=DeviceTolerance(10.0)
+        )
 
     calibration = WorkerEmulation(scale={KERNEL: 100.0}, rows=[row(1.0)],
                                   server_scale={KERNEL: 7.0}, server_rows=[row(0.2)])  # fmt: skip

@@ -18,6 +18,7 @@ from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import read_manifest, write_manifest
 from contracts.stages import format_server_timing, parse_server_timing
+from contracts.tolerance import DeviceTolerance
 from server.timing import StageClock
 from testbed.devices import load_device
 from testbed.experiment import load_experiment
@@ -68,7 +69,7 @@ def test_the_servers_work_is_decoding_the_request_and_encoding_the_response():
 def test_a_server_calibration_reaches_its_targets_on_this_host():
     device = DeviceProfile("srv", {"mul": SpeedCurve(((1, 0.05),))}, {"raw": {"encode": 100, "decode": 50}})
     grid = Grid.of(["mul"], [64], ["raw"], role="server")
-    result = calibrate(device, grid, reps=3, tolerance_pct=50, budget_s=0)
+    result = calibrate(device, grid, reps=3, tolerance=DeviceTolerance(50), budget_s=0)
     assert result.role == "server"
     assert [r["work"] for r in result.row_dicts()] == ["kernel", "raw decode", "raw encode"]
     decode = next(r for r in result.row_dicts() if r["work"] == "raw decode")
@@ -107,7 +108,7 @@ def test_cgi_stages_are_calibrated_from_what_each_request_process_reports():
         "server_start;dur=1;cpu=375, decode;dur=1;cpu=20, compute;dur=1;cpu=40, encode;dur=1;cpu=10"
     )
     grid = Grid.of(["mul"], [64], ["raw"], role="server", cgi_argv=child, start_up=True)
-    result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
+    result = calibrate(device, grid, reps=2, tolerance=DeviceTolerance(10), budget_s=0)
     host = {r["work"]: r["host_cpu_s"] for r in result.row_dicts()}
     assert host == {"raw kernel": 0.04, "raw decode": 0.02, "raw encode": 0.01, "server_start": 0.375}
     (kernel,) = [r for r in result.row_dicts() if r["work"] == "raw kernel"]
@@ -126,7 +127,7 @@ def test_one_request_process_gives_a_sample_of_each_of_its_methods_stages(tmp_pa
     device = DeviceProfile("srv", {"mul": SpeedCurve(((1, 0.05),))}, {"raw": {"encode": 100, "decode": 50}})
     child = fake_cgi("decode;dur=1;cpu=20, compute;dur=1;cpu=40, encode;dur=1;cpu=10", count=tmp_path / "n")
     grid = Grid.of(["mul"], [64], ["raw"], role="server", cgi_argv=child)
-    result = calibrate(device, grid, reps=2, tolerance_pct=10, budget_s=0)
+    result = calibrate(device, grid, reps=2, tolerance=DeviceTolerance(10), budget_s=0)
     assert {r["work"]: r["samples"] for r in result.row_dicts()} == {
         "raw decode": 4,
         "raw kernel": 4,
@@ -173,7 +174,7 @@ def test_a_flagged_scaled_row_says_why(tmp_path):
         count=tmp_path / "count",
     )  # fmt: skip
     grid = Grid.of(["mul"], [32], [], role="server", cgi_argv=flip, start_up=True)
-    result = calibrate(device, grid, reps=4, tolerance_pct=10, budget_s=0)
+    result = calibrate(device, grid, reps=4, tolerance=DeviceTolerance(10), budget_s=0)
     (start,) = [r for r in result.row_dicts() if r["work"] == "server_start"]
     assert start["flagged"] and start["error_pct"] == pytest.approx(-75.0)  # 0.1 against 0.4
     assert start["reason"] == "this host's CPU time for it varied: two means of 4 samples each"

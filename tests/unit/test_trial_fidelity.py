@@ -4,6 +4,7 @@ the profile's target, on trials whose times are chosen so that every error is wo
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -70,6 +71,18 @@ def test_a_stage_outside_the_roles_tolerance_is_flagged_and_named_in_the_summary
     assert lines[0] == "client device in the trials: 0 of 3 kinds of work outside tolerance"
     assert lines[1].startswith("server device in the trials: 1 of 4 kinds of work outside tolerance (worst: ")
     assert "mul 100 raw kernel +10%" in lines[1]
+
+
+def test_a_short_stage_within_the_tolerances_ms_is_not_flagged(manifest):
+    """The calibration's own tolerance, ms part included; an uncalibrated device, the experiment's."""
+    stages = trials([0.002, 0.002], [0.0011, 0.0011], [0.15, 0.15])  # server kernel 0.1 ms (10%) over
+    manifest.server_device.calibrations[-1].tolerance_ms = 0.2
+    server = trial_fidelity(stages, manifest).query("role == 'server'").set_index("work")
+    assert not server.loc["kernel", "flagged"]  # 10% > 5%, but 0.1 ms < 0.2 ms
+    manifest.server_device.calibrations.clear()
+    manifest.experiment = replace(manifest.experiment, device_tolerance_pct=5.0, device_tolerance_ms=0.05)
+    server = trial_fidelity(stages, manifest).query("role == 'server'").set_index("work")
+    assert server.loc["kernel", "flagged"]  # 10% > 5% and 0.1 ms > 0.05 ms
 
 
 def test_a_run_without_devices_or_a_wsgi_start_up_has_nothing_to_check(manifest):
