@@ -30,34 +30,14 @@ import pandas as pd
 
 from analysis.load import row_devices, trial_devices
 from analysis.stats import ci95
-from contracts.device import DeviceProfile, operand_bytes, result_bytes
+from contracts.device import DeviceProfile
 from contracts.hosts import Role
 from contracts.run import Device, Manifest
-from contracts.stages import LOCAL, PYTHON, label_server, method_codec
+from contracts.stage_targets import stage_work, target_s
+from contracts.stages import PYTHON, label_server, method_codec
 from contracts.tolerance import DEFAULT, DeviceTolerance
 
-# stage column -> (role, kind of work, the matrix data it handles)
-STAGE_WORK = {
-    "t_client_encode": ("client", "encode", "operands"),
-    "t_client_decode": ("client", "decode", "result"),
-    "t_server_decode": ("server", "decode", "operands"),
-    "t_server_compute": ("server", "kernel", None),
-    "t_server_encode": ("server", "encode", "result"),
-    "t_server_start": ("server", "server_start", None),
-}
 COLUMNS = ["role", "work", "op", "size", "method", "n", "target_s", "mean_s", "ci95", "error_pct", "flagged"]
-
-
-def target_s(
-    profile: DeviceProfile, kind: str, method: str, op: str, size: int, data: str | None, itemsize: int
-):
-    """The device's seconds for one kind of work of a trial (`DeviceProfile.work_s`); None where its
-    profile does not say."""
-    covered = {"kernel": op in profile.kernels, "server_start": "server_start" in profile.stack}
-    if not covered.get(kind, method_codec(method) in profile.marshalling):
-        return None
-    nbytes = operand_bytes(op, size, itemsize) if data == "operands" else result_bytes(op, size, itemsize)
-    return profile.work_s(kind, op, size, method, nbytes)
 
 
 def tolerance(device: Device, default: DeviceTolerance = DEFAULT) -> DeviceTolerance:
@@ -79,7 +59,7 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
     rows, profiles = [], {}
     for (op, size, method, name), group in good.groupby(["op", "size", "method", "device"], sort=True):
         devices = {"client": manifest.client_device(name or None), "server": manifest.server_device}
-        stages = {"t_total": ("client", "kernel", None)} if method == LOCAL else STAGE_WORK
+        stages = stage_work(method)
         for column, (role, kind, data) in stages.items():
             device = devices[role]
             if (
