@@ -350,7 +350,7 @@ def run_stream(lab: Lab, spec: StreamSpec, model_run: Path | None, results: Path
     try:
         lab.apply_cpu_limit()
         progress = Progress(len(tasks) * len(policies), len(policies), {p.name: len(tasks) for p in policies})
-        calibration, _ = calibrate_devices(lab, exp, manifest, progress, device, server_device)
+        calibration = calibrate_devices(lab, exp, manifest, progress, device, server_device)
         worker = WorkerLink(lab, exp, run_dir / "worker.log", calibration)
         warmups = [
             Trial(-1, op, min(spec.sizes), exp.dtype, None, m, -1)

@@ -6,8 +6,12 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
+
+from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.run import Counters, Manifest, TrialRecord
+from contracts.stage_targets import missed_stages, stage_targets
 from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
@@ -59,6 +63,22 @@ def counters_after(manifest: ManifestFile, entry: Counters, lab: Lab, trial_ids:
     manifest.save()
 
 
+def own_stages_missed(
+    exp: Experiment,
+    t: Trial,
+    result: TrialResult,
+    client: DeviceProfile | None,
+    server: DeviceProfile | None,
+) -> list[str]:
+    """The trial's stages whose emulated time missed its device's target by more than the experiment's
+    tolerance (`client`, `server`: the devices its stages emulate; `server` None where its server is
+    not the Python one). What marks a trial `emulation_flagged`: its own stages, not its (op, size)'s
+    calibration, which runs the work in another process, with other caches, minutes earlier."""
+    targets = stage_targets(t.op, t.size, t.method, np.dtype(t.dtype).itemsize, client, server)
+    times = {column: getattr(result, column) for column in targets}
+    return missed_stages(times, targets, exp.device_tolerance)
+
+
 def trial_row(
     run_id: str,
     t: Trial,
@@ -69,8 +89,8 @@ def trial_row(
     repair: str | None = None,
 ) -> TrialRecord:
     """The row of trial `t` from what the worker reported, every field of the result its column's (one
-    the schema lacks raises: a bug), with what the sweep adds: whether a missed calibration target
-    concerns it, the testbed that ran it, and what was repaired before this attempt."""
+    the schema lacks raises: a bug), with what the sweep adds: whether one of its own stages missed
+    its device's target (`own_stages_missed`), the testbed that ran it, and what was repaired before this attempt."""
     measured = {f.name: getattr(result, f.name) for f in fields(result)}
     return TrialRecord(
         **{

@@ -1,5 +1,7 @@
 """Calibrating a testbed's hosts for the devices they emulate, at the start of a session (or using
-the run's calibration again), and which trials a missed target marks `emulation_flagged`."""
+the run's calibration again). A missed target is announced; it marks no trial: a trial is marked
+`emulation_flagged` by its own stages (`testbed.sweep.bookkeeping.own_stages_missed`), since the
+trials' runs, not the calibration's, are what the decisions are made of."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import logging
 
 from contracts.device import DeviceProfile, Mode
 from contracts.hosts import Backend, Role
-from contracts.stages import GRPC, LOCAL, SERVER_START
 from contracts.worker_api import WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
@@ -16,19 +17,6 @@ from testbed.sweep import device_emulation
 from testbed.sweep.progress import Progress
 
 log = logging.getLogger("testbed.sweep")
-
-
-def server_marks(exp: Experiment, missed: set[tuple]) -> set[tuple[str, int, str]]:
-    """The (op, size, method) of the trials a server calibration's missed targets mark: its kernel's
-    every remote trial of its (op, size); its start-up's every HTTP trial (gRPC has no cgi process)."""
-    remote = [m for m in exp.methods if m != LOCAL]
-    out = set()
-    for op, size, work in missed:
-        if work == SERVER_START:
-            out |= {(o, s, m) for o in exp.ops for s in exp.sizes for m in remote if m != GRPC}
-        else:
-            out |= {(op, size, m) for m in (remote if work == LOCAL else [work])}
-    return out
 
 
 def calibrate_devices(
@@ -40,25 +28,24 @@ def calibrate_devices(
     server_device: DeviceProfile | None,
     replicas: list[int] | None = None,
     reuse_at: str | None = None,
-) -> tuple[WorkerEmulation | None, set]:
+) -> WorkerEmulation | None:
     """At the start of a session, each host that emulates a device is calibrated for it and the
     calibration recorded (with the `replicas` that use it, when testbeds on one machine share it).
     With `reuse_at` (the session's start), the run's calibration of a host is used again instead
     when it still holds (`device_emulation.reusable`), and the session recorded with it.
     Returns what the trial worker needs (the client's calibration, and the server's slowdowns as
     `server_scale` with its rows, the targets they follow, as `server_rows`; None: neither is a
-    device) and the (op, size, method) of every trial a missed target marks."""
-    calibration, marks = None, set()
+    device)."""
+    calibration = None
     for role, profile in (("client", device), ("server", server_device)):
         if profile is None:
             continue
-        result, missed = calibrate_host(lab, exp, manifest, progress, role, profile, replicas, reuse_at)
+        result = calibrate_host(lab, exp, manifest, progress, role, profile, replicas, reuse_at)
         if role == Role.CLIENT:
             calibration = result.with_server(calibration)
         else:
             calibration = (calibration or WorkerEmulation()).with_server(result)
-        marks |= missed
-    return calibration, marks
+    return calibration
 
 
 def calibrate_host(
@@ -71,11 +58,11 @@ def calibrate_host(
     replicas: list[int] | None = None,
     reuse_at: str | None = None,
     host: str | None = None,
-) -> tuple[WorkerEmulation, set]:
+) -> WorkerEmulation:
     """One host calibrated for its device (or its calibration used again): `role` "client" or
     "server", on the host of that role or on `host` (a further client host: of another device, or an
     SSH lab's further machine; recorded under its device with the host's role). Returns what the
-    trial worker takes of the calibration (a `WorkerEmulation`) and the trials it marks."""
+    trial worker takes of the calibration (a `WorkerEmulation`)."""
     embedded = lab.inv.backend == Backend.NETNS
     mode = exp.mode if role == Role.CLIENT else Mode.SCALED
     client = host if host not in (None, role) else None  # a further client host's own calibration
@@ -96,18 +83,15 @@ def calibrate_host(
         device_emulation.record_calibration(
             manifest, profile, mode, result, now(), role, lab.replica, replicas, client
         )
-    missed = device_emulation.flagged(result)
-    if role == Role.SERVER:  # its kernel is in every remote trial of its (op, size), in no local one
-        missed = server_marks(exp, missed)
     progress.reset_clock()
-    if missed:
-        what = ", ".join(f"{op} {size} {m}" for op, size, m in sorted(missed))
+    if missed := device_emulation.missed_work(result):
+        what = ", ".join(missed)
         log.warning("%s device emulation misses its tolerance for: %s", host or role, what)
         progress.note(
-            f"{host or role} device {profile.name}: emulation outside {result.tolerance.describe()} "
-            f"for {what}; those trials are marked emulation_flagged"
+            f"{host or role} device {profile.name}: calibration outside {result.tolerance.describe()} "
+            f"for {what}; a trial is marked emulation_flagged where its own stage misses"
         )
     emulation = (
         WorkerEmulation.of_client(result) if role == Role.CLIENT else WorkerEmulation.of_server(result)
     )
-    return emulation, missed
+    return emulation

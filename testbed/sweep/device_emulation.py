@@ -23,7 +23,7 @@ from contracts.hosts import Role
 from contracts.message import decode
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Device
-from contracts.stages import LOCAL, SERVER_START, Stack
+from contracts.stages import SERVER_START, Stack
 from contracts.tolerance import DEFAULT, DeviceTolerance
 from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
@@ -355,15 +355,15 @@ def reuse(manifest: ManifestFile, calibration: Calibration, at: str) -> Calibrat
     return calibration
 
 
-def flagged(calibration: Calibration) -> set[tuple[str, int | None, str]]:
-    """(op, size, method) of every trial a missed target affects: a codec's work its method's; the
-    kernel of every method "local" (the server's marks take it to every method,
-    `testbed.sweep.calibration.server_marks`); the stack's start-up (any, None, server_start)."""
-    return {
-        (row.op, row.size, row.codec or (LOCAL if row.kind == KERNEL else row.kind))
-        for row in calibration.rows
-        if row.flagged
-    }
+def missed_work(calibration: Calibration) -> list[str]:
+    """What a calibration's missed targets are of, with their errors ("mul 500 raw encode -26.2%";
+    the stack's start-up without op and size)."""
+    out = []
+    for row in calibration.rows:
+        if row.flagged:
+            work = " ".join(str(p) for p in (row.op, row.size, row.codec) if p not in (None, "any"))
+            out.append(f"{work} {row.kind} {row.error_pct:+.1f}%".lstrip())
+    return out
 
 
 def format_calibration(calibration: Calibration) -> str:

@@ -26,7 +26,7 @@ from contracts.device import PACED, DeviceProfile, Mode
 from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
-from contracts.stages import GRPC
+from contracts.stages import GRPC, PYTHON
 from contracts.worker_api import TrialResult, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
@@ -39,7 +39,7 @@ from testbed.quiet import NoQuiet, Quiet
 from testbed.run_files import ManifestFile, TrialFile, end_session, setup_log, start_session
 from testbed.signals import sigterm_as_interrupt
 from testbed.sweep import device_emulation
-from testbed.sweep.bookkeeping import counters_after, counters_before, trial_row
+from testbed.sweep.bookkeeping import counters_after, counters_before, own_stages_missed, trial_row
 from testbed.sweep.calibration import calibrate_devices, calibrate_host
 from testbed.sweep.plan import Trial, device_names, plan_trials, rate_groups
 from testbed.sweep.progress import Progress
@@ -228,10 +228,10 @@ class Sweep(Together):
         shared = here[1:] if len(here) > 1 and (self.device is None or self.exp.mode == Mode.SCALED) else []
         for tb in self.testbeds:
             if tb in shared:
-                tb.calibration, tb.marks = here[0].calibration, set(here[0].marks)
+                tb.calibration = here[0].calibration
                 continue
             users = [t.lab.replica for t in here] if shared and tb is here[0] else None
-            tb.calibration, tb.marks = calibrate_devices(
+            tb.calibration = calibrate_devices(
                 tb.lab,
                 self.exp,
                 self.manifest,
@@ -242,14 +242,11 @@ class Sweep(Together):
                 None if self.recalibrate else self.session.started_at,
             )
             for host, profile in self.calibrated_clients(tb):
-                result, missed = calibrate_host(
+                result = calibrate_host(
                     tb.lab, self.exp, self.manifest, self.progress, "client", profile, None,
                     None if self.recalibrate else self.session.started_at, host,
                 )  # fmt: skip
-                tb.emulations[host] = (
-                    result.with_server(tb.calibration),
-                    missed,
-                )  # the server's, as client 1's
+                tb.emulations[host] = result.with_server(tb.calibration)  # the server's, as client 1's
 
     def client_profile(self, role: str) -> DeviceProfile | None:
         """The device client host `role` emulates (None: none, it runs as its host)."""
@@ -355,7 +352,7 @@ class Sweep(Together):
                     result, tb.worker, repair = done.result, done.worker, done.repair
                 if self.source.stopped:
                     return  # the trial was cut short by the stop (its worker killed): it runs on resume
-                self.record(tb, t, result, emulation_flagged=self.flagged(tb, t), repair=repair)
+                self.record(tb, t, result, emulation_flagged=self.flagged(tb, t, result), repair=repair)
         if counters is not None:
             counters_after(self.manifest, counters, lab, [t.trial for t in group])
         self.close_cells()
@@ -381,14 +378,14 @@ class Sweep(Together):
         else:
             tb.workers[name] = worker
 
-    def flagged(self, tb: Testbed, t: Trial) -> bool:
-        """Whether a missed calibration target concerns the trial (its client host's): its row's
-        `emulation_flagged`."""
-        if self.device is not None or self.server_device is not None:
-            host = self.calibrating_host(tb, tb.lab.client_roles[(t.client or 1) - 1])
-            marks = tb.emulations[host][1] if host in tb.emulations else tb.marks
-            return (t.op, t.size, t.method) in marks
-        return False
+    def flagged(self, tb: Testbed, t: Trial, result: TrialResult) -> bool:
+        """Whether one of the trial's own stages missed its device's target (`own_stages_missed`): its
+        row's `emulation_flagged`."""
+        if not result.ok or (self.device is None and self.server_device is None):
+            return False
+        client = self.client_profile(tb.lab.client_roles[(t.client or 1) - 1])
+        server = self.server_device if t.server in ("", PYTHON) else None  # the Python code's targets
+        return bool(own_stages_missed(self.exp, t, result, client, server))
 
     def finish(self) -> None:
         """Close the files and the session, and take each testbed down (or restore its link). The
@@ -450,7 +447,7 @@ class Sweep(Together):
         with concurrency (scaled) the device's cores, a timeline every worker of that host shares
         (`client.device_cores`)."""
         host = self.calibrating_host(tb, role)
-        calibration = tb.emulations[host][0] if host in tb.emulations else tb.calibration
+        calibration = tb.emulations.get(host, tb.calibration)
         device = self.client_profile(role)
         if not (self.exp.concurrency and calibration and calibration.scale and device):
             return calibration

@@ -1,5 +1,4 @@
-"""What a sweep keeps of each of its testbeds for the session: its worker(s), its calibration and
-the trials it marks, the rates it validated or skipped, and how it was found and is to be left."""
+"""What a sweep keeps of each of its testbeds for the session: its worker(s), its calibration, the rates it validated or skipped, and how it was found and is to be left."""
 
 from __future__ import annotations
 
@@ -20,12 +19,11 @@ class Testbed:
     lab: Lab
     worker: WorkerLink | None = None
     calibration: WorkerEmulation | None = None  # what its trial worker needs to emulate the devices
-    marks: set = field(default_factory=set)  # (op, size, method) its missed calibration targets mark
     problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
     warmed: set = field(default_factory=set)  # rates its worker was warmed up at
     workers: dict = field(default_factory=dict)  # several clients: the further clients' workers, by role
-    # each further client host that calibrates (`Sweep.calibrated_clients`): its calibration and the
-    # trials it marks, by the host's role
+    # each further client host that calibrates (`Sweep.calibrated_clients`): its calibration, by the
+    # host's role
     emulations: dict = field(default_factory=dict)
     use: LabUse | None = None  # brought up or found up: left as found at the end
     cpu_lock: CpuLock = field(init=False)  # the replicas' host-wide lock, this testbed's own open file

@@ -88,7 +88,7 @@ class Together:
                     if done.wrong or done.switch:
                         broken.append((done.wrong, done.switch))
                     ran.add(t.trial)
-                    self.record(tb, t, done.result, emulation_flagged=self.flagged(tb, t))
+                    self.record(tb, t, done.result, emulation_flagged=self.flagged(tb, t, done.result))
                     self.keep_worker(tb, name, worker)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the testbed's own thread
                 errors.append(exc)

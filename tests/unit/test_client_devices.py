@@ -13,6 +13,7 @@ from contracts.calibration import Calibration, CalibrationRow
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import TRIALS_FILE, Manifest, read_manifest, read_trials
+from contracts.stage_targets import stage_targets
 from contracts.tolerance import DeviceTolerance
 from testbed.devices import load_device
 from testbed.experiment import load_experiment, planned_trials
@@ -95,6 +96,12 @@ def test_a_sweep_calibrates_each_device_on_its_client_and_each_client_emulates_i
     mixed_clients, tmp_path
 ):
     lab, requests = mixed_clients
+    bone = load_device(BONE)
+
+    def on_target(spec: dict) -> dict:  # the BeagleBone's client: its trials take its device's time
+        return healthy_worker(spec) | {"t_total": bone.compute_s("mul", spec["size"])}
+
+    lab.hosts["client3"].worker(on_target)
     run_dir = tmp_path / "run"
     manifest = start_run(run_dir, "fake-devices", MIXED, lab)
     summary = run_sweep(lab, MIXED, run_dir, manifest, device=load_device(P4))
@@ -112,8 +119,11 @@ def test_a_sweep_calibrates_each_device_on_its_client_and_each_client_emulates_i
     assert sorted(r.trial for r in rows) == sorted(planned)
     for row in rows:
         assert (row.client, row.device) == (planned[row.trial].client, planned[row.trial].device)
-        # the BeagleBone's calibration missed its kernel at 100: its rows are marked, paper-p4's not
-        assert row.emulation_flagged == (row.device == BONE and row.method == "local"), row
+        # a row is marked by its own stage against its own device's target: paper-p4's baseline (0.1 s
+        # against its device's ms) is, the BeagleBone's is not, although its calibration missed at 100
+        target = load_device(row.device).compute_s("mul", row.size)
+        own = row.method == "local" and DeviceTolerance().missed(target, row.t_total)
+        assert row.emulation_flagged == own == (row.device == P4 and row.method == "local"), row
     (bone_worker,) = lab.hosts["client3"].workers
     ran = {s["trial"] for s in bone_worker.specs if s["trial"] >= 0}
     assert ran == {t for t, p in planned.items() if p.client == 3}  # its baseline and its remote trials
@@ -129,10 +139,22 @@ def test_a_sweep_calibrates_each_device_on_its_client_and_each_client_emulates_i
 def test_an_ssh_labs_client_machines_each_calibrate_for_their_device(fake_inventory, tmp_path, monkeypatch):
     """In an SSH lab each client host is a machine of its own: two clients of one device each calibrate
     on their own host, each worker scales by its own host's slowdowns, a target missed on one machine
-    marks only its trials, and the manifest records each calibration under the device with its host."""
+    is announced, a trial is marked by its own stages, and the manifest records each calibration under
+    the device with its host."""
     lab = sweep_ready(fake_netns_lab(fake_inventory.with_clients(2), tmp_path / "state", monkeypatch, {}))
     lab.clients_share_a_machine = False  # as an SSH lab's (testbed.backends.ssh.SshLab)
-    lab.hosts["client2"].worker(healthy_worker)
+    p4 = load_device(P4)
+
+    def as_device(encode_off: float):  # a worker whose stages take the device's times, its encode off
+        def script(spec: dict) -> dict:
+            targets = stage_targets(spec["op"], spec["size"], spec["method"], 8, p4, None)
+            off = {"t_client_encode": encode_off}
+            return healthy_worker(spec) | {c: t * off.get(c, 1.0) for c, t in targets.items()}
+
+        return script
+
+    lab.hosts["client"].worker(as_device(1.0))
+    lab.hosts["client2"].worker(as_device(1.3))
     requests = {
         "client": calibration_answers(lab.hosts["client"], P4, "client", 10.0),
         "client2": calibration_answers(lab.hosts["client2"], P4, "client", 30.0, 100, flagged_kind="encode"),
@@ -151,8 +173,8 @@ def test_an_ssh_labs_client_machines_each_calibrate_for_their_device(fake_invent
         assert json.loads(worker.args[worker.args.index("--scale") + 1])[kernel] == slowdown, role
     rows = read_trials(run_dir / TRIALS_FILE).records
     assert {r.client for r in rows if r.method == "raw"} == {1, 2}
-    for row in rows:  # client 2's machine missed its raw encode: its raw trials are marked, client 1's not
-        assert row.emulation_flagged == (row.client == 2), row
+    for row in rows:  # client 2's raw encode missed in its trials: they are marked, client 1's not
+        assert row.emulation_flagged == (row.client == 2 and row.method == "raw"), row
     data = read_manifest(run_dir / "manifest.json")
     assert [c.client for c in data.device.calibrations] == [None, "client2"] and data.client_devices == []
 

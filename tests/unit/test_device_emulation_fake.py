@@ -123,7 +123,7 @@ def test_throttle_gives_each_kind_of_work_its_own_quota_and_corrects_what_missed
     assert not rows[1200]["flagged"] and "first_error_pct" not in rows[1200]
     quota_us, period_us = quota_period(base)
     assert result.quota == quota_us / period_us and result.period_s == period_us / 1e6
-    assert device_emulation.flagged(result) == set()
+    assert device_emulation.missed_work(result) == []
     assert "each stage under its work's quota" in device_emulation.format_calibration(result)
 
 
@@ -134,7 +134,7 @@ def test_throttle_flags_what_still_misses_after_the_correction(scripted):
     rows = {r["size"]: r for r in result.row_dicts()}
     assert rows[500]["flagged"] and "reason" not in rows[500]  # 2.48 s spans many periods, but 20% off
     assert rows[500]["first_error_pct"] == pytest.approx(20.0)
-    assert device_emulation.flagged(result) == {("mul", 500, "local")}
+    assert device_emulation.missed_work(result) == [f"mul 500 kernel {rows[500]['error_pct']:+.1f}%"]
     assert len(seen) == 2 + device_emulation.CORRECTIONS  # corrections up to a bound, not until it fits
     assert "(first check +20.0%, quota corrected)" in device_emulation.format_calibration(result)
 

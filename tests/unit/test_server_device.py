@@ -27,7 +27,7 @@ from testbed.run_files import ManifestFile
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.device_emulation import format_calibration
 from testbed.sweep.phases import run_sweep
-from tests.fakes import FAKE_SWEEP, server_calibration
+from tests.fakes import FAKE_SWEEP, healthy_worker, server_calibration
 from tests.helpers import rows, saved
 
 SERVER = "multilang-i5-5200u"  # a server profile shipped in experiments/devices
@@ -242,6 +242,17 @@ def test_a_sweep_with_a_server_device_calibrates_the_server_host_and_scales_its_
     server_calibrated, tmp_path
 ):
     lab, requests = server_calibrated
+    server = load_device(SERVER)
+
+    def kernel_slow_at_200(spec: dict) -> dict:  # the server's kernel in its trials: 30% over at 200
+        out = healthy_worker(spec)
+        if spec["method"] != "local":
+            out["t_server_compute"] = server.compute_s("mul", spec["size"]) * (
+                1.3 if spec["size"] == 200 else 1
+            )
+        return out
+
+    lab.hosts["client"].worker(kernel_slow_at_200)
     exp = replace(FAKE_SWEEP, server_device=SERVER)
     run_dir = tmp_path / "run"
     manifest = start_run(run_dir, "fake-srv", exp, lab)
@@ -256,7 +267,9 @@ def test_a_sweep_with_a_server_device_calibrates_the_server_host_and_scales_its_
     assert data["server_device"]["profile"]["name"] == SERVER and data["device"] is None
     assert data["server_device"]["mode"] == "scaled" and len(data["server_device"]["calibrations"]) == 1
     flagged = {(r["size"], r["method"]) for r in rows(run_dir) if r["emulation_flagged"] == "true"}
-    assert flagged == {("200", "json"), ("200", "raw")}, "the server's kernel at 200: its remote trials only"
+    assert flagged == {("200", "json"), ("200", "raw")}, (
+        "its own kernel missed at 200: its remote trials only"
+    )
     again = read_manifest(run_dir / "manifest.json")
     write_manifest(tmp_path / "copy.json", again)
     assert ManifestFile.load(tmp_path / "copy.json").manifest.server_device == again.server_device

@@ -17,12 +17,10 @@ from client.scaler import Scaler
 from contracts.device import DeviceProfile, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
-from contracts.stages import LOCAL
 from testbed.backends.lab import CGI_DIR
 from testbed.experiment import load_experiment
 from testbed.overrides import override
 from testbed.sweep.bookkeeping import start_run
-from testbed.sweep.calibration import server_marks
 from testbed.sweep.device_emulation import server_grid
 from testbed.sweep.phases import run_sweep
 from tests.fakes import FAKE_SWEEP, HEALTH
@@ -252,10 +250,3 @@ def test_the_server_calibrates_in_request_processes_on_the_cgi_stack_and_its_sta
     assert (wsgi.cgi_argv, wsgi.start_up) == ((), False)  # a long-lived server: timed in-process
     no_figure = server_grid(netns, replace(profile, stack={}), ["mul"], [100], ["raw"])
     assert no_figure.cgi_argv and not no_figure.start_up
-
-
-def test_a_missed_start_up_marks_every_http_trial_and_a_missed_kernel_its_remote_ones():
-    exp = replace(FAKE_SWEEP, server_stack="cgi", methods=("json", "grpc"))
-    marks = server_marks(exp, {("any", None, "server_start")})
-    assert marks == {(o, s, "json") for o in exp.ops for s in exp.sizes}  # gRPC starts no process
-    assert server_marks(exp, {("mul", 100, LOCAL)}) == {("mul", 100, "json"), ("mul", 100, "grpc")}
