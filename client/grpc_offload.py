@@ -14,7 +14,7 @@ from collections.abc import Callable
 import grpc
 import numpy as np
 
-from client.offload import CPU_LOCK, OffloadError, StageTimes, no_align, stage_times
+from client.offload import CPU_LOCK, OffloadError, StageTimes, no_align, stage_cpu_s, stage_times
 from contracts.codecs import CodecError, get_codec
 from contracts.errors import UserError
 from contracts.protobuf_codec import EXECUTE
@@ -46,11 +46,15 @@ class GrpcOffloadClient:
         timeout: float = 900.0,
         align: Callable[[str], object] = no_align,
         persistent: bool = True,
+        retime: bool = False,
     ) -> None:
+        """`retime` (scaled mode): a short stage's CPU time is the mean over repeated runs
+        (`client.offload.stage_cpu_s`)."""
         self.target = target
         self.timeout = timeout
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
         self.persistent = persistent
+        self.retime = retime
         self.connections = 0  # channels opened so far
         self._connect()
 
@@ -97,6 +101,7 @@ class GrpcOffloadClient:
             except CodecError as exc:
                 raise UserError(f"protobuf cannot encode these operands: {exc}") from exc
             t1, c1 = time.perf_counter(), time.process_time()
+            c1 = c0 + stage_cpu_s(self.retime, lambda: CODEC.encode_op_request(op, operands), c1 - c0)
         self.align("request")
         tr = time.perf_counter()
         try:
@@ -109,6 +114,7 @@ class GrpcOffloadClient:
             c3, t3 = time.process_time(), time.perf_counter()
             result = CODEC.decode_response(content, {})
             t4, c4 = time.perf_counter(), time.process_time()
+            c4 = c3 + stage_cpu_s(self.retime, lambda: CODEC.decode_response(content, {}), c4 - c3)
         server_timing = dict(call.trailing_metadata() or ()).get("server-timing")
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), server_timing)
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))

@@ -23,6 +23,7 @@ from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
+from contracts.short_work import per_run_cpu_s
 from contracts.stages import (
     DTYPES,
     SERVER_LOCK_WAIT,
@@ -108,10 +109,12 @@ class OffloadClient:
         parallelism: int = 1,
         io_bytes: int | None = None,
         pacer: Pacer | None = None,
+        retime: bool = False,
     ) -> None:
         """`parallelism`: each request's body and reply over that many connections at once;
         `io_bytes`: the size of the client's writes (None: the whole body at once); `pacer`: the
-        client's two stages last its device's time on its shared cores (concurrency)."""
+        client's two stages last its device's time on its shared cores (concurrency); `retime`
+        (scaled mode): a short stage's CPU time is the mean over repeated runs (`stage_cpu_s`)."""
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.persistent = persistent
@@ -121,6 +124,7 @@ class OffloadClient:
         self.sessions = [self.session, *(requests.Session() for _ in range(parallelism - 1))]
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
         self.pacer = pacer
+        self.retime = retime
 
     def __enter__(self) -> OffloadClient:
         return self
@@ -160,6 +164,7 @@ class OffloadClient:
             except CodecError as exc:
                 raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
             t1, c1 = time.perf_counter(), time.process_time()
+            c1 = c0 + stage_cpu_s(self.retime, lambda: c.encode_request(operands), c1 - c0)
         if self.pacer is not None:  # the device's encode, after its other requests' stages
             t1 = self.pacer.stage("encode", t0, c1 - c0)
         url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, "X-Codec": c.name}
@@ -189,10 +194,17 @@ class OffloadClient:
             c3, t3 = time.process_time(), time.perf_counter()
             result = c.decode_response(content, reply_headers)
             t4, c4 = time.perf_counter(), time.process_time()
+            c4 = c3 + stage_cpu_s(self.retime, lambda: c.decode_response(content, reply_headers), c4 - c3)
         if self.pacer is not None:
             t4 = self.pacer.stage("decode", t3, c4 - c3)
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), reply_headers.get("Server-Timing"))
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
+
+
+def stage_cpu_s(retime: bool, work: Callable[[], object], one_run_s: float) -> float:
+    """A client stage's CPU seconds: its run's, or with `retime` (scaled mode) a short run's again over
+    repeated runs of its work (`contracts.short_work`); the wall time stays the real run's."""
+    return per_run_cpu_s(work, one_run_s) if retime else one_run_s
 
 
 def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: str | None) -> dict:
@@ -254,15 +266,17 @@ def local(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float]:
 
 
 def local_times(
-    op: str, operands: list[np.ndarray], align: Callable[[str], object] = no_align
+    op: str, operands: list[np.ndarray], align: Callable[[str], object] = no_align, retime: bool = False
 ) -> tuple[np.ndarray, float, float]:
-    """`local`, with the CPU seconds this process spent as well as the wall-clock seconds."""
+    """`local`, with the CPU seconds this process spent as well as the wall-clock seconds (`retime`:
+    a short kernel's over repeated runs, `stage_cpu_s`)."""
     try:
         with CPU_LOCK.held():
             align("kernel")
             cpu, start = time.process_time(), time.perf_counter()
             result = execute(op, operands)
-            return result, time.perf_counter() - start, time.process_time() - cpu
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            return result, wall, stage_cpu_s(retime, lambda: execute(op, operands), cpu)
     except UnknownOp as exc:
         raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}") from exc
     except OpError as exc:

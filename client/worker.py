@@ -60,15 +60,18 @@ class TrialWorker:
         self.connection = connection
         self.url, self.timeout, self.persistent = url, timeout, persistent
         self.pacer = pacer
+        retime = scaler is not None  # scaled: short stages' CPU times over repeated runs
         self.client = OffloadClient(
-            url, timeout=timeout, align=self.align, persistent=persistent, pacer=pacer
+            url, timeout=timeout, align=self.align, persistent=persistent, pacer=pacer, retime=retime
         )
         self.clients = {(1, None): self.client}  # by transfer settings (parallelism, io_kb)
         targets = (
             grpc_target if isinstance(grpc_target, dict) else {PYTHON: grpc_target} if grpc_target else {}
         )
         self.grpc = {  # one client per gRPC server, each with its own channel
-            server: GrpcOffloadClient(target, timeout=timeout, align=self.align, persistent=persistent)
+            server: GrpcOffloadClient(
+                target, timeout=timeout, align=self.align, persistent=persistent, retime=retime
+            )
             for server, target in targets.items()
         }
         self.seed = seed
@@ -120,6 +123,7 @@ class TrialWorker:
                 parallelism=key[0],
                 io_bytes=io_kb * 1024 if io_kb else None,
                 pacer=self.pacer,
+                retime=self.scaler is not None,
             )
         return self.clients[key]
 
@@ -148,7 +152,7 @@ class TrialWorker:
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             self.align.trial(op, size, method)
             if method == LOCAL:
-                _, wall, cpu = local_times(op, operands, self.align)
+                _, wall, cpu = local_times(op, operands, self.align, retime=self.scaler is not None)
                 out.update(ok=True, t_total=wall, cpu_total=cpu)
                 if self.scaler:
                     self.scaler.local(out, op, size)

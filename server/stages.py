@@ -46,9 +46,11 @@ def run_stages(
         if op is None:
             named, operands = codec.decode_op_request(data, headers)
             op = get_op(named).name
+            stage.repeatable(lambda d=data: codec.decode_op_request(d, headers))
         else:
             operands = decode_operands(codec, data, headers, op)
-        del data  # JSON text is no longer needed once parsed
+            stage.repeatable(lambda d=data, o=op: decode_operands(codec, d, headers, o))
+        del data  # JSON text is no longer needed once parsed (the stage drops its own reference)
         size = operands[0].shape[0] if operands and operands[0].ndim else 0
         stage.work(op, size, codec.name, sum(a.nbytes for a in operands))
     if operands:
@@ -56,8 +58,10 @@ def run_stages(
     with clock.stage("compute") as stage:
         result = execute(op, operands)
         stage.work(op, size)
+        stage.repeatable(lambda o=op, a=operands: execute(o, a))
     del operands
     with clock.stage("encode") as stage:
         out, out_headers = codec.encode_response(result)
         stage.work(op, size, codec.name, result.nbytes)
+        stage.repeatable(lambda r=result: codec.encode_response(r))
     return op, out, out_headers

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from contracts.cpu_lock import CpuLock
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
+from contracts.short_work import per_run_cpu_s
 from contracts.stages import SERVER_LOCK_WAIT, SERVER_QUEUE, format_server_timing
 
 CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none otherwise
@@ -23,11 +24,17 @@ CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none
 
 class StageTarget:
     """What a stage learns about its own work while it runs: the device's seconds for it (a paced
-    server), None otherwise."""
+    server), None otherwise; and the work itself, to time again when its run was short."""
 
     def __init__(self, clock: StageClock, kind: str) -> None:
         self.clock, self.kind = clock, kind
         self.target_s: float | None = None
+        self.again: Callable[[], object] | None = None
+
+    def repeatable(self, work: Callable[[], object]) -> None:
+        """The stage's work, as it can run again: a short run's CPU time is then the mean over repeated
+        runs of it (`contracts.short_work`), what a scaled server device multiplies."""
+        self.again = work
 
     def work(self, op: str, size: int, codec: str | None = None, data_bytes: int = 0) -> None:
         """The stage's work: `op` on `size` x `size` matrices, `data_bytes` of matrix data through
@@ -74,6 +81,9 @@ class StageClock:
             finally:  # a stage that failed still took time, and still counts
                 self.cpu_ms[name] = (time.process_time() - cpu) * 1000.0
                 self.ms[name] = (time.perf_counter() - start) * 1000.0
+            again, target.again = target.again, None  # its data is not kept past the stage
+            if again is not None and target.target_s is None:  # not paced: the CPU time is the figure
+                self.cpu_ms[name] = per_run_cpu_s(again, self.cpu_ms[name] / 1000.0) * 1000.0
         if target.target_s is not None:  # paced (reached only when the stage succeeded)
             self.host_ms[name] = self.ms[name]
             left = target.target_s - (time.perf_counter() - start)
