@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.emulation_error import emulation_error
 from analysis.load import row_devices
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
@@ -104,6 +105,8 @@ def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.Dat
     remote_flag = flags[flags["method"] != LOCAL].groupby(KEYS).size().reindex(index).fillna(0) > 0
     local_flag = flags[flags["method"] == LOCAL].groupby(BASELINE).size().reindex(pairs).fillna(0) > 0
     cells["emulation_flagged"] = remote_flag.to_numpy() | local_flag.to_numpy()
+    # how far the emulation's misses move each cell's difference, and whether that could flip it
+    cells = cells.join(emulation_error(trials, cells, manifest))
     return cells.reset_index()
 
 
