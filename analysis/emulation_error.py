@@ -138,3 +138,29 @@ class _Targets:
         python = method == LOCAL or label_server(method) == PYTHON  # the servers the targets are of
         server = self.profile(self.manifest.server_device) if python else None
         return stage_targets(op, int(size), method, self.itemsize, client, server)
+
+
+def uncertain_line(cells: pd.DataFrame) -> str | None:
+    """The summary's line: how many known cells are `emulation_uncertain`, and the one whose error is
+    largest; None where no cell has an error (no stage with a device target)."""
+    if "emulation_error" not in cells or cells["emulation_error"].isna().all():
+        return None
+    known = cells[cells["emulation_error"].notna() & cells["penalty"].notna()]
+    chosen = known[known["emulation_uncertain"].astype(bool)]
+    line = (
+        f"emulation uncertain (~): {len(chosen)} of {len(known)} cells with device targets, the emulation's "
+        "error on remote - local could flip their decision or undecided state"
+    )
+    if chosen.empty:
+        return line
+    worst = chosen.loc[chosen["emulation_error"].abs().idxmax()]
+    return line + f"; worst: {describe(worst)} (analysis/cells.csv)"
+
+
+def describe(cell: pd.Series) -> str:
+    """`mul 400 raw 100 Mbit/s: error -0.0449 s (+-0.142) on a difference of -0.0208 s (+-0.0931)`."""
+    return (
+        f"{cell['op']} {cell['size']} {cell['method']} {cell['rate_mbps']:g} Mbit/s: error "
+        f"{cell['emulation_error']:+.3g} s (+-{cell['emulation_error_ci95']:.3g}) on a difference of "
+        f"{cell['penalty']:+.3g} s (+-{cell['diff_ci95']:.3g})"
+    )
