@@ -387,7 +387,9 @@ def _prediction_html(out_dir: Path, embed: bool = True) -> list[str]:
         '<h2 id="prediction">Prediction</h2>',
         '<p class="note">Per-stage models fitted on this run (<a href="prediction_model.json">parameters</a>, '
         '<a href="prediction.csv">predicted cells</a>); validation refits without each size and each rate and '
-        "predicts the held-out cells (lost_s: extra time of following the predicted decisions).</p>",
+        "predicts the held-out cells (lost_s: extra time of following the predicted decisions; uncertain_cells: "
+        "cells marked ~, left out of decision_accuracy and lost_s, their measured decision within the "
+        "emulation's error).</p>",
         table(pd.read_csv(validation)),
     ]
     for png in sorted(out_dir.glob("prediction-border-*.png")):
