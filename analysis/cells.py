@@ -9,6 +9,10 @@ With clients of several devices each way to offload is named with its device (`r
 `contracts.stages.offload_label`) and each device has its own local baseline: a cell is compared with
 the local trials of its own device (column `device`; empty when the run's clients were of one device),
 never with another device's, nor with all of them pooled.
+
+With a manifest whose devices give the stages targets, each cell also has the emulation's error on its
+remote - local difference and whether that could flip its decision (`emulation_error`,
+`emulation_error_ci95`, `emulation_uncertain`: `analysis.emulation_error`).
 """
 
 from __future__ import annotations

@@ -84,13 +84,13 @@ def _errors(trials: pd.DataFrame, cells: pd.DataFrame, manifest: Manifest) -> li
     targets = _Targets(manifest)
     rows = []
     for (op, size, rate, method), device in zip(cells.index, cells["device"], strict=True):
-        r = _deviation(remote, (op, size, rate, method), targets.of(op, size, method, device))
-        b = _deviation(local, (op, size, device), targets.of(op, size, LOCAL, device))
-        if r is None and b is None:
+        away = _deviation(remote, (op, size, rate, method), targets.of(op, size, method, device))
+        base = _deviation(local, (op, size, device), targets.of(op, size, LOCAL, device))
+        if away is None and base is None:
             rows.append((np.nan, np.nan))
             continue
-        (re, rv), (be, bv) = r or (0.0, 0.0), b or (0.0, 0.0)
-        rows.append((re - be, float(np.sqrt(rv + bv))))
+        (error, var), (base_error, base_var) = away or (0.0, 0.0), base or (0.0, 0.0)
+        rows.append((error - base_error, float(np.sqrt(var + base_var))))
     return rows
 
 

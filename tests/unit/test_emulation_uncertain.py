@@ -166,3 +166,38 @@ def test_compare_says_a_differing_decision_is_within_the_emulations_error(manife
     lines = summary_lines(Comparison(["a", "b", "c"], d, pd.DataFrame()))
     assert "1 of the 1 differing uncertain (~) in a run" in lines[1]
     assert lines[2].endswith("1 1~ 0 (uncertain: the emulation's error could flip it)")
+
+
+def test_the_prediction_does_not_score_itself_on_uncertain_decisions():
+    from analysis.predict import _scores
+
+    cells = pd.DataFrame(
+        {"mean": [1.0, 1.0], "local_mean": [2.0, 2.0], "offload": [1, 0], "predicted_remote_s": [1.0, 1.0],
+         "emulation_uncertain": [False, True]}
+    )  # fmt: skip
+    scores = _scores("size", "100", cells)  # the second prediction is wrong, but against an uncertain cell
+    assert (scores["decision_accuracy"], scores["lost_s"], scores["uncertain_cells"]) == (1.0, 0.0, 1)
+    scores = _scores("size", "100", cells.assign(emulation_uncertain=False))
+    assert (scores["decision_accuracy"], scores["lost_s"], scores["uncertain_cells"]) == (0.5, 1.0, 0)
+
+
+def test_the_report_shows_the_mark_and_explains_it(tmp_path):
+    """The stored v1 run (paper-p4, scaled): 4 of its 12 cells are within the emulation's error."""
+    import io
+    import shutil
+    from pathlib import Path
+
+    from analysis import analyze
+
+    stored = Path(__file__).resolve().parents[1] / "data" / "runs" / "v1-tiny"
+    run = tmp_path / "v1"
+    run.mkdir()
+    for name in ("trials.csv", "manifest.json"):
+        shutil.copy(stored / name, run / name)
+    text = io.StringIO()
+    out = analyze(run, plots=False, out=text)
+    page = (out / "report.html").read_text()
+    assert 'id="uncertain"' in page and "4 cell(s) marked ~ in the decision vectors" in page
+    assert "<td>0 ?~</td>" in page and "a mark followed by ~ (1~, 0~, ?~)" in page
+    assert "3 undecided, 1 uncertain (~: the emulation's error could flip them)" in page  # not firm
+    assert "emulation uncertain (~): 4 of 12 cells" in text.getvalue()
