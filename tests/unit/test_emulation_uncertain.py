@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis.cells import cell_table
-from analysis.compare import compare_decisions, summary_lines
+from analysis.compare import Comparison, compare_decisions, summary_lines
 from analysis.decisions import decision_vectors
 from analysis.emulation_error import could_flip
 from analysis.summary import summary_text
@@ -161,8 +161,6 @@ def test_compare_says_a_differing_decision_is_within_the_emulations_error(manife
     stays = cell_table(trials(0.004 + LOCAL - sum(TARGETS.values()), {}), manifest)
     d = compare_decisions(["a", "b", "c"], [firm, shaky, stays])
     assert list(d[["a", "b", "c"]].iloc[0]) == ["1", "1~", "0"] and d["uncertain"].all()
-    from analysis.compare import Comparison
-
     lines = summary_lines(Comparison(["a", "b", "c"], d, pd.DataFrame()))
     assert "1 of the 1 differing uncertain (~) in a run" in lines[1]
     assert lines[2].endswith("1 1~ 0 (uncertain: the emulation's error could flip it)")
