@@ -9,6 +9,10 @@ With clients of several devices each way to offload is named with its device (`r
 `contracts.stages.offload_label`) and each device has its own local baseline: a cell is compared with
 the local trials of its own device (column `device`; empty when the run's clients were of one device),
 never with another device's, nor with all of them pooled.
+
+With a manifest whose devices give the stages targets, each cell also has the emulation's error on its
+remote - local difference and whether that could flip its decision (`emulation_error`,
+`emulation_error_ci95`, `emulation_uncertain`: `analysis.emulation_error`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.emulation_error import emulation_error
 from analysis.load import row_devices
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
@@ -104,6 +109,8 @@ def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.Dat
     remote_flag = flags[flags["method"] != LOCAL].groupby(KEYS).size().reindex(index).fillna(0) > 0
     local_flag = flags[flags["method"] == LOCAL].groupby(BASELINE).size().reindex(pairs).fillna(0) > 0
     cells["emulation_flagged"] = remote_flag.to_numpy() | local_flag.to_numpy()
+    # how far the emulation's misses move each cell's difference, and whether that could flip it
+    cells = cells.join(emulation_error(trials, cells, manifest))
     return cells.reset_index()
 
 

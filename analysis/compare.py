@@ -7,7 +7,10 @@ root) and says, against the first run:
 
 - **decisions**: each cell's mark (`1`, `0`, `?` undecided, `-` missing; `analysis.decisions`) in
   every run, whether all runs agree, and whether two runs *contradict* each other (one says 1 where
-  another says 0, both significant; a `?` beside a 1 is a weaker claim, not a contradiction);
+  another says 0, both significant; a `?` beside a 1 is a weaker claim, not a contradiction); a mark
+  followed by `~` is of a cell the emulation's error could flip in that run (`emulation_uncertain`),
+  and a cell that differs where any run's mark has one (`uncertain`) is said to differ within the
+  emulation's error, which alone could explain it;
 - **means**: every cell's completion time, its local baseline and each stage's mean, and whether each
   run's mean lies within the first run's 95% CI and the first's within its own (the issue's criterion),
   with the difference in percent. A mean outside both CIs is a difference to explain.
@@ -25,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells import KEYS, cell_table
-from analysis.decisions import OFFLOAD, STAY, decision_marks
+from analysis.decisions import OFFLOAD, STAY, UNCERTAIN, vector_marks
 from analysis.load import load_run, writable_dir
 from contracts.errors import UserError
 from contracts.stages import LOCAL, label_device, label_without_device, on_device
@@ -37,7 +40,7 @@ SHOWN = 8  # differing cells and means named in the summary; the CSVs have them 
 @dataclass(frozen=True)
 class Comparison:
     labels: list[str]  # one per run, in the order given (the first is the reference)
-    decisions: pd.DataFrame  # KEYS, one mark column per label, agree, contradict
+    decisions: pd.DataFrame  # KEYS, one mark column per label, agree, contradict, uncertain
     means: pd.DataFrame  # KEYS, quantity, run, mean, ci95, ref_mean, ref_ci95, diff_pct, within
 
 
@@ -61,12 +64,16 @@ def compare_runs(run_dirs: list[Path]) -> Comparison:
 
 
 def compare_decisions(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """One row per cell of any run: its mark in each run (`-` where a run lacks the cell)."""
-    marks = [t[KEYS].assign(mark=decision_marks(t).to_numpy()).set_index(KEYS)["mark"] for t in tables]
+    """One row per cell of any run: its mark in each run (`-` where a run lacks the cell; `1~`: the
+    emulation's error could flip it), whether the marks agree and contradict (`~` aside), and whether
+    any run's mark is uncertain."""
+    marks = [t[KEYS].assign(mark=vector_marks(t).to_numpy()).set_index(KEYS)["mark"] for t in tables]
     table = pd.concat(marks, axis=1, keys=labels).fillna("-").sort_index()
-    values = table.to_numpy()
+    shown = table.to_numpy(dtype=str)
+    values = np.char.rstrip(shown, UNCERTAIN)
     table["agree"] = (values == values[:, :1]).all(axis=1)
     table["contradict"] = (values == OFFLOAD).any(axis=1) & (values == STAY).any(axis=1)
+    table["uncertain"] = np.char.endswith(shown, UNCERTAIN).any(axis=1)
     return table.reset_index()
 
 
@@ -131,16 +138,13 @@ def summary_lines(result: Comparison) -> list[str]:
     d, m = result.decisions, result.means
     lines = [f"compared {len(result.labels)} runs against {result.labels[0]}: {', '.join(result.labels[1:])}"]
     differing = d[~d["agree"]]
-    lines.append(
-        f"decisions: {int(d['agree'].sum())} of {len(d)} cells alike in every run"
-        + (
-            f"; {int(d['contradict'].sum())} contradict (1 in one run, 0 in another)"
-            if len(differing)
-            else ""
-        )
-    )
+    told = f"; {int(d['contradict'].sum())} contradict (1 in one run, 0 in another)" if len(differing) else ""
+    if within := int(differing["uncertain"].sum()):
+        told += f"; {within} of the {len(differing)} differing uncertain (~) in a run, within the emulation's error"
+    lines.append(f"decisions: {int(d['agree'].sum())} of {len(d)} cells alike in every run{told}")
     for _, row in differing.head(SHOWN).iterrows():
-        lines.append(f"  {_cell(row)}: {' '.join(row[label] for label in result.labels)}")
+        why = " (uncertain: the emulation's error could flip it)" if row["uncertain"] else ""
+        lines.append(f"  {_cell(row)}: {' '.join(row[label] for label in result.labels)}{why}")
     if len(differing) > SHOWN:
         lines.append(f"  ... {len(differing) - SHOWN} more in compare_decisions.csv")
     if not m.empty:

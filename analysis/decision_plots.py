@@ -1,7 +1,8 @@
 """Decision figures: rates where offloading pays and cumulative penalties (the paper's Fig. 5), and a
 size x rate decision map per method. Both show what the paper's vectors hide: which cells are
 undecided (`?` in the decision vectors: remote and local not significantly different) and which are
-missing. An undecided cell has the same colour in both, and its penalty is still drawn.
+missing. An undecided cell has the same colour in both, and its penalty is still drawn. In a map, a
+cell the emulation's error could flip (`emulation_uncertain`) has a `~` after its penalty.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from analysis.decisions import MISSING, OFFLOAD, STAY, UNDECIDED, decision_marks
+from analysis.decisions import MISSING, OFFLOAD, STAY, UNCERTAIN, UNDECIDED, decision_marks, uncertain
 from analysis.style import UNDECIDED_COLOR, UNDECIDED_LABEL, method_styles, rate_label
 
 # decision map categories, in colour order, and the decision vector mark of each
@@ -155,6 +156,7 @@ def decision_map(cells: pd.DataFrame, op: str, method: str) -> Figure:
     penalty = grid["penalty"].to_numpy(dtype=float).reshape(len(sizes), len(rates))
     no_base = (grid["local_n"].fillna(0).to_numpy() == 0) & (grid["n"].fillna(0).to_numpy() > 0)
     no_base = no_base.reshape(len(sizes), len(rates))
+    flip = uncertain(grid).reshape(len(sizes), len(rates))
     fig = Figure(figsize=(max(6.5, 2.4 + 0.85 * len(rates)), 2.0 + 0.38 * len(sizes)), layout="constrained")
     ax = fig.add_subplot()
     cmap = ListedColormap([color for _, color in CATEGORIES])
@@ -162,6 +164,7 @@ def decision_map(cells: pd.DataFrame, op: str, method: str) -> Figure:
     for (i, k), code in np.ndenumerate(codes):
         unknown = "no local" if no_base[i, k] else "missing"
         text = unknown if code == 3 else f"{penalty[i, k]:+.3g} s" + (" ?" if code == 2 else "")
+        text += f" {UNCERTAIN}" if flip[i, k] else ""
         ax.text(k, i, text, ha="center", va="center", fontsize=7, in_layout=False)
     ax.set_xticks(np.arange(len(rates)) + 0.5, minor=True)
     ax.set_yticks(np.arange(len(sizes)) + 0.5, minor=True)
@@ -171,7 +174,10 @@ def decision_map(cells: pd.DataFrame, op: str, method: str) -> Figure:
     ax.set_yticks(np.arange(len(sizes)), [str(s) for s in sizes])
     ax.set_xlabel("link rate (Mbit/s)")
     ax.set_ylabel("matrix size")
-    ax.set_title(f"{op}, {method}: offloading decision\n(cell text: penalty = mean remote - mean local)")
+    told = f"; {UNCERTAIN} = the emulation's error could flip it" if flip.any() else ""
+    ax.set_title(
+        f"{op}, {method}: offloading decision\n(cell text: penalty = mean remote - mean local{told})"
+    )
     fig.legend(
         handles=[Patch(facecolor=color, edgecolor="#888888", label=label) for label, color in CATEGORIES],
         loc="outside lower center",

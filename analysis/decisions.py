@@ -10,8 +10,15 @@ Each cell of a vector is one of four marks (`decision_marks`):
   in the cumulative penalty: following either decision there costs about that much;
 - `-`: missing, unknown rather than "stay local" (no successful trial, or no local baseline).
 
-`offload_count` counts the significant 1s only, `undecided_rates` the ?s and `missing_rates` the -s,
-so a method that "offloads in 5 of 12 cells, 2 undecided" reads straight off the table. A cumulative
+A mark followed by `~` (`1~`, `0~`, `?~`) is of a cell marked `emulation_uncertain` in cells.csv
+(`analysis.emulation_error`): the emulation's error on its remote - local difference (its stages'
+deviations from the device's targets) could flip its decision, or its undecided state, so the mark is
+the emulation's as much as the device's. `decision_marks` gives the mark alone (what the paper's checks
+and the figures compare); `vector_marks` the vectors' marks with the `~`.
+
+`offload_count` counts the significant 1s only (uncertain ones included), `undecided_rates` the ?s,
+`missing_rates` the -s and `uncertain_rates` the marks with a `~`, so a method that "offloads in 5 of
+12 cells, 2 undecided, 1 uncertain" reads straight off the table. A cumulative
 penalty over a vector with a missing cell would favour the method that failed (its worst rates would
 simply drop out), so `cumulative_penalty` is left empty then; `partial_penalty` gives the sum over
 the known rates for whoever wants it anyway.
@@ -28,6 +35,7 @@ OFFLOAD = "1"
 STAY = "0"
 UNDECIDED = "?"
 MISSING = "-"
+UNCERTAIN = "~"  # after a mark: the emulation's error could flip it (`emulation_uncertain`)
 VECTOR_COLUMNS = [
     "op",
     "size",
@@ -37,6 +45,7 @@ VECTOR_COLUMNS = [
     "offload_count",
     "undecided_rates",
     "missing_rates",
+    "uncertain_rates",
     "significant",
 ]
 
@@ -56,6 +65,21 @@ def decision_marks(cells: pd.DataFrame) -> pd.Series:
     pays = cells["offload"].fillna(0).astype(int).to_numpy() == 1
     marks = np.select([~known, ~significant, pays], [MISSING, UNDECIDED, OFFLOAD], default=STAY)
     return pd.Series(marks, index=cells.index, dtype=object)
+
+
+def uncertain(cells: pd.DataFrame) -> np.ndarray:
+    """Per cell, whether it is `emulation_uncertain` (False where the table has no such column: the
+    energy view, a table made by hand)."""
+    if "emulation_uncertain" not in cells:
+        return np.zeros(len(cells), dtype=bool)
+    return cells["emulation_uncertain"].fillna(False).astype(bool).to_numpy()
+
+
+def vector_marks(cells: pd.DataFrame) -> pd.Series:
+    """Per cell, its mark in a decision vector: `decision_marks`, followed by `~` where the cell is
+    `emulation_uncertain`."""
+    marks = decision_marks(cells)
+    return marks.where(~uncertain(cells), marks + UNCERTAIN)
 
 
 def undecided_cells(cells: pd.DataFrame) -> pd.DataFrame:
@@ -91,6 +115,7 @@ def decision_vectors(cells: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for op, size, method, g in _groups(cells):
         vector = list(decision_marks(g))
+        shown = list(vector_marks(g))
         significant = [MISSING if pd.isna(s) else str(int(s)) for s in g["significant"]]
         rows.append(
             {
@@ -98,10 +123,11 @@ def decision_vectors(cells: pd.DataFrame) -> pd.DataFrame:
                 "size": size,
                 "method": method,
                 "rates": " ".join(format_mbps(r) for r in g["rate_mbps"]),
-                "vector": " ".join(vector),
+                "vector": " ".join(shown),
                 "offload_count": vector.count(OFFLOAD),
                 "undecided_rates": vector.count(UNDECIDED),
                 "missing_rates": vector.count(MISSING),
+                "uncertain_rates": int(uncertain(g).sum()),
                 "significant": " ".join(significant),
             }
         )

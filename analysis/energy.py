@@ -135,8 +135,10 @@ def energy_cells(cells: pd.DataFrame, trials: pd.DataFrame, power: Power | dict[
 
 
 def as_decision_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """The energy view in the columns the decision vectors and cumulative penalties read."""
-    return cells.assign(
+    """The energy view in the columns the decision vectors and cumulative penalties read. The
+    emulation's error (`emulation_uncertain`) is judged on the time difference, so the energy's
+    decisions carry no such mark."""
+    return cells.drop(columns="emulation_uncertain", errors="ignore").assign(
         offload=cells["energy_offload"],
         significant=cells["energy_significant"],
         penalty=cells["energy_penalty_j"],

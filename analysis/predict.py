@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.cells import cell_table, method_order
+from analysis.decisions import uncertain
 from analysis.load import load_run, output_dir
 from analysis.predict_model import fit, model_parameters, predict_cells
 from contracts.device import work
@@ -47,7 +48,15 @@ COLUMNS = [
     "penalty_hi",
     "offload_sure",
 ]
-VALIDATION_COLUMNS = ["held_out", "value", "cells", "decision_accuracy", "mape_remote_pct", "lost_s"]
+VALIDATION_COLUMNS = [
+    "held_out",
+    "value",
+    "cells",
+    "decision_accuracy",
+    "mape_remote_pct",
+    "lost_s",
+    "uncertain_cells",
+]
 FILES = {
     "prediction": "prediction.csv",
     "model": "prediction_model.json",
@@ -89,7 +98,8 @@ def predict(
 
 
 def measured_cells(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFrame:
-    """The run's cells with a measured remote mean and a local baseline."""
+    """The run's cells with a measured remote mean and a local baseline, each with its
+    `emulation_uncertain` (`analysis.emulation_error`), which the validation reads."""
     cells = cell_table(trials, manifest)
     return cells[(cells["n"] > 0) & (cells["local_n"] > 0)].reset_index(drop=True)
 
@@ -120,7 +130,15 @@ def request_grid(trials: pd.DataFrame, ops, sizes, rates, methods) -> pd.DataFra
 
 def validate(trials: pd.DataFrame, manifest: Manifest | None, cells: pd.DataFrame) -> pd.DataFrame:
     """Leave-one-size-out and leave-one-rate-out: refit without the held-out value, predict its cells
-    and compare with their measured means; one row per fold, per scheme (value `all`) and overall."""
+    and compare with their measured means; one row per fold, per scheme (value `all`) and overall.
+
+    A cell marked `emulation_uncertain` is left out of the decision's scores (`decision_accuracy`,
+    `lost_s`) and counted (`uncertain_cells`): its measured decision is not the device's for sure (the
+    emulation's error alone could flip it), so a prediction is neither right nor wrong against it. Its
+    remote time still counts in `mape_remote_pct`, and its trials still count in the fit: the error
+    is in the stages' work (an encode, a kernel), the same at every rate of its (op, size, method),
+    so leaving out the uncertain rates' trials would not take it out of the fit, only thin the data
+    near the border, where the prediction matters most."""
     folds = []
     for column, held_out in (("size", "size"), ("rate_mbps", "rate")):
         for value in sorted(cells[column].unique()):
@@ -146,15 +164,17 @@ def validate(trials: pd.DataFrame, manifest: Manifest | None, cells: pd.DataFram
 def _scores(held_out: str, value: str, p: pd.DataFrame) -> dict:
     measured = p["mean"].to_numpy(dtype=float)
     local = p["local_mean"].to_numpy(dtype=float)
+    firm = ~uncertain(p)  # the decisions the emulation could not have flipped (`validate`)
     right = p["offload"].to_numpy() == (measured < local)
     followed = np.where(p["offload"].to_numpy() == 1, measured, local)
     return {
         "held_out": held_out,
         "value": value,
         "cells": len(p),
-        "decision_accuracy": float(right.mean()),
+        "decision_accuracy": float(right[firm].mean()) if firm.any() else float("nan"),
         "mape_remote_pct": float(np.mean(np.abs(p["predicted_remote_s"] - measured) / measured) * 100),
-        "lost_s": float(np.sum(followed - np.minimum(measured, local))),
+        "lost_s": float(np.sum((followed - np.minimum(measured, local))[firm])),
+        "uncertain_cells": int((~firm).sum()),
     }
 
 

@@ -1,7 +1,7 @@
 """The predicted decision border: per method, the lowest rate from which offloading pays against the
 matrix size, with the run's measured decisions drawn over it (undecided cells too) and the border of
 the marshalling-blind inequality (Melendez and McGarry: no encode or decode cost), which is the same
-for every method.
+for every method. A measured cell the emulation's error could flip (`emulation_uncertain`) is ringed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.cells import method_order
-from analysis.decisions import OFFLOAD, STAY, UNDECIDED, decision_marks
+from analysis.decisions import OFFLOAD, STAY, UNDECIDED, decision_marks, uncertain
 from analysis.predict_model import BorderModel, border_mbps
 from analysis.style import STYLE, UNDECIDED_COLOR, UNDECIDED_LABEL, method_styles
 
@@ -52,6 +52,17 @@ def border_figure(model: BorderModel, cells: pd.DataFrame, op: str) -> Figure:
                 edgecolor="black",
                 linewidth=0.6,
                 label=f"measured: {UNDECIDED_LABEL}",
+            )
+        if (flip := uncertain(m)).any():  # ringed: the emulation's error could flip the measured mark
+            ax.scatter(
+                m["size"][flip],
+                m["rate_mbps"][flip],
+                marker="o",
+                s=140,
+                facecolor="none",
+                edgecolor="black",
+                linewidth=0.8,
+                label="measured: emulation uncertain (~)",
             )
         ax.set_yscale("log")
         ax.set_ylim(float(rates.min()) / 3, top)

@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis.decisions import undecided_cells
 from analysis.devices import AS_HOST, calibration_table, device_key, role_devices
+from analysis.emulation_error import COLUMNS as EMULATION_COLUMNS
 from analysis.energy import disagreements
 from analysis.fidelity_plots import WORK_OF_ROLE
 from analysis.plots import Plot
@@ -35,8 +36,11 @@ DECISION_NOTE = (
     "Decision vectors list, per rate in ascending order, 1 where the mean remote completion time is below "
     "the local one, 0 where it is not, ? where the cell is undecided (the difference is not significant in "
     "Welch's test at 95%, or a side has fewer than two successful trials) and - where the cell is missing "
-    "(no successful trial or no local baseline); the count in brackets counts the 1s only and says how "
-    "many rates are undecided or missing. Penalty = mean remote - mean local completion time (s), given "
+    "(no successful trial or no local baseline); a mark followed by ~ (1~, 0~, ?~) is of a cell marked "
+    "emulation_uncertain: the emulation's error on its remote - local difference (each stage's deviation "
+    "from the device's target, with its 95% CI) could flip its decision or its undecided state, so the "
+    "mark is not the device's for sure. The count in brackets counts the 1s only and says how many rates "
+    "are undecided, missing or uncertain. Penalty = mean remote - mean local completion time (s), given "
     "for undecided cells too; a cumulative penalty is only given when every rate is known."
 )
 
@@ -131,6 +135,7 @@ def _tables_details(tables: dict[str, pd.DataFrame]) -> list[str]:
         *_contention_html(tables.get("contention"), tables.get("contention_borders")),
         *_trial_fidelity_html(tables.get("trial_fidelity")),
         details("Undecided cells", _undecided_html(cells), "undecided"),
+        details("Cells the emulation could flip (~)", _uncertain_html(cells), "uncertain"),
         details("Failures", _failures_html(cells), "failures"),
         details(
             "Cells",
@@ -168,6 +173,33 @@ def _undecided_html(cells: pd.DataFrame) -> str:
         "- mean local, s) lies within diff_ci95, the half-width of its Welch 95% CI (empty where a side has "
         "fewer than two successful trials), so the run cannot tell whether offloading pays there.</p>"
         + table(undecided)
+    )
+
+
+def _uncertain_html(cells: pd.DataFrame) -> str:
+    """The cells marked ~: their difference and its Welch half-width beside the emulation's error on it."""
+    if "emulation_error" not in cells or cells["emulation_error"].isna().all():
+        return "<p>No stage had a device target (no device profile), so no emulation error to weigh.</p>"
+    chosen = cells[cells["emulation_uncertain"].astype(bool)]
+    if chosen.empty:
+        return "<p>None: no cell's decision or undecided state could flip by the emulation's error.</p>"
+    columns = [
+        "op",
+        "size",
+        "rate_mbps",
+        "method",
+        "penalty",
+        "diff_ci95",
+        "significant",
+        *EMULATION_COLUMNS[:2],
+    ]
+    return (
+        f'<p class="note">{len(chosen)} cell(s) marked ~ in the decision vectors: emulation_error is the sum, '
+        "over the stages of the cell's remote trials, of each stage's mean minus the device's target, minus "
+        "the local baseline's kernel deviation (s), emulation_error_ci95 its 95% half-width (the stages' "
+        "combined in quadrature). Corrected by an error within that interval, the penalty could come within "
+        "diff_ci95 of zero or cross it (a decided cell), or leave that band (an undecided one): the run cannot "
+        "tell the device's answer from the emulation's there.</p>" + table(chosen[columns])
     )
 
 
@@ -355,7 +387,9 @@ def _prediction_html(out_dir: Path, embed: bool = True) -> list[str]:
         '<h2 id="prediction">Prediction</h2>',
         '<p class="note">Per-stage models fitted on this run (<a href="prediction_model.json">parameters</a>, '
         '<a href="prediction.csv">predicted cells</a>); validation refits without each size and each rate and '
-        "predicts the held-out cells (lost_s: extra time of following the predicted decisions).</p>",
+        "predicts the held-out cells (lost_s: extra time of following the predicted decisions; uncertain_cells: "
+        "cells marked ~, left out of decision_accuracy and lost_s, their measured decision within the "
+        "emulation's error).</p>",
         table(pd.read_csv(validation)),
     ]
     for png in sorted(out_dir.glob("prediction-border-*.png")):

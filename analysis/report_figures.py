@@ -73,7 +73,9 @@ def _maps_html(plots: list[Plot], cells: pd.DataFrame, embed: bool) -> list[str]
         '<p class="note">A decision map: per size and rate, whether the mean remote completion time is '
         "significantly below the local one (offload) or above it (stay local) in Welch's test at 95%, not "
         "significantly different (undecided) or unknown (missing), as its legend shows; each cell holds its "
-        "penalty, mean remote - mean local (s).</p>"
+        "penalty, mean remote - mean local (s), followed by ~ where the emulation's error on that difference "
+        "could flip the cell's decision or undecided state (emulation_uncertain: not counted as a decision "
+        "in the sentences).</p>"
     )
     return parts
 

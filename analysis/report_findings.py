@@ -3,7 +3,10 @@ page is written, so none can say what the data does not (which method offloads i
 offloading saves the most, which stage dominates the fastest offload, whose cumulative penalty is lowest).
 
 Counts are of significant decisions only (`analysis.decisions.decision_marks`), as in the decision
-vectors; a penalty is mean remote - mean local completion time (s), negative where offloading saves time.
+vectors, and of firm ones: a decision the emulation's error could flip (`emulation_uncertain`, `1~` or
+`0~` in the vectors) is counted apart as uncertain, never as offloading or staying local, and no
+sentence names it as where offloading saves the most. A penalty is mean remote - mean local completion
+time (s), negative where offloading saves time.
 """
 
 from __future__ import annotations
@@ -13,7 +16,16 @@ import math
 import pandas as pd
 
 from analysis.cells import cell_devices, method_order
-from analysis.decisions import MISSING, OFFLOAD, STAY, UNDECIDED, decision_marks, format_mbps
+from analysis.decisions import (
+    MISSING,
+    OFFLOAD,
+    STAY,
+    UNCERTAIN,
+    UNDECIDED,
+    decision_marks,
+    format_mbps,
+    uncertain,
+)
 from analysis.report_html import e
 from analysis.style import STAGE_LABELS
 from contracts.stages import STAGES
@@ -24,15 +36,24 @@ def _and(items: list[str], word: str = "and") -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {word} " + items[-1]
 
 
-def _tally(cells: pd.DataFrame) -> dict[str, int]:
+def _firm(cells: pd.DataFrame) -> pd.Series:
+    """Per cell, its mark with the uncertain decisions (`1~`, `0~`) as UNCERTAIN, an uncertain undecided
+    cell (`?~`) as undecided: what the findings count."""
     marks = decision_marks(cells)
-    return {mark: int((marks == mark).sum()) for mark in (OFFLOAD, STAY, UNDECIDED, MISSING)}
+    return marks.where(~(marks.isin([OFFLOAD, STAY]).to_numpy() & uncertain(cells)), UNCERTAIN)
+
+
+def _tally(cells: pd.DataFrame) -> dict[str, int]:
+    marks = _firm(cells)
+    return {mark: int((marks == mark).sum()) for mark in (OFFLOAD, STAY, UNDECIDED, MISSING, UNCERTAIN)}
 
 
 def _open(tally: dict[str, int]) -> str:
-    """`, 3 undecided, 1 missing`: what the significant counts leave out."""
+    """`, 3 undecided, 1 missing, 2 uncertain`: what the firm significant counts leave out."""
     told = [f"{tally[UNDECIDED]} undecided"] if tally[UNDECIDED] else []
     told += [f"{tally[MISSING]} missing"] if tally[MISSING] else []
+    if tally[UNCERTAIN]:
+        told.append(f"{tally[UNCERTAIN]} uncertain (~: the emulation's error could flip them)")
     return "".join(f", {t}" for t in told)
 
 
@@ -97,7 +118,7 @@ def map_finding(cells: pd.DataFrame) -> str:
     tally = _tally(cells)
     told = f"Offloading pays in {tally[OFFLOAD]} of {len(cells)} cells, stays local in {tally[STAY]}"
     told += _open(tally)
-    pays = cells[(decision_marks(cells) == OFFLOAD).to_numpy()]
+    pays = cells[(_firm(cells) == OFFLOAD).to_numpy()]
     known = cells[cells["penalty"].notna()]
     if len(pays):
         best = pays.loc[pays["penalty"].idxmin()]
@@ -126,7 +147,9 @@ def stage_finding(cells: pd.DataFrame) -> str:
     if stages and fast["mean"] > 0:
         stage = max(stages, key=stages.get)
         told += f", {stages[stage] / fast['mean']:.0%} of it {STAGE_LABELS[stage]}"
-    return told + f". Offloading pays in {_tally(cells)[OFFLOAD]} of {len(cells)} cells."
+    tally = _tally(cells)
+    told += f". Offloading pays in {tally[OFFLOAD]} of {len(cells)} cells"
+    return told + (f", {tally[UNCERTAIN]} uncertain (~)." if tally[UNCERTAIN] else ".")
 
 
 def of_stage_figure(cells: pd.DataFrame, op: str, size, device: str) -> pd.DataFrame:

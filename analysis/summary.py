@@ -1,6 +1,7 @@
 """The terminal summary: both devices (or what each role ran as) and how their calibrations held, per
 (op, size) the decision vectors and the cumulative penalty vector, each undecided cell with its
-penalty, and per method how many cells offload and how many are undecided."""
+penalty, and per method how many cells offload and how many are undecided; how many cells the
+emulation's error could flip (`~`, `analysis.emulation_error`) and the worst of them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pandas as pd
 
 from analysis.decisions import format_mbps, undecided_cells
 from analysis.devices import device_lines
+from analysis.emulation_error import uncertain_line
 from contracts.run import Manifest
 
 
@@ -28,7 +30,8 @@ def summary_text(
         f"run {run_id}: {len(trials)} trials ({len(trials) - failed} ok, {failed} failed); "
         f"{len(cells)} cells, {missing} missing",
         f"decision vectors over rates {rates} Mbit/s (1 = offloading pays, 0 = it does not, "
-        "? = undecided: remote and local not significantly different (Welch, 95%), - = missing); "
+        "? = undecided: remote and local not significantly different (Welch, 95%), - = missing; "
+        "~ after a mark = emulation uncertain: the emulation's error could flip it); "
         "cumulative penalty = sum over rates of remote - local (s)",
     ]
     lines += _adaptive(cells, manifest)
@@ -45,7 +48,8 @@ def summary_text(
         p = penalties[(penalties["op"] == op) & (penalties["size"] == size)].set_index("method")
         n_rates = len(v["rates"].iloc[0].split())
         parts = [
-            f"{r.method} {r.vector} ({r.offload_count}/{n_rates}{_open(r.undecided_rates, r.missing_rates)})"
+            f"{r.method} {r.vector} ({r.offload_count}/{n_rates}"
+            f"{_open(r.undecided_rates, r.missing_rates, r.uncertain_rates)})"
             for r in v.itertuples(index=False)
         ]
         penalty = ", ".join(f"{m} {_penalty(p.loc[m])}" for m in v["method"])
@@ -55,13 +59,17 @@ def summary_text(
             told = "; ".join(_undecided(c) for c in here.itertuples())
             lines.append(f"  undecided, penalty (Welch 95% CI): {told}")
     lines += _counts(vectors)
+    if (told := uncertain_line(cells)) is not None:
+        lines.append(told)
     return "\n".join(lines)
 
 
-def _open(undecided: int, missing: int) -> str:
-    """What an offload count leaves out: the undecided and the missing cells."""
+def _open(undecided: int, missing: int, uncertain: int = 0) -> str:
+    """What an offload count leaves out: the undecided and the missing cells; and how many of its
+    cells the emulation's error could flip."""
     told = [f"{undecided} undecided"] if undecided else []
     told += [f"{missing} missing"] if missing else []
+    told += [f"{uncertain} uncertain"] if uncertain else []
     return "".join(f", {t}" for t in told)
 
 
@@ -82,7 +90,7 @@ def _counts(vectors: pd.DataFrame) -> list[str]:
     parts = []
     for method, v in vectors.groupby("method", sort=False):
         cells = sum(len(r.split()) for r in v["rates"])
-        gaps = _open(int(v["undecided_rates"].sum()), int(v["missing_rates"].sum()))
+        gaps = _open(*(int(v[c].sum()) for c in ("undecided_rates", "missing_rates", "uncertain_rates")))
         parts.append(f"{method} offloads in {int(v['offload_count'].sum())} of {cells} cells{gaps}")
     return ["offloading (significant only): " + "; ".join(parts)]
 
