@@ -10,9 +10,13 @@ targets, d is off by the emulation's error on it:
         - (the local baseline's kernel mean - its target)
 
 (the local baseline of the cell's own client device, as `analysis.cells` pairs them), with a 95%
-half-width h, the stages' half-widths (`analysis.stats.ci95`) combined in quadrature. The device's
-difference would have been d - e', for some e' in [e - h, e + h]; `could_flip` says whether that could
-change what the cell shows. A stage without a target (no device, a server in another language, a
+half-width h, the stages' half-widths (`analysis.stats.ci95`) combined in quadrature. Each emulated
+stage at its target, the difference would have been d - e; `could_flip` says whether that changes
+what the cell shows, judged with the cell's own half-width. h is reported (`emulation_error_ci95`) and
+not added to it: h is made of the same trials' noise that the cell's half-width already holds, and
+counted twice it marked cells whose error was nothing (measured, the smoke run of 2026-11-27: 5 of
+12 cells, the worst an error of -0.02 s +- 1.32 s on a difference of +2.1 s +- 1.31 s, both
+half-widths the local baseline's kernel, +-1.4 s over 4 trials). A stage without a target (no device, a server in another language, a
 codec the profile does not cover) counts for nothing; a cell none of whose stages has a target has no
 error (NaN) and is never uncertain.
 
@@ -37,27 +41,22 @@ COLUMNS = ["emulation_error", "emulation_error_ci95", "emulation_uncertain"]
 TIMED = [*STAGE_WORK, *LOCAL_WORK]  # every column a target may be of
 
 
-def could_flip(diff, half, error, error_half) -> np.ndarray:
-    """Whether correcting a difference `diff` (remote - local, with Welch half-width `half`) by any
-    emulation error in [error - error_half, error + error_half] could flip its decision or its
-    undecided state: the issue's "a cell is marked when that error could flip its decision or its
-    undecided state", so a decision the emulation alone could have made (or unmade) is not read as the
-    device's.
+def could_flip(diff, half, error) -> np.ndarray:
+    """Whether correcting a difference `diff` (remote - local, with Welch half-width `half`) by the
+    emulation's `error` flips its decision or its undecided state: the issue's "a cell is marked when
+    that error could flip its decision or its undecided state", so a decision the emulation alone
+    could have made (or unmade) is not read as the device's.
 
-    A decided cell (|diff| > half) is uncertain when the corrected difference could come within `half`
-    of zero or cross it; an undecided one when it could leave the band (|diff - e'| > half). A cell
-    without a known difference, half-width or error (missing, untested, no target) never is; an
-    unknown `error_half` (a stage of one trial) counts as 0, the error's point value alone.
+    A decided cell (|diff| > half) is uncertain when the corrected difference comes within `half` of
+    zero or crosses it; an undecided one when it leaves the band (|diff - error| > half). A cell
+    without a known difference, half-width or error (missing, untested, no target) never is.
     """
     d, band, e = (np.asarray(x, dtype=float) for x in (diff, half, error))
-    h = np.nan_to_num(np.asarray(error_half, dtype=float), nan=0.0)
     known = ~(np.isnan(d) | np.isnan(band) | np.isnan(e))
     with np.errstate(invalid="ignore"):
         corrected = d - e
         decided = np.abs(d) > band
-        # the corrected difference nearest to the other side: sign(d) (d - e') at its least
-        toward_zero = np.sign(d) * corrected - h
-        flips = np.where(decided, toward_zero <= band, np.abs(corrected) + h > band)
+        flips = np.where(decided, np.sign(d) * corrected <= band, np.abs(corrected) > band)
     return known & flips
 
 
@@ -69,9 +68,7 @@ def emulation_error(trials: pd.DataFrame, cells: pd.DataFrame, manifest: Manifes
     out = pd.DataFrame(np.nan, index=cells.index, columns=COLUMNS[:2])
     if manifest is not None and len(cells):
         out[COLUMNS[:2]] = _errors(trials, cells, manifest)
-    out["emulation_uncertain"] = could_flip(
-        cells["penalty"], cells["diff_ci95"], out["emulation_error"], out["emulation_error_ci95"]
-    )
+    out["emulation_uncertain"] = could_flip(cells["penalty"], cells["diff_ci95"], out["emulation_error"])
     return out
 
 

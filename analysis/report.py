@@ -197,9 +197,10 @@ def _uncertain_html(cells: pd.DataFrame) -> str:
         f'<p class="note">{len(chosen)} cell(s) marked ~ in the decision vectors: emulation_error is the sum, '
         "over the stages of the cell's remote trials, of each stage's mean minus the device's target, minus "
         "the local baseline's kernel deviation (s), emulation_error_ci95 its 95% half-width (the stages' "
-        "combined in quadrature). Corrected by an error within that interval, the penalty could come within "
-        "diff_ci95 of zero or cross it (a decided cell), or leave that band (an undecided one): the run cannot "
-        "tell the device's answer from the emulation's there.</p>" + table(chosen[columns])
+        "combined in quadrature). With every emulated stage at its target (the penalty minus the error), the "
+        "penalty comes within diff_ci95 of zero or crosses it (a decided cell), or leaves that band (an "
+        "undecided one): the run cannot tell the device's answer from the emulation's there.</p>"
+        + table(chosen[columns])
     )
 
 
