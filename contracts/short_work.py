@@ -8,7 +8,11 @@ the caches' noise as much as the work's (a trial's single RAW decode came out at
 times its warm time), and that noise times 700 put the scaled stages 56-187% above their targets in
 the shipped paper run. So a stage whose one run took under `SHORT_S` of CPU is timed again, its work
 repeated until `SHORT_S` has been spent, and its CPU time is the mean per run: the work's speed on
-this host now, which the device's slowdown scales. The calibration times short work the same way
+this host now, which the device's slowdown scales. The repetitions are taken in `BLOCKS` blocks and
+the figure is the median block's: the first block after a wait is slower (measured, RAW's decode of
+a 500x500 result: 5.0-5.5 us in the first block after 0.2-3 s idle, 3.7-3.9 in the next four; the
+smoke run's decodes after a 40 Mbit/s transfer came out 7-9 us where those after 100 Mbit/s took
+4.7-4.9), and an interruption lands in one block (one block of 54 us among 3.8s). The calibration times short work the same way
 (`client.sampling` repeats it within a sample), and the slowdowns follow these runs
 (`client.scaler`), so the two agree.
 
@@ -20,20 +24,27 @@ more is one run, as it always was: its noise is a few percent of it.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 
 SHORT_S = 0.002  # one run under this much CPU is timed again over repeated runs
 MAX_RUNS = 10_000  # a bound on the repetitions, whatever the clock said of one run
+BLOCKS = 5  # the repetitions' blocks, of which the median is the figure
 
 
 def per_run_cpu_s(work: Callable[[], object], one_run_s: float, clock=time.process_time) -> float:
     """The CPU seconds of one run of `work`: `one_run_s` (its run's) when that is `SHORT_S` or more,
-    else the mean per run of enough repetitions to spend `SHORT_S`."""
+    else the median over `BLOCKS` blocks of the mean per run, enough runs in all to spend about
+    `SHORT_S` at the first run's pace."""
     if one_run_s >= SHORT_S:
         return one_run_s
     runs = min(MAX_RUNS, math.ceil(SHORT_S / max(one_run_s, SHORT_S / MAX_RUNS)))
-    start = clock()
-    for _ in range(runs):
-        work()
-    return (clock() - start) / runs
+    per_block = max(1, runs // BLOCKS)
+    blocks = []
+    for _ in range(BLOCKS):
+        start = clock()
+        for _ in range(per_block):
+            work()
+        blocks.append((clock() - start) / per_block)
+    return statistics.median(blocks)

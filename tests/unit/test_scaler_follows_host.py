@@ -162,3 +162,25 @@ def test_the_worker_gets_each_devices_targets_with_its_slowdowns():
         '{"base": 0.1}',
     ]  # throttle: none
     assert emulation_args(None) == []
+
+
+def test_a_scaled_worker_meets_each_work_once_untimed_before_its_first_trial(monkeypatch):
+    """The first run of new work pays first-touch costs no later run does: a scaled worker runs each
+    (op, size, method)'s work once, untimed, before its first trial; a worker without a device does not."""
+    import client.worker as worker_module
+
+    ran = []
+    real = worker_module.execute
+    monkeypatch.setattr(worker_module, "execute", lambda op, operands: ran.append(op) or real(op, operands))
+    k = key("kernel", "mul", 32)
+    worker = TrialWorker(
+        "http://127.0.0.1:9", seed=1, timeout=5.0, scaler=Scaler({k: 10.0}, targets={k: 0.1})
+    )
+    spec = TrialSpec(trial=0, op="mul", size=32, dtype="float64", method=LOCAL)
+    for trial in range(3):
+        assert worker.run(replace(spec, trial=trial)).ok
+    assert ran == ["mul"]  # once, for the first trial (the trials' own runs are `local_times`')
+    worker.meet("mul", worker.operands("mul", 32, "float64"), "raw")  # a method's first trial: its codec
+    assert ran == ["mul", "mul"]
+    plain = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0)
+    assert plain.run(spec).ok and ran == ["mul", "mul"]

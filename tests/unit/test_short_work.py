@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from contracts.codecs import get_codec
-from contracts.short_work import MAX_RUNS, SHORT_S, per_run_cpu_s
+from contracts.short_work import BLOCKS, MAX_RUNS, SHORT_S, per_run_cpu_s
 from contracts.stages import parse_server_timing
 from server.timing import StageClock
 
@@ -27,7 +27,7 @@ class Clock:
         self.now += self.per_run
 
 
-def test_a_long_run_is_its_own_figure_and_a_short_one_the_mean_of_repeated_runs():
+def test_a_long_run_is_its_own_figure_and_a_short_one_the_median_block_of_repeated_runs():
     clock = Clock(5e-6)
     assert per_run_cpu_s(clock.work, 0.01, clock) == 0.01 and clock.runs == 0  # long: not run again
     # one run said 40 us (a cold run's noise); its work repeated takes 5 us a run
@@ -36,6 +36,19 @@ def test_a_long_run_is_its_own_figure_and_a_short_one_the_mean_of_repeated_runs(
     clock = Clock(1e-9)
     per_run_cpu_s(clock.work, 0.0, clock)  # a run the clock could not see: repeated, but boundedly
     assert clock.runs == MAX_RUNS
+
+
+def test_a_slow_first_block_and_an_interrupted_one_leave_the_figure():
+    clock = Clock(4e-6)
+    slow = {0: 3.0, 3: 15.0}  # the first block after a wait runs at a third of the pace; one interrupted
+
+    def work() -> None:
+        clock.now += clock.per_run * slow.get(clock.runs // (clock.total // BLOCKS), 1.0)
+        clock.runs += 1
+
+    clock.total = round(SHORT_S / 8e-6)
+    assert per_run_cpu_s(work, 8e-6, clock) == pytest.approx(4e-6)
+    assert clock.runs == clock.total
 
 
 def test_the_servers_short_stage_reports_its_repeated_runs_and_a_long_one_its_own():
