@@ -34,10 +34,11 @@ SERVER = "multilang-i5-5200u"  # a server profile shipped in experiments/devices
 
 
 def test_server_timing_carries_each_stages_cpu_time_as_an_extension_parameter():
-    header = format_server_timing({"decode": 1.5, "compute": 20.0}, {"decode": 1.25, "compute": 39.5})
-    assert header == "decode;dur=1.500;cpu=1.250, compute;dur=20.000;cpu=39.500"
+    header = format_server_timing({"decode": 1.5, "compute": 20.0}, {"decode": 0.007421, "compute": 39.5})
+    assert header == "decode;dur=1.500000;cpu=0.007421, compute;dur=20.000000;cpu=39.500000"
     assert parse_server_timing(header) == {"decode": 0.0015, "compute": 0.02}
-    assert parse_server_timing(header, "cpu") == {"decode": 0.00125, "compute": 0.0395}
+    # a RAW decode's 7.421 us kept to the nanosecond, not rounded to 7 us
+    assert parse_server_timing(header, "cpu") == pytest.approx({"decode": 7.421e-6, "compute": 0.0395})
     # an older server (no cpu), a description, a malformed metric: durations only, nothing invented
     assert parse_server_timing('decode;desc="x";dur=2, ;;, compute;dur=abc', "cpu") == {}
 
