@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import codecs, efficiency, grid, memory, orchestration
+from benchmarks import codecs, efficiency, fidelity, grid, memory, orchestration
 from benchmarks.common import MISS, PASS, SKIPPED, Row, fmt_value, skipped
 from benchmarks.session import BenchError, bench_lab, start_worker
 from contracts.errors import UserError
@@ -25,7 +25,7 @@ from testbed.signals import sigterm_as_interrupt
 from testbed.sweep.worker_link import WorkerDied
 
 # table order: the order (marshalling, efficiency, memory, orchestration), then the shipped run
-MODULES = (codecs, efficiency, memory, orchestration, grid)
+MODULES = (codecs, efficiency, memory, orchestration, grid, fidelity)
 CSV_COLUMNS = ("section", "figure", "case", "value", "unit", "target", "status", "note", "details")
 
 
@@ -70,7 +70,8 @@ def run_bench(
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     with sigterm_as_interrupt():  # a kill stops the loopback servers and the testbed like Ctrl-C does
-        rows = codecs.run(quick, progress=progress) + memory.run(quick, progress=progress) + grid.run(quick)
+        rows = codecs.run(quick, progress=progress) + memory.run(quick, progress=progress)
+        rows += grid.run(quick) + fidelity.run(quick)
         if skip_testbed or inv is None:
             reason = "--skip-testbed"
         elif os.geteuid() != 0:

@@ -95,13 +95,15 @@ class GrpcOffloadClient:
     def _offload(self, op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, StageTimes]:
         with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
             self.align("encode")
-            c0, t0 = time.process_time(), time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             try:
                 body = CODEC.encode_op_request(op, operands)
             except CodecError as exc:
                 raise UserError(f"protobuf cannot encode these operands: {exc}") from exc
-            t1, c1 = time.perf_counter(), time.process_time()
-            c1 = c0 + stage_cpu_s(self.retime, lambda: CODEC.encode_op_request(op, operands), c1 - c0)
+            t1, c1 = time.perf_counter(), time.thread_time()
+            c1 = c0 + stage_cpu_s(
+                self.retime, lambda: CODEC.encode_op_request(op, operands), c1 - c0, "encode"
+            )
         self.align("request")
         tr = time.perf_counter()
         try:
@@ -111,10 +113,10 @@ class GrpcOffloadClient:
         t2 = time.perf_counter()
         with CPU_LOCK.held():
             self.align("decode")
-            c3, t3 = time.process_time(), time.perf_counter()
+            c3, t3 = time.thread_time(), time.perf_counter()
             result = CODEC.decode_response(content, {})
-            t4, c4 = time.perf_counter(), time.process_time()
-            c4 = c3 + stage_cpu_s(self.retime, lambda: CODEC.decode_response(content, {}), c4 - c3)
+            t4, c4 = time.perf_counter(), time.thread_time()
+            c4 = c3 + stage_cpu_s(self.retime, lambda: CODEC.decode_response(content, {}), c4 - c3, "decode")
         server_timing = dict(call.trailing_metadata() or ()).get("server-timing")
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), server_timing)
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))

@@ -23,7 +23,7 @@ from contracts.codecs import CODECS, Codec, CodecError, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.ops import OPS, OpError, UnknownOp, execute
-from contracts.short_work import per_run_cpu_s
+from contracts.short_work import KERNEL, cpu_clock, per_run_cpu_s
 from contracts.stages import (
     DTYPES,
     SERVER_LOCK_WAIT,
@@ -158,15 +158,15 @@ class OffloadClient:
         c = _codec(codec)
         with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
             self.align("encode")
-            c0, t0 = time.process_time(), time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             try:
                 body, headers = c.encode_request(operands)
             except CodecError as exc:
                 raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
-            t1, c1 = time.perf_counter(), time.process_time()
-            c1 = c0 + stage_cpu_s(self.retime, lambda: c.encode_request(operands), c1 - c0)
+            t1, c1 = time.perf_counter(), time.thread_time()
+            c1 = c0 + stage_cpu_s(self.retime, lambda: c.encode_request(operands), c1 - c0, "encode")
         if self.pacer is not None:  # the device's encode, after its other requests' stages
-            t1 = self.pacer.stage("encode", t0, c1 - c0)
+            t1 = self.pacer.stage("encode", t0, c1 - c0, "encode")
         url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, "X-Codec": c.name}
         headers.update({} if self.persistent else CLOSE)
         sent = body if self.parallelism == 1 and self.io_bytes is None else memoryview(body_bytes(body))
@@ -191,20 +191,23 @@ class OffloadClient:
             raise _error_from(status, content)
         with CPU_LOCK.held():
             self.align("decode")
-            c3, t3 = time.process_time(), time.perf_counter()
+            c3, t3 = time.thread_time(), time.perf_counter()
             result = c.decode_response(content, reply_headers)
-            t4, c4 = time.perf_counter(), time.process_time()
-            c4 = c3 + stage_cpu_s(self.retime, lambda: c.decode_response(content, reply_headers), c4 - c3)
+            t4, c4 = time.perf_counter(), time.thread_time()
+            c4 = c3 + stage_cpu_s(
+                self.retime, lambda: c.decode_response(content, reply_headers), c4 - c3, "decode"
+            )
         if self.pacer is not None:
-            t4 = self.pacer.stage("decode", t3, c4 - c3)
+            t4 = self.pacer.stage("decode", t3, c4 - c3, "decode")
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), reply_headers.get("Server-Timing"))
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
 
-def stage_cpu_s(retime: bool, work: Callable[[], object], one_run_s: float) -> float:
-    """A client stage's CPU seconds: its run's, or with `retime` (scaled mode) a short run's again over
-    repeated runs of its work (`contracts.short_work`); the wall time stays the real run's."""
-    return per_run_cpu_s(work, one_run_s) if retime else one_run_s
+def stage_cpu_s(retime: bool, work: Callable[[], object], one_run_s: float, kind: str) -> float:
+    """A client stage's CPU seconds (its thread's for marshalling, the process's for a kernel:
+    `contracts.short_work.cpu_clock`): its run's, or with `retime` (scaled mode) a short run's again
+    over repeated runs of its work; the wall time stays the real run's."""
+    return per_run_cpu_s(work, one_run_s, cpu_clock(kind)) if retime else one_run_s
 
 
 def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: str | None) -> dict:
@@ -276,7 +279,7 @@ def local_times(
             cpu, start = time.process_time(), time.perf_counter()
             result = execute(op, operands)
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-            return result, wall, stage_cpu_s(retime, lambda: execute(op, operands), cpu)
+            return result, wall, stage_cpu_s(retime, lambda: execute(op, operands), cpu, KERNEL)
     except UnknownOp as exc:
         raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}") from exc
     except OpError as exc:

@@ -13,14 +13,13 @@ busy host takes does not end up in the device's times.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import replace
 
 from client.calibration_work import grid_works, target_s
 from client.sampling import BUDGET_S, SelfTimed, Work, precise, sampled
 from contracts.calibration import Calibration, CalibrationRow, work_key
 from contracts.device import DeviceProfile, Grid
-from contracts.short_work import per_run_cpu_s
+from contracts.short_work import cpu_clock, per_run_cpu_s
 from contracts.tolerance import DEFAULT, DeviceTolerance
 
 
@@ -43,7 +42,7 @@ def calibrate(
     is the difference of the two means, so what is left of it is the host's noise.
     """
     items = grid_works(grid)
-    jobs = [as_in_a_trial(item[4]) for item in items]
+    jobs = [as_in_a_trial(item[4], item[2]) for item in items]
     # two measurements, the slowdowns' and the check's, from alternate rounds: a spell of load on the
     # host (which inflates CPU time too, through shared caches) falls on both alike rather than on
     # one (measured: a test suite on the other core during the first of two passes taken one after
@@ -85,7 +84,7 @@ def calibrate(
     )
 
 
-def as_in_a_trial(work: Work) -> SelfTimed:
+def as_in_a_trial(work: Work, kind: str) -> SelfTimed:
     """A sample of `work` timed as a trial's stage is: one run, and a short run again over repeated
     runs (`contracts.short_work`), so that the slowdown scales the very figure the trials report.
     Timed otherwise, the two disagreed: one run per sample put the smoke run's RAW stages 24-42% off
@@ -94,11 +93,12 @@ def as_in_a_trial(work: Work) -> SelfTimed:
     (a cgi request's stage, reported by the server, which times it so) is taken as it is."""
     if isinstance(work, SelfTimed):
         return work
+    clock = cpu_clock(kind)  # a trial's clock for this kind of work
 
     def run() -> float:
-        start = time.process_time()
+        start = clock()
         work()
-        return per_run_cpu_s(work, time.process_time() - start)
+        return per_run_cpu_s(work, clock() - start, clock)
 
     return SelfTimed(run)
 

@@ -1,7 +1,7 @@
 """The server's stage clock: how long decode, compute and encode of one request took.
 
-Durations are milliseconds measured with `time.perf_counter` (and the process's CPU time with
-`time.process_time`), sent in the `Server-Timing` header (format in `contracts.stages`). Only stages that ran are reported, so an error after decoding still
+Durations are milliseconds measured with `time.perf_counter` (and CPU time, the thread's for
+marshalling and the process's for the kernel: `contracts.short_work.cpu_clock`), sent in the `Server-Timing` header (format in `contracts.stages`). Only stages that ran are reported, so an error after decoding still
 says how long decoding took.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from contracts.cpu_lock import CpuLock
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
-from contracts.short_work import per_run_cpu_s
+from contracts.short_work import cpu_clock, per_run_cpu_s
 from contracts.stages import SERVER_LOCK_WAIT, SERVER_QUEUE, format_server_timing
 
 CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none otherwise
@@ -70,20 +70,21 @@ class StageClock:
     @contextmanager
     def stage(self, name: str) -> Iterator[StageTarget]:
         target = StageTarget(self, self.KINDS.get(name, name))
+        clock = cpu_clock(target.kind)  # the thread's for marshalling, the process's for a kernel
         # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
         # the clocks start, inside the request, and is reported (`cpulock`) for communication to exclude
         with CPU_LOCK.held() as waited:
-            start, cpu = time.perf_counter(), time.process_time()
+            start, cpu = time.perf_counter(), clock()
             if CPU_LOCK.path is not None:  # the wait, reported so that communication excludes it
                 self.wait(waited)
             try:
                 yield target
             finally:  # a stage that failed still took time, and still counts
-                self.cpu_ms[name] = (time.process_time() - cpu) * 1000.0
+                self.cpu_ms[name] = (clock() - cpu) * 1000.0
                 self.ms[name] = (time.perf_counter() - start) * 1000.0
             again, target.again = target.again, None  # its data is not kept past the stage
             if again is not None and target.target_s is None:  # not paced: the CPU time is the figure
-                self.cpu_ms[name] = per_run_cpu_s(again, self.cpu_ms[name] / 1000.0) * 1000.0
+                self.cpu_ms[name] = per_run_cpu_s(again, self.cpu_ms[name] / 1000.0, clock) * 1000.0
         if target.target_s is not None:  # paced (reached only when the stage succeeded)
             self.host_ms[name] = self.ms[name]
             left = target.target_s - (time.perf_counter() - start)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from benchmarks import common, grid
+from benchmarks import common, fidelity, grid
 from benchmarks.common import INFO, MISS, PASS, SKIPPED, Row, batch_time
 from benchmarks.runner import complete, expected, format_table, key
 from contracts.run import Manifest, Session, write_manifest
@@ -77,13 +77,14 @@ def test_bench_quick_without_the_testbed(tmp_path):
     )
     assert "targets:" in proc.stdout and str(out / "bench.json") in proc.stdout
     rows = check_bench_outputs(out, quick=True)
+    shipped = {grid.CASE: grid.RUN, fidelity.CASE: fidelity.RUN}
     missed = [key(r["section"], r["figure"], r["case"]) for r in rows if r["status"] == MISS]
     assert proc.returncode == (3 if missed else 0), proc.stderr  # the verdict is the exit status
     assert ("target(s) missed" in proc.stderr) == bool(missed)
     for r in rows:
         if r["section"] in TESTBED_SECTIONS:
             assert r["status"] == SKIPPED and "--skip-testbed" in r["note"], r
-        elif r["section"] == grid.SECTION and not grid.RUN.exists():  # no run shipped yet: it says so
+        elif r["case"] in shipped and not shipped[r["case"]].exists():  # no run shipped yet: it says so
             assert r["status"] == SKIPPED and "no shipped run" in r["note"], r
         else:
             assert r["status"] != SKIPPED, r
@@ -130,3 +131,22 @@ def test_the_grid_row_is_skipped_saying_why_until_a_finished_run_ships(tmp_path)
         grid_run(tmp_path, ("2026-11-25T10:00:00+00:00", "2026-11-25T11:00:00+00:00"), estimate=None)
     )
     assert no_estimate.status == SKIPPED and "no one-testbed estimate" in no_estimate.note
+
+
+def test_the_fidelity_row_is_the_worst_kind_of_works_miss_over_its_tolerance(tmp_path):
+    """The stored v1 run (paper-p4, scaled): the row's figure is the worst kind of work's |mean - target|
+    over what max(10%, 0.1 ms) allows it, computed here from the fidelity table; no run: skipped."""
+    from analysis.load import load_run
+    from analysis.trial_fidelity import trial_fidelity
+    from contracts.tolerance import DEFAULT
+
+    none = fidelity.row(tmp_path / "none")
+    assert none.status == SKIPPED and "no shipped run" in none.note
+    stored = REPO / "tests" / "data" / "runs" / "v1-tiny"
+    row = fidelity.row(stored)
+    run = load_run(stored)
+    table = trial_fidelity(run.trials, run.manifest)
+    allowed = table["target_s"].map(DEFAULT.allowed_s)  # v1 recorded no tolerance of its own: the default
+    worst = ((table["mean_s"] - table["target_s"]).abs() / allowed).max()
+    assert row.value == pytest.approx(worst) and row.status == (PASS if worst <= 1 else MISS)
+    assert f"{row.details['trials_flagged']} of {row.details['trials']} trials emulation_flagged" in row.note

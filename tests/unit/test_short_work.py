@@ -70,3 +70,23 @@ def test_the_servers_short_stage_reports_its_repeated_runs_and_a_long_one_its_ow
             pass
         stage.repeatable(lambda: runs.append("again"))
     assert "again" not in runs  # its one run was long enough to time
+
+
+def test_a_marshalling_stage_counts_its_own_threads_cpu_and_a_kernel_the_processs():
+    """Another thread's CPU during a stage (a gRPC process's pollers) is no stage's: an encode or decode
+    is timed with its thread's clock; a kernel with the process's (BLAS's threads are its own)."""
+    import threading
+
+    def spin(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    for name, counted in (("decode", False), ("compute", True)):
+        clock = StageClock()
+        with clock.stage(name):
+            other = threading.Thread(target=spin, args=(0.05,))
+            other.start()
+            other.join()
+        cpu = parse_server_timing(clock.header(), "cpu")[name]
+        assert (cpu >= 0.04) is counted, (name, cpu)
