@@ -28,6 +28,16 @@ BLAS_THREAD_VARS = (
     "NUMEXPR_NUM_THREADS",
 )
 BLAS_CORE_VAR = "OPENBLAS_CORETYPE"
+# glibc's malloc in every client and server process the testbed starts: blocks up to 32 MiB from the
+# heap, and freed memory kept (up to 1 GiB) rather than given back to the kernel. A long-lived
+# process (the trial worker, the gRPC and wsgi servers, the calibration) then reuses the memory a
+# trial's matrices had for the next trial's, as its calibration's repeated runs do; otherwise every
+# large allocation is fresh pages whose faults the stage's CPU clock counts (measured: a protobuf
+# decode of a 1200x1200 request, 1.0 ms, took 4.6 ms with its 2813 page faults; the Python gRPC
+# server's such decode came out at 2.5-81 ms on 4 testbeds against 1.2-4.7 ms calibrated). Page
+# faults cost what this host's virtualisation makes them cost, not what the device's did. A cgi
+# request's fresh process has no freed memory to reuse, and neither has its calibration's.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 @dataclass(frozen=True)
@@ -111,8 +121,9 @@ def too_short(target_s: float, fraction: float) -> bool:
 
 
 def blas_env(threads: int, core: str | None = None) -> dict[str, str]:
-    """Cap every BLAS/OpenMP flavour numpy may be linked against, so the device model holds."""
-    env = dict.fromkeys(BLAS_THREAD_VARS, str(threads))
+    """Cap every BLAS/OpenMP flavour numpy may be linked against, so the device model holds (with
+    `MALLOC_ENV`, which every process the testbed starts runs with)."""
+    env = {**MALLOC_ENV, **dict.fromkeys(BLAS_THREAD_VARS, str(threads))}
     if core:
         env[BLAS_CORE_VAR] = core
     return env

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import UserError
+from contracts.profiles import MALLOC_ENV
 from testbed.backends.topology import Names, plan
 from testbed.inventory import DEFAULT_INVENTORY, load_inventory
 
@@ -188,7 +189,7 @@ def test_a_server_devices_blas_threads_go_to_every_server_process(tmp_path):
     from testbed.backends.ssh import SshLab
 
     inv = load_inventory(write(tmp_path, GOOD))
-    assert inv.server_env() == {} and "OPENBLAS_NUM_THREADS" not in NetnsLab(inv).hosts["server"].env
+    assert inv.server_env() == MALLOC_ENV and "OPENBLAS_NUM_THREADS" not in NetnsLab(inv).hosts["server"].env
     (tmp_path / "ssh.yaml").write_text(
         "backend: ssh\nprefix: tbs\nhosts:\n"
         "  - {role: client, name: c, address: 10.77.0.1/24, interface: eth1, ssh: {host: c.example.org}}\n"
@@ -199,6 +200,9 @@ def test_a_server_devices_blas_threads_go_to_every_server_process(tmp_path):
     for lab in (NetnsLab(inv.with_server_blas(1)), SshLab(ssh_inv)):
         env = lab.hosts["server"].env
         assert env["OPENBLAS_NUM_THREADS"] == "1" and env["OMP_NUM_THREADS"] == "1", type(lab).__name__
+        assert env.items() >= MALLOC_ENV.items()  # freed memory kept: a trial's pages reused by the next
+    for lab in (NetnsLab(inv), SshLab(ssh_inv)):  # the client's processes too
+        assert lab.hosts["client"].env.items() >= MALLOC_ENV.items(), type(lab).__name__
         assert "OPENBLAS_NUM_THREADS" not in (lab.hosts["appliance"].env or {})
 
 
