@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from contracts.limits import Limits
+from contracts.profiles import MALLOC_ENV
 from server import handler
 from server.__main__ import main
-from server.lighttpd import SCRIPT, LighttpdPlan
+from server.lighttpd import PASSED_VARS, SCRIPT, LighttpdPlan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def plan(tmp_path) -> LighttpdPlan:
         read_timeout=20.0,
         python="/venv/bin/python",
         project_root="/code",
-        env={"OPENBLAS_NUM_THREADS": "1"},
+        env={"OPENBLAS_NUM_THREADS": "1", "MALLOC_TRIM_THRESHOLD_": "1073741824"},
     )
 
 
@@ -82,6 +83,8 @@ def test_the_cgi_environment_carries_the_blas_caps_and_the_lock(plan):
     conf = settings(plan.config())
     env = conf["setenv.add-environment"]
     assert '"OPENBLAS_NUM_THREADS" => "1"' in env
+    assert '"MALLOC_TRIM_THRESHOLD_" => "1073741824"' in env  # the calibration's malloc, as the trials'
+    assert set(MALLOC_ENV) <= set(PASSED_VARS)  # what `python -m server` hands lighttpd of its environment
     assert f'"OFFLOAD_LOCK" => "{plan.state_dir}/one-at-a-time.lock"' in env
     assert conf["server.max-keep-alive-idle"] == conf["server.max-read-idle"] == "20"  # as on wsgi
     assert "server.max-keep-alive-requests" not in conf  # kept alive as the client asks, as on wsgi
