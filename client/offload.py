@@ -166,7 +166,7 @@ class OffloadClient:
             t1, c1 = time.perf_counter(), time.thread_time()
             c1 = c0 + stage_cpu_s(self.retime, lambda: c.encode_request(operands), c1 - c0, "encode")
         if self.pacer is not None:  # the device's encode, after its other requests' stages
-            t1 = self.pacer.stage("encode", t0, c1 - c0, "encode")
+            t1 = self.pacer.stage("encode", t0, c1 - c0)
         url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, "X-Codec": c.name}
         headers.update({} if self.persistent else CLOSE)
         sent = body if self.parallelism == 1 and self.io_bytes is None else memoryview(body_bytes(body))
@@ -198,7 +198,7 @@ class OffloadClient:
                 self.retime, lambda: c.decode_response(content, reply_headers), c4 - c3, "decode"
             )
         if self.pacer is not None:
-            t4 = self.pacer.stage("decode", t3, c4 - c3, "decode")
+            t4 = self.pacer.stage("decode", t3, c4 - c3)
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), reply_headers.get("Server-Timing"))
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
