@@ -47,12 +47,11 @@ def calibrate(
     # host (which inflates CPU time too, through shared caches) falls on both alike rather than on
     # one (measured: a test suite on the other core during the first of two passes taken one after
     # the other flagged every kind of work at -13% to -46%)
-    # one sample per run, timed as a trial times its stage (`as_in_a_trial`)
+    # one sample per run, timed as a trial times its stage (`as_in_a_trial`: self-timed, so never batched)
     samples = sampled(
         jobs,
         2 * reps,
         seed=grid.seed,
-        batch=False,
         enough=lambda _, s: all(precise(s[h::2], tolerance.pct / 200) for h in (0, 1)),
         budget_s=budget_s,
     )
