@@ -25,7 +25,7 @@ from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid
 from contracts.hosts import Role
 from contracts.ops import execute
-from contracts.stages import GRPC, SERVER_START, method_codec, parse_server_timing
+from contracts.stages import GRPC, RETIME_HEADER, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
 
 
@@ -80,10 +80,11 @@ class CgiRequest:
 
     @classmethod
     def of(cls, argv: tuple[str, ...], op: str, codec_name: str, operands: list[np.ndarray]) -> CgiRequest:
-        """The request a trial of this codec sends (body and headers, `client.offload`'s)."""
+        """The request a trial of this codec sends to a scaled server device (body and headers,
+        `client.offload`'s, asking for its stages timed as such a trial's are: `RETIME_HEADER`)."""
         codec = get_codec(codec_name)
         body, headers = _as_bytes(codec.encode_request(operands))
-        return cls(tuple(argv), op, body, {**headers, "X-Codec": codec.name})
+        return cls(tuple(argv), op, body, {**headers, RETIME_HEADER: "1", "X-Codec": codec.name})
 
 
 class RequestStages:

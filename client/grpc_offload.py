@@ -18,6 +18,7 @@ from client.offload import CPU_LOCK, OffloadError, StageTimes, no_align, stage_c
 from contracts.codecs import CodecError, get_codec
 from contracts.errors import UserError
 from contracts.protobuf_codec import EXECUTE
+from contracts.stages import RETIME_HEADER
 
 CODEC = get_codec("protobuf")
 # gRPC's default 4 MiB receive limit would refuse an 800x800 result; the server sets the real limit
@@ -47,14 +48,17 @@ class GrpcOffloadClient:
         align: Callable[[str], object] = no_align,
         persistent: bool = True,
         retime: bool = False,
+        server_retime: bool = False,
     ) -> None:
         """`retime` (scaled mode): a short stage's CPU time is the mean over repeated runs
-        (`client.offload.stage_cpu_s`)."""
+        (`client.offload.stage_cpu_s`); `server_retime` (a scaled server device): the server's
+        likewise (`RETIME_HEADER` as metadata)."""
         self.target = target
         self.timeout = timeout
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
         self.persistent = persistent
         self.retime = retime
+        self.metadata = ((RETIME_HEADER.lower(), "1"),) if server_retime else None
         self.connections = 0  # channels opened so far
         self._connect()
 
@@ -107,7 +111,7 @@ class GrpcOffloadClient:
         self.align("request")
         tr = time.perf_counter()
         try:
-            content, call = self._execute.with_call(body, timeout=self.timeout)
+            content, call = self._execute.with_call(body, timeout=self.timeout, metadata=self.metadata)
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         t2 = time.perf_counter()

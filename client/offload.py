@@ -26,8 +26,10 @@ from contracts.ops import OPS, OpError, UnknownOp, execute
 from contracts.short_work import KERNEL, cpu_clock, per_run_cpu_s
 from contracts.stages import (
     DTYPES,
+    RETIME_HEADER,
     SERVER_LOCK_WAIT,
     SERVER_QUEUE,
+    SERVER_RETIME,
     SERVER_STAGES,
     SERVER_START,
     parse_server_timing,
@@ -110,11 +112,13 @@ class OffloadClient:
         io_bytes: int | None = None,
         pacer: Pacer | None = None,
         retime: bool = False,
+        server_retime: bool = False,
     ) -> None:
         """`parallelism`: each request's body and reply over that many connections at once;
         `io_bytes`: the size of the client's writes (None: the whole body at once); `pacer`: the
         client's two stages last its device's time on its shared cores (concurrency); `retime`
-        (scaled mode): a short stage's CPU time is the mean over repeated runs (`stage_cpu_s`)."""
+        (scaled mode): a short stage's CPU time is the mean over repeated runs (`stage_cpu_s`);
+        `server_retime` (a scaled server device): the server's likewise (`RETIME_HEADER`)."""
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.persistent = persistent
@@ -125,6 +129,7 @@ class OffloadClient:
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
         self.pacer = pacer
         self.retime = retime
+        self.asks = {RETIME_HEADER: "1"} if server_retime else {}
 
     def __enter__(self) -> OffloadClient:
         return self
@@ -167,7 +172,7 @@ class OffloadClient:
             c1 = c0 + stage_cpu_s(self.retime, lambda: c.encode_request(operands), c1 - c0, "encode")
         if self.pacer is not None:  # the device's encode, after its other requests' stages
             t1 = self.pacer.stage("encode", t0, c1 - c0)
-        url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, "X-Codec": c.name}
+        url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, **self.asks, "X-Codec": c.name}
         headers.update({} if self.persistent else CLOSE)
         sent = body if self.parallelism == 1 and self.io_bytes is None else memoryview(body_bytes(body))
         self.align("request")
@@ -221,13 +226,15 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     the paper, whose CGI server's start-up was in its POST time and not among its probed stages. The
     server's queueing (`queue`: the wait for a work slot, its body in) is server time, so
     communication excludes it; its waits for the host-wide CPU lock (`cpulock`: replicas on one host)
-    are no time of this trial's, so communication and the completion time exclude them.
+    and its timing its stages' work again (`retime`: a scaled server device) are no time of this
+    trial's, so communication and the completion time exclude them.
     """
     t0, t1, tr, t2, t3, t4 = wall
     c0, c1, c3, c4 = cpu
     server = parse_server_timing(server_timing)
     s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
-    waited = server.get(SERVER_LOCK_WAIT, 0.0)  # for another testbed's stage: no time of this trial's
+    # for another testbed's stage, and the server's timing its own stages again: no time of this trial's
+    waited = server.get(SERVER_LOCK_WAIT, 0.0) + server.get(SERVER_RETIME, 0.0)
     cpu_server = parse_server_timing(server_timing, "cpu")
     return {
         **{f"cpu_{column[2:]}": cpu_server.get(stage) for stage, column in SERVER_STAGES.items()},

@@ -63,9 +63,14 @@ class TrialWorker:
         self.connection = connection
         self.url, self.timeout, self.persistent = url, timeout, persistent
         self.pacer = pacer
-        retime = scaler is not None  # scaled: short stages' CPU times over repeated runs
+        # scaled: a stage's CPU time over repeated runs of its work (`contracts.short_work`), the
+        # client's own, and the server's when a scaled server device follows its stages
+        self.retimes = {
+            "retime": scaler is not None,
+            "server_retime": scaler is not None and scaler.server_scale is not None,
+        }
         self.client = OffloadClient(
-            url, timeout=timeout, align=self.align, persistent=persistent, pacer=pacer, retime=retime
+            url, timeout=timeout, align=self.align, persistent=persistent, pacer=pacer, **self.retimes
         )
         self.clients = {(1, None): self.client}  # by transfer settings (parallelism, io_kb)
         targets = (
@@ -73,7 +78,7 @@ class TrialWorker:
         )
         self.grpc = {  # one client per gRPC server, each with its own channel
             server: GrpcOffloadClient(
-                target, timeout=timeout, align=self.align, persistent=persistent, retime=retime
+                target, timeout=timeout, align=self.align, persistent=persistent, **self.retimes
             )
             for server, target in targets.items()
         }
@@ -150,7 +155,7 @@ class TrialWorker:
                 parallelism=key[0],
                 io_bytes=io_kb * 1024 if io_kb else None,
                 pacer=self.pacer,
-                retime=self.scaler is not None,
+                **self.retimes,
             )
         return self.clients[key]
 
@@ -180,7 +185,7 @@ class TrialWorker:
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             self.align.trial(op, size, method)
             if method == LOCAL:
-                _, wall, cpu = local_times(op, operands, self.align, retime=self.scaler is not None)
+                _, wall, cpu = local_times(op, operands, self.align, retime=self.retimes["retime"])
                 out.update(ok=True, t_total=wall, cpu_total=cpu)
                 if self.scaler:
                     self.scaler.local(out, op, size)

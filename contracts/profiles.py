@@ -37,7 +37,17 @@ BLAS_CORE_VAR = "OPENBLAS_CORETYPE"
 # server's such decode came out at 2.5-81 ms on 4 testbeds against 1.2-4.7 ms calibrated). Page
 # faults cost what this host's virtualisation makes them cost, not what the device's did. A cgi
 # request's fresh process has no freed memory to reuse, and neither has its calibration's.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+# One arena (`MALLOC_ARENA_MAX`): without it a thread other than the main one (the gRPC servers'
+# pool thread) allocates from an arena of its own, mmapped heaps apart from the main one, and the
+# Python gRPC server's decode of a 1200x1200 request still came out at 22-52 ms in a third of the
+# 4-testbed check's trials against 1-3 ms in the others (2026-11-27; measured alone: 2132 page faults
+# in a pool thread's first decode of an inv 1200 request, none with one arena). Requests run one at
+# a time, so one arena costs no waiting.
+MALLOC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_ARENA_MAX": "1",
+}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ these names; the server's stage times reach the client in the standard
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 
 LOCAL = "local"  # the method of a local-baseline trial (no offloading, no rate)
@@ -164,6 +165,21 @@ SERVER_QUEUE = "queue"
 # waiting behind another testbed's 0.6 s JSON decode of mul 800. Every server reports it (Python's
 # HTTP, CGI and gRPC, and the C++ and Go gRPC servers), only when a lock is named.
 SERVER_LOCK_WAIT = "cpulock"
+# The server's time spent running a stage's work again to time it (`contracts.short_work`: a scaled
+# server device's short stages and stages of milliseconds), summed, in `Server-Timing` as `retime`:
+# the stage's own run is over and its reply not yet sent, so the time is neither network nor the
+# device's work, and communication and the completion time exclude it, as they exclude `cpulock`.
+# A request asks for it with `RETIME_HEADER: 1` (gRPC: the same name, lower-cased, as metadata);
+# without it the server times each stage's one run (a server no scaled device follows need not pay).
+SERVER_RETIME = "retime"
+RETIME_HEADER = "X-Retime"
+
+
+def asks_retime(headers: Mapping[str, str]) -> bool:
+    """Whether a request's headers (HTTP's, CGI's or gRPC's metadata, looked up as given and
+    lower-cased) ask the server to time its stages' work again."""
+    value = headers.get(RETIME_HEADER, headers.get(RETIME_HEADER.lower(), ""))
+    return value.strip() == "1"
 
 
 # A paced stage's own time on the server's host, in `Server-Timing` as its `host=` parameter (`python -m

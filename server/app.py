@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from contracts.device import DeviceProfile
 from contracts.limits import Limits
+from contracts.stages import asks_retime
 from contracts.transfer import PART_HEADER, TRANSFER_HEADER, parse_part
 from server import handler
 from server.handler import BodyTooLarge, Reply, error_reply
@@ -101,7 +102,7 @@ class _OpRequests:
 
     def run_op(self, op: str) -> Response:
         """The route: one request, or one part of a request sent over several connections."""
-        clock = StageClock(self.pace)
+        clock = StageClock(self.pace, retime=asks_retime(request.headers))
         try:
             part = parse_part(request.headers.get(TRANSFER_HEADER), request.headers.get(PART_HEADER))
         except ValueError as exc:

@@ -29,6 +29,7 @@ import grpc
 from contracts.codecs import get_codec
 from contracts.limits import Limits
 from contracts.protobuf_codec import EXECUTE, SERVICE
+from contracts.stages import asks_retime
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
 from server.timing import StageClock
@@ -39,7 +40,7 @@ CODEC = get_codec("protobuf")
 
 def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes:
     """One Execute call: serialized OpRequest in, serialized OpReply out."""
-    clock = StageClock()
+    clock = StageClock(retime=asks_retime(dict(context.invocation_metadata() or ())))
     try:
         _, out, _ = run_stages(CODEC, [body], {}, clock, limits)
         return out

@@ -44,6 +44,9 @@ class Aborted(Exception):
 class Context:
     """What `grpc_service.execute` uses of a `grpc.ServicerContext`."""
 
+    def invocation_metadata(self) -> tuple:
+        return ()
+
     def set_trailing_metadata(self, metadata: tuple) -> None:
         self.trailing = dict(metadata)
 
