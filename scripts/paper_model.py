@@ -3,8 +3,10 @@
 `python scripts/paper_model.py` prints, per op, size, rate and method, the modelled local and remote
 times of paper-p4 (client) and paper-i3 (server, CGI stack) from the sweep's own duration model
 (`testbed.estimate.DurationModel.trial_s`), the decision vectors, and each of the paper's statements this
-model can judge, marked `fit` (the profiles were derived from it) or `held out` (they were not, so it
-checks them). `--json` gives the same as one object.
+model can judge, with its role and reading as `analysis.paper_checks` sets them (`fit`: the profiles were
+derived from it; `held out`: they were not, so it checks them, and the score counts these; `the paper's
+anomaly`: reported, not scored), judged by the same code as a measured run, so that a prediction and a
+measurement are scored alike. `--json` gives the same as one object.
 
 It needs no root and runs nothing on the testbed. Bytes on the wire come from encoding a small sample
 with each codec (deterministic); no speed of this machine enters (both devices' figures cover every
@@ -150,7 +152,7 @@ def judge(grid_cells: list[Cell]) -> list[dict]:
     checks = paper_checks(model_cells(grid_cells))
     return [
         {"n": int(r.n), "statement": r.statement, "paper": r.paper, "model": r.measured, "holds": r.holds,
-         "use": r.use}
+         "use": r.use, "reading": r.reading}
         for r in checks.itertuples(index=False)
     ]  # fmt: skip
 
@@ -172,14 +174,16 @@ def report(cells: list[Cell]) -> str:
     rows = judge(cells)
     lines += [
         "",
-        "statement                                                               use       holds  paper / model",
+        "statement                                                               use                  holds  paper / model",
     ]
     for r in rows:
         mark = {"holds": "yes", "fails": "NO"}.get(r["holds"], r["holds"])
         lines.append(
-            f"{r['n']:2d} {r['statement'][:68]:68s} {r['use']:9s} {mark:5s}  {r['paper']} / {r['model']}"
+            f"{r['n']:2d} {r['statement'][:68]:68s} {r['use']:20s} {mark:5s}  {r['paper']} / {r['model']}"
         )
     lines.append(f"{held_out_summary(paper_checks(model_cells(cells)))} (inv and log are not modelled)")
+    lines += ["", "readings (where the paper's words admit two):"]
+    lines += [f"{r['n']:2d} {r['reading']}" for r in rows if r["reading"]]
     return "\n".join(lines)
 
 

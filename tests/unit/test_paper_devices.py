@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.paper_checks import FIT
+from analysis.paper_checks import FIT, numbers
 from contracts.device import operand_bytes, result_bytes, work
 from contracts.units import expected_goodput
 from testbed.devices import load_device
@@ -199,8 +199,8 @@ def test_held_out_decisions_hold_in_the_model(grid):
 
 def test_the_script_marks_each_statement_fit_or_held_out(paper_model, grid):
     rows = {r["n"]: r for r in paper_model.judge(paper_model.predict(paper_model.paper_model()))}
-    assert {n for n, r in rows.items() if r["use"] == "fit"} == FIT == {6, 7, 10, 11, 16, 20}
-    assert len(FIT) <= 26 // 2  # at most half of issue 26's statements
+    assert {n for n, r in rows.items() if r["use"] == FIT} == numbers(FIT) == {6, 7, 10, 11, 16, 20}
+    assert len(numbers(FIT)) <= 26 // 2  # at most half of issue 26's statements
     assert all(rows[n]["holds"] == "holds" for n in (5, 6, 10, 11, 20, 21, 25, 26))
     assert all(rows[n]["holds"] == "not measured" for n in (1, 2, 3, 4))  # inv and log: not modelled
     # the penalty gaps do not hold: the paper's JSON cost far less than 17-digit float text (docs)
@@ -217,4 +217,4 @@ def test_the_script_prints_the_grid_its_vectors_and_its_checks(paper_model, caps
     assert paper_model.main([]) == 0
     text = capsys.readouterr().out
     assert "1200  json 001111  ujson 001111  raw 111111" in text
-    assert "4 of 16 held-out statements hold (4 not measured)" in text
+    assert "4 of 17 held-out statements hold (4 not measured)" in text
