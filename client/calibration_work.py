@@ -24,17 +24,21 @@ from client.sampling import SelfTimed, Work
 from contracts.codecs import get_codec
 from contracts.device import DeviceProfile, Grid
 from contracts.hosts import Role
+from contracts.operands import IntRange
 from contracts.ops import execute
 from contracts.stages import GRPC, RETIME_HEADER, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
 
 
-def trial_operands(op: str, size: int, dtype: str, seed: int) -> list[np.ndarray]:
-    """The operands every trial of (op, size, dtype) uses: the same on every host for a seed."""
+def trial_operands(
+    op: str, size: int, dtype: str, seed: int, int_range: IntRange | None = None
+) -> list[np.ndarray]:
+    """The operands every trial of (op, size, dtype) uses: the same on every host for a seed (and
+    `int_range`: `contracts.operands`; None, the ops' own ranges)."""
     from client.offload import make_operands
 
     rng = np.random.default_rng([seed, size, zlib.crc32(op.encode()), zlib.crc32(dtype.encode())])
-    return make_operands(op, size, dtype, rng)
+    return make_operands(op, size, dtype, rng, int_range)
 
 
 @dataclass(frozen=True)

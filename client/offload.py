@@ -19,12 +19,15 @@ import urllib3
 
 from client.device_cores import Pacer
 from client.transfer import post_parts, written
-from contracts.codecs import CODECS, Codec, CodecError, get_codec
+from contracts.codecs import CODEC_TEXT_HEADER, CODECS, Codec, CodecError, UnknownCodec, get_codec
 from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
+from contracts.operands import FIX, MUL_INTS, IntRange, check_int_range, draw
 from contracts.ops import OPS, OpError, UnknownOp, execute
 from contracts.short_work import KERNEL, cpu_clock, per_run_cpu_s
 from contracts.stages import (
+    CODEC_TEXTS,
+    COMPACT,
     DTYPES,
     RETIME_HEADER,
     SERVER_LOCK_WAIT,
@@ -113,12 +116,14 @@ class OffloadClient:
         pacer: Pacer | None = None,
         retime: bool = False,
         server_retime: bool = False,
+        codec_text: str = COMPACT,
     ) -> None:
         """`parallelism`: each request's body and reply over that many connections at once;
         `io_bytes`: the size of the client's writes (None: the whole body at once); `pacer`: the
         client's two stages last its device's time on its shared cores (concurrency); `retime`
         (scaled mode): a short stage's CPU time is the mean over repeated runs (`stage_cpu_s`);
-        `server_retime` (a scaled server device): the server's likewise (`RETIME_HEADER`)."""
+        `server_retime` (a scaled server device): the server's likewise (`RETIME_HEADER`);
+        `codec_text`: the JSON codecs' text both ways (CODEC_TEXTS; the era's: issue 45)."""
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.persistent = persistent
@@ -130,6 +135,7 @@ class OffloadClient:
         self.pacer = pacer
         self.retime = retime
         self.asks = {RETIME_HEADER: "1"} if server_retime else {}
+        self.codec_text = codec_text
 
     def __enter__(self) -> OffloadClient:
         return self
@@ -160,7 +166,7 @@ class OffloadClient:
 
     def offload(self, op: str, operands: list[np.ndarray], codec: str) -> tuple[np.ndarray, StageTimes]:
         """Run `op` on the server; the operands' dtype is the request's dtype."""
-        c = _codec(codec)
+        c = _codec(codec, self.codec_text)
         with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
             self.align("encode")
             c0, t0 = time.thread_time(), time.perf_counter()
@@ -173,6 +179,8 @@ class OffloadClient:
         if self.pacer is not None:  # the device's encode, after its other requests' stages
             t1 = self.pacer.stage("encode", t0, c1 - c0)
         url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, **self.asks, "X-Codec": c.name}
+        if self.codec_text != COMPACT:  # the reply in the same text (a server that predates it: compact)
+            headers[CODEC_TEXT_HEADER] = self.codec_text
         headers.update({} if self.persistent else CLOSE)
         sent = body if self.parallelism == 1 and self.io_bytes is None else memoryview(body_bytes(body))
         self.align("request")
@@ -254,10 +262,13 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     }
 
 
-def _codec(name: str) -> Codec:
+def _codec(name: str, text: str = COMPACT) -> Codec:
     if name not in CODECS:
         raise UserError(f"unknown codec {name!r}", f"use one of: {', '.join(CODECS)}")
-    return get_codec(name)
+    try:
+        return get_codec(name, text)
+    except UnknownCodec:
+        raise UserError(f"unknown codec text {text!r}", f"use one of: {', '.join(CODEC_TEXTS)}") from None
 
 
 def _error_from(status: int, content: bytes) -> OffloadError:
@@ -316,11 +327,15 @@ def check_result(remote: np.ndarray, local: np.ndarray, rtol: float = 1e-7, atol
         )
 
 
-def make_operands(op: str, size: int, dtype: str, rng: np.random.Generator) -> list[np.ndarray]:
+def make_operands(
+    op: str, size: int, dtype: str, rng: np.random.Generator, int_range: IntRange | None = None
+) -> list[np.ndarray]:
     """Random `size` x `size` inputs the op accepts, made outside any timed region.
 
     inv gets a strictly diagonally dominant matrix (never singular, well conditioned); log gets
     entries in [1, 2) (floats) or 1..99 (ints); integer entries stay small so products cannot overflow.
+    `int_range` (integer dtypes; `contracts.operands`): mul's entries, inv's off its diagonal and
+    log's from max(low, 1), drawn as `numpy.random.randint(low, high)` draws them; None: the above.
     """
     if op not in OPS:
         raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}")
@@ -328,16 +343,28 @@ def make_operands(op: str, size: int, dtype: str, rng: np.random.Generator) -> l
         raise UserError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
     if size < 1:
         raise UserError(f"matrix size {size} must be at least 1")
+    problem = check_int_range(int_range, dtype, (op,), (size,))
+    if problem:
+        raise UserError(f"int_range {problem}", FIX)
     n, floats = size, dtype == "float64"
 
     def matrix(lo: int, hi: int) -> np.ndarray:
         return (lo + rng.random((n, n)) * (hi - lo)) if floats else rng.integers(lo, hi, (n, n), dtype=dtype)
 
+    if int_range is not None:
+        low, high = int_range
+        if op == "log":
+            return [draw(rng, (max(low, 1), high), (n, n), dtype)]
+        if op == "inv":
+            a = draw(rng, int_range, (n, n), dtype)
+            a[np.diag_indices(n)] += max(abs(low), abs(high - 1)) * n + 1  # dominant, as below
+            return [a]
+        return [draw(rng, int_range, (n, n), dtype) for _ in range(OPS[op].arity)]
     if op == "inv":
         a = matrix(-10, 10)
         a[np.diag_indices(n)] += 10 * n + 1  # |diagonal| > sum of |off-diagonal| in each row
         return [a]
     if op == "log":
         return [matrix(1, 2) if floats else matrix(1, 100)]
-    lo, hi = (0, 1) if floats else (-10, 11)
+    lo, hi = (0, 1) if floats else MUL_INTS
     return [matrix(lo, hi) for _ in range(OPS[op].arity)]

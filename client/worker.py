@@ -35,8 +35,19 @@ from client.throttle import Aligner
 from contracts.codecs import get_codec
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
+from contracts.operands import IntRange, parse_int_range
 from contracts.ops import execute
-from contracts.stages import CONNECTIONS, GRPC, LOCAL, PER_TRIAL, PERSISTENT, PYTHON, method_codec
+from contracts.stages import (
+    CODEC_TEXTS,
+    COMPACT,
+    CONNECTIONS,
+    GRPC,
+    LOCAL,
+    PER_TRIAL,
+    PERSISTENT,
+    PYTHON,
+    method_codec,
+)
 from contracts.wire import body_bytes
 from contracts.worker_api import TrialResult, TrialSpec
 
@@ -52,10 +63,14 @@ class TrialWorker:
         quotas: dict[str, float] | None = None,
         connection: str = PER_TRIAL,
         pacer: Pacer | None = None,
+        codec_text: str = COMPACT,
+        int_range: IntRange | None = None,
     ) -> None:
         """`grpc_target`: the Python gRPC server's HOST:PORT, or each gRPC server's by language;
         `pacer`: its HTTP requests' client stages last the device's time on the cores it shares with
-        the client's other workers (concurrency: `client.device_cores`)."""
+        the client's other workers (concurrency: `client.device_cores`); `codec_text`: the JSON
+        codecs' text (CODEC_TEXTS), reported in every result; `int_range`: the integer operands'
+        (`contracts.operands`; None: the ops' own ranges). Both are the experiment's (issue 45)."""
         # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period,
         # with the quota of its kind of work when the calibration gave per-work `quotas`
         self.align = Aligner(quotas=quotas)
@@ -63,6 +78,7 @@ class TrialWorker:
         self.connection = connection
         self.url, self.timeout, self.persistent = url, timeout, persistent
         self.pacer = pacer
+        self.codec_text, self.int_range = codec_text, int_range
         # scaled: a stage's CPU time over repeated runs of its work (`contracts.short_work`), the
         # client's own, and the server's when a scaled server device follows its stages
         self.retimes = {
@@ -70,7 +86,13 @@ class TrialWorker:
             "server_retime": scaler is not None and scaler.server_scale is not None,
         }
         self.client = OffloadClient(
-            url, timeout=timeout, align=self.align, persistent=persistent, pacer=pacer, **self.retimes
+            url,
+            timeout=timeout,
+            align=self.align,
+            persistent=persistent,
+            pacer=pacer,
+            codec_text=codec_text,
+            **self.retimes,
         )
         self.clients = {(1, None): self.client}  # by transfer settings (parallelism, io_kb)
         targets = (
@@ -91,7 +113,7 @@ class TrialWorker:
     def operands(self, op: str, size: int, dtype: str) -> list[np.ndarray]:
         key = (op, size, dtype)
         if key not in self._operands:
-            self._operands[key] = trial_operands(op, size, dtype, self.seed)
+            self._operands[key] = trial_operands(op, size, dtype, self.seed, self.int_range)
         return self._operands[key]
 
     def meet(self, op: str, operands: list[np.ndarray], method: str) -> None:
@@ -109,7 +131,7 @@ class TrialWorker:
             result = execute(op, operands)
             if method == LOCAL:
                 return
-            codec = get_codec(method_codec(method))
+            codec = get_codec(method_codec(method), self.codec_text)
             if method == GRPC:
                 codec.encode_op_request(op, operands)
             else:
@@ -156,6 +178,7 @@ class TrialWorker:
                 io_bytes=io_kb * 1024 if io_kb else None,
                 pacer=self.pacer,
                 **self.retimes,
+                codec_text=self.codec_text,
             )
         return self.clients[key]
 
@@ -177,7 +200,8 @@ class TrialWorker:
         return self.grpc[server].offload(op, operands)
 
     def run(self, spec: TrialSpec) -> TrialResult:
-        out: dict = {"trial": spec.trial}  # the record as it grows (the scaler rewrites its times)
+        # the record as it grows (the scaler rewrites its times), with the text its JSON codecs write
+        out: dict = {"trial": spec.trial, "codec_text": self.codec_text}
         try:
             op, size, method = spec.op, spec.size, spec.method
             operands = self.operands(op, size, spec.dtype)
@@ -206,7 +230,8 @@ class TrialWorker:
         return TrialResult(**out)  # a key it lacks is a bug: raised, with its traceback
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The worker's flags: what the sweep's link gives it (`testbed.sweep.worker_link`)."""
     parser = argparse.ArgumentParser(prog="python -m client.worker", description=__doc__)
     parser.add_argument("--url", required=True)
     parser.add_argument("--grpc-target", help="HOST:PORT of the Python gRPC server (method grpc)")
@@ -215,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         help='each gRPC server by language, as JSON: {"python": "HOST:PORT", "cpp": ...} (method grpc)',
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--codec-text", choices=CODEC_TEXTS, default=COMPACT, help="the JSON codecs' text (era: issue 45)"
+    )
+    parser.add_argument(
+        "--int-range", help="the integer operands' LOW,HIGH (numpy.random.randint's; default: each op's)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
         "--connection",
@@ -251,7 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a server device: its seconds per kind of work, as JSON; its slowdowns then follow the "
         "server host's speed through the CPU times the server reports for each trial",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     scale = json.loads(args.scale) if args.scale else None
     server_scale = json.loads(args.server_scale) if args.server_scale else None
     targets = json.loads(args.targets) if args.targets else None
@@ -260,7 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     quotas = json.loads(args.quotas) if args.quotas else None
     targets = json.loads(args.grpc_targets) if args.grpc_targets else args.grpc_target
     pacer = Pacer(DeviceCores(args.device_cores[0], int(args.device_cores[1]))) if args.device_cores else None
-    worker = TrialWorker(args.url, args.seed, args.timeout, scaler, targets, quotas, args.connection, pacer)
+    int_range = parse_int_range(args.int_range, "--int-range") if args.int_range else None
+    worker = TrialWorker(
+        args.url,
+        args.seed,
+        args.timeout,
+        scaler,
+        targets,
+        quotas,
+        args.connection,
+        pacer,
+        codec_text=args.codec_text,
+        int_range=int_range,
+    )
     if quotas:
         try:  # fails here, before any trial, if the cgroup is not writable
             worker.align.put(quotas["base"])

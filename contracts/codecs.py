@@ -10,6 +10,12 @@ non-finite data. A JSON `true`/`false` mixed among numbers is read as 1/0 (NumPy
 matrix of anything else that is not a number is refused. The stdlib codec writes compact JSON (no
 spaces), like uJSON and orjson, so the three differ in speed, not in bytes.
 
+The era's text (`codec_text: era`, issue 45): json and ujson as the paper's software wrote them,
+Python 3.5's `json.dumps` with its default separators (", " and ": ") and ujson 1.35's floats, fixed
+point with at most 10 decimals (`ujson135_matrix`). Only whitespace and float digits differ, so every
+decoder reads both; a request asks the server for era text with `X-Codec-Text: era` (a server that
+does not know the header answers in compact text).
+
 `protobuf` (`contracts.protobuf_codec`) carries `contracts/offload.proto`'s messages, the body the
 gRPC transport sends too.
 
@@ -28,7 +34,9 @@ import numpy as np
 import orjson
 import ujson
 
+from contracts.era_text import ujson135_matrix
 from contracts.protobuf_codec import ProtobufCodec
+from contracts.stages import CODEC_TEXTS, COMPACT, ERA
 from contracts.wire import (
     MAX_OPERANDS,
     RESPONSE_OVERHEAD,
@@ -51,7 +59,9 @@ from contracts.wire import (
 
 __all__ = [
     "CODECS",
+    "CODEC_TEXT_HEADER",
     "DEFAULT_CODEC",
+    "ERA_CODECS",
     "Body",
     "Buffers",
     "Codec",
@@ -67,6 +77,11 @@ DEFAULT_CODEC = "json"
 # "-9223372036854775808,", "-2147483648,". A JSON response is 3 (float64) to 2.6 (int64) times the
 # result's bytes, and the Python lists some libraries build on the way are 4x (see docs/server.md, "Server limits").
 JSON_CHARS = {"float64": 25, "int64": 21, "int32": 12}
+# the era's text: Python 3.5's ", " adds a space to each; ujson 1.35 writes a float64 below 1e16 in
+# fixed point, "-9999999999999999.9999999999," (above, "%.15e": 23 characters and the comma)
+ERA_JSON_CHARS = {name: n + 1 for name, n in JSON_CHARS.items()}
+ERA_UJSON_CHARS = {**JSON_CHARS, "float64": 29}
+CODEC_TEXT_HEADER = "X-Codec-Text"  # a request's ask for the text of its response (CODEC_TEXTS)
 # Parsing builds Python objects first. Measured resident memory per value, whichever library:
 # about 60-76 bytes in a row of numbers, 170 per element of a column (each row its own list), 93 per
 # string; these constants bound it with the body's counts of separators and openers.
@@ -100,9 +115,16 @@ class JsonCodec(Codec):
     content_type = "application/json"
 
     def __init__(
-        self, name: str, dumps: Callable[[dict], str | bytes], loads: Callable[[bytes], object]
+        self,
+        name: str,
+        dumps: Callable[[dict], str | bytes],
+        loads: Callable[[bytes], object],
+        text: str = COMPACT,
+        chars: Mapping[str, int] = JSON_CHARS,
     ) -> None:
+        """`text`: the text `dumps` writes (CODEC_TEXTS); `chars`: its longest element per dtype."""
         self.name, self._dumps, self._loads = name, dumps, loads
+        self.text, self.chars = text, chars
 
     def dumps(self, obj: dict) -> bytes:
         out = self._dumps(obj)
@@ -131,7 +153,7 @@ class JsonCodec(Codec):
 
     def max_response_bytes(self, shape: tuple[int, int], dtype: np.dtype) -> int:
         rows, cols = shape  # "[...]," per row around the elements
-        return rows * cols * JSON_CHARS[np.dtype(dtype).name] + 3 * rows + RESPONSE_OVERHEAD
+        return rows * cols * self.chars[np.dtype(dtype).name] + 3 * rows + RESPONSE_OVERHEAD
 
     def lists(self, a: np.ndarray) -> object:
         """What the JSON library serializes for one matrix (orjson takes the array itself)."""
@@ -180,6 +202,29 @@ class OrjsonCodec(JsonCodec):
 
     def lists(self, a: np.ndarray) -> object:
         return np.ascontiguousarray(a.astype(a.dtype.newbyteorder("="), copy=False))
+
+
+class _RawJson:
+    """Text ujson inserts as it is (its `__json__` hook): a matrix already written."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __json__(self) -> str:
+        return self.text
+
+
+class Ujson135Codec(JsonCodec):
+    """uJSON as ujson 1.35 wrote it: today's ujson, with float matrices written by `ujson135_matrix`
+    (integers it wrote as today's does)."""
+
+    def __init__(self) -> None:
+        super().__init__("ujson", ujson.dumps, ujson.loads, ERA, ERA_UJSON_CHARS)
+
+    def lists(self, a: np.ndarray) -> object:
+        return _RawJson(ujson135_matrix(a)) if a.dtype.kind == "f" else a.tolist()
 
 
 class RawCodec(Codec):
@@ -336,8 +381,33 @@ CODECS: dict[str, Codec] = {
 }
 
 
-def get_codec(name: str | None) -> Codec:
+# the era's writers of the codecs whose text the paper's software wrote differently (every other
+# codec's bytes are the same in both texts); each decodes as its compact namesake does
+ERA_CODECS: dict[str, Codec] = {
+    c.name: c
+    for c in (
+        JsonCodec("json", lambda o: json.dumps(o, allow_nan=False), json.loads, ERA, ERA_JSON_CHARS),
+        Ujson135Codec(),
+    )
+}
+
+
+class UnknownCodecText(UnknownCodec):
+    """No such codec text (the server answers 415, as for an unknown codec)."""
+
+    def __init__(self, text: str) -> None:
+        LookupError.__init__(self, f"unknown codec text {text!r}; known: {', '.join(CODEC_TEXTS)}")
+        self.name = text
+
+
+def get_codec(name: str | None, text: str | None = None) -> Codec:
+    """The codec `name` writing `text` (None: compact); a codec whose text has no era of its own
+    (raw, msgpack, orjson, protobuf) is the same object in both texts."""
+    text = (text or COMPACT).strip().lower()
+    if text not in CODEC_TEXTS:
+        raise UnknownCodecText(text)
     try:
-        return CODECS[name or DEFAULT_CODEC]
+        codec = CODECS[name or DEFAULT_CODEC]
     except KeyError:
         raise UnknownCodec(str(name)) from None
+    return ERA_CODECS.get(codec.name, codec) if text == ERA else codec

@@ -19,7 +19,7 @@ from contracts.message import decode, encode_fields
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
 from contracts.run_format import FORMAT_VERSION, check_version
-from contracts.stages import LOCAL, PER_TRIAL, PERSISTENT, PYTHON, offload_label, offloads
+from contracts.stages import COMPACT, LOCAL, PER_TRIAL, PERSISTENT, PYTHON, offload_label, offloads
 from contracts.tolerance import DEFAULT_MS, DEFAULT_PCT, DeviceTolerance
 
 MANIFEST_FILE = "manifest.json"
@@ -83,6 +83,11 @@ class Experiment:
     # a manifest written before these keys reads with the defaults (its calibrations say their own)
     device_tolerance_pct: float = DEFAULT_PCT
     device_tolerance_ms: float = DEFAULT_MS
+    # the operands as the paper's software made them (issue 45): the integer operands' [low, high)
+    # (`contracts.operands`; None: each op's own range) and the JSON codecs' text (CODEC_TEXTS);
+    # a manifest before format 10 reads as what it ran, None and compact
+    int_range: tuple[int, int] | None = None
+    codec_text: str = COMPACT
 
     def as_dict(self) -> dict:
         return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)

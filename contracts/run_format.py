@@ -52,6 +52,12 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   And the manifest's `client_device_names`: each client host's device by its profile's name, as the
   sweep loaded the profiles (older runs: empty, and the analysis reads the names off the
   experiment's references, a profile's name or its file's stem).
+- 10: the column `codec_text` (the text the JSON codecs wrote: `compact`, or `era`, as the paper's
+  software wrote it: issue 45), in every row, and the experiment's `codec_text` and `int_range`
+  (the integer operands' [low, high) as `numpy.random.randint` draws them; null: each op's own
+  range). Older runs load with the column empty and the experiment's `codec_text` `compact` and
+  `int_range` null, which is what they ran; resuming one rewrites its trials.csv in version 10's
+  columns.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 
 
 def check_version(version: int, path: Path) -> None:

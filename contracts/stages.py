@@ -14,6 +14,11 @@ from enum import StrEnum
 
 LOCAL = "local"  # the method of a local-baseline trial (no offloading, no rate)
 DTYPES = ("float64", "int32", "int64")  # what operands may be; every codec checks against this
+# The text the JSON codecs (json, ujson) write: this project's compact text, or the era's as the
+# paper's software wrote it (Python 3.5's json: ", " and ": "; ujson 1.35: floats to 10 decimals).
+# Both decode alike; `contracts.codecs.get_codec` picks the writer, `X-Codec-Text` asks the server.
+COMPACT, ERA = "compact", "era"
+CODEC_TEXTS = (COMPACT, ERA)
 # Methods that are a transport of their own rather than a codec over HTTP, and the codec each one
 # marshals with (a sweep's methods are the codecs' names and these).
 GRPC = "grpc"  # the method that offloads over gRPC (offload.v1.Offload/Execute) instead of HTTP

@@ -91,6 +91,9 @@ class TrialRecord(StageTimes, _TrialHead):
     concurrency: int | None = None  # requests its client had outstanding at once (None: not varied)
     stream: int | None = None  # which of them ran it, 1..concurrency
     device: str | None = None  # clients of several devices: the one it ran as (None: one device or none)
+    # the text its JSON codecs wrote (contracts.stages.CODEC_TEXTS: compact, or the era's of issue 45),
+    # the run's setting, in every row; None: a run before format 10, which wrote compact text
+    codec_text: str | None = None
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's

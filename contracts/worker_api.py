@@ -49,6 +49,7 @@ class TrialResult(Message):
     ok: bool
     error: str | None = omitted()  # why it failed (the first 500 characters)
     connection: str | None = omitted()  # a remote trial's connection policy
+    codec_text: str | None = omitted()  # the text its worker's JSON codecs write (CODEC_TEXTS)
     t_total: float | None = omitted()
     cpu_total: float | None = omitted()  # a local trial's CPU seconds
     wall_total: float | None = omitted()  # scaled: a local trial's measured wall time

@@ -17,10 +17,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from contracts import __version__
-from contracts.codecs import CODECS, get_codec
+from contracts.codecs import CODEC_TEXT_HEADER, CODECS, get_codec
 from contracts.limits import Limits, check_request
 from contracts.ops import OPS, get_op
-from contracts.stages import DTYPES
+from contracts.stages import COMPACT, DTYPES
 from contracts.wire import Codec, CodecError
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
@@ -104,7 +104,8 @@ def handle_op(
     """
     try:
         get_op(op)
-        codec = get_codec(headers.get("X-Codec", "").strip().lower() or None)
+        # X-Codec-Text: the text of the reply (the era's, issue 45); the request decodes either way
+        codec = get_codec(headers.get("X-Codec", "").strip().lower() or None, headers.get(CODEC_TEXT_HEADER))
         declared_check(op, codec, headers, limits)
         body = [read_body()]  # handed over: run_stages frees it once decoded
         with clock.queued(one_at_a_time):
@@ -118,5 +119,7 @@ def handle_op(
         drain()
         return error_reply(413, "body too large", too_large_detail(limits.max_body))
     reply_headers = {**out_headers, "X-Codec": codec.name, PID_HEADER: str(os.getpid())}
+    if getattr(codec, "text", COMPACT) != COMPACT:  # what it wrote, so a client can tell
+        reply_headers[CODEC_TEXT_HEADER] = codec.text
     reply_headers["Server-Timing"] = clock.header()
     return Reply(200, out, reply_headers)

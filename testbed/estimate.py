@@ -52,11 +52,21 @@ class HostSpeeds:
     cgi_start_s: float = 0.0  # the cgi stack's per-request process start-up (0: not measured, wsgi)
 
 
-def measure_host(methods, dtype: str = "float64", seed: int = 1, cgi: bool = False) -> HostSpeeds:
+def measure_host(
+    methods,
+    dtype: str = "float64",
+    seed: int = 1,
+    cgi: bool = False,
+    int_range: tuple[int, int] | None = None,
+    codec_text: str = "compact",
+) -> HostSpeeds:
     """Time a multiplication and each codec on small samples (well under a second in all); with `cgi`,
-    also a fresh interpreter importing what a CGI request imports (NumPy and the codecs)."""
-    from contracts.codecs import CODECS
+    also a fresh interpreter importing what a CGI request imports (NumPy and the codecs). Integer
+    samples are drawn from the experiment's `int_range` and written in its `codec_text`, which set
+    the text's bytes per element (issue 45)."""
+    from contracts.codecs import get_codec
     from contracts.marshal_speed import best_time, marshal_times  # as `testbed bench` measures them
+    from contracts.operands import MUL_INTS
     from contracts.ops import execute
 
     rng = np.random.default_rng(seed)
@@ -65,14 +75,16 @@ def measure_host(methods, dtype: str = "float64", seed: int = 1, cgi: bool = Fal
     if dtype == "float64":
         operands = [rng.random((SAMPLE, SAMPLE)) for _ in range(2)]
     else:
-        operands = [rng.integers(-10, 11, (SAMPLE, SAMPLE), dtype=dtype) for _ in range(2)]
+        low, high = int_range or MUL_INTS  # the trials' (`client.offload.make_operands`)
+        operands = [rng.integers(low, high, (SAMPLE, SAMPLE), dtype=dtype) for _ in range(2)]
     result = execute("mul", operands)
     data = 3 * operands[0].nbytes  # what the sample's request and response carry
     codecs, ratio = {}, {}
     for name in methods:
         if name == LOCAL:
             continue
-        t = marshal_times(CODECS[method_codec(name)], operands, result, (2, 5, 0.05))  # grpc: protobuf
+        codec = get_codec(method_codec(name), codec_text)  # grpc: protobuf
+        t = marshal_times(codec, operands, result, (2, 5, 0.05))
         codecs[name] = {"encode": data / t["encode_s"] / MB, "decode": data / t["decode_s"] / MB}
         ratio[name] = (t["bytes_up"] + t["bytes_down"]) / data
     return HostSpeeds(gflops, codecs, ratio, cgi_start_time() if cgi else 0.0)
@@ -229,7 +241,8 @@ def model_for(
     cpu_quota: float | None,
     server_device: DeviceProfile | None = None,
 ) -> DurationModel:
-    host = measure_host(exp.methods, exp.dtype, exp.seed, cgi=exp.server_stack == Stack.CGI)
+    cgi = exp.server_stack == Stack.CGI
+    host = measure_host(exp.methods, exp.dtype, exp.seed, cgi, exp.int_range, exp.codec_text)
     return DurationModel(exp, host, device, cpu_quota, server_device=server_device, replicas=exp.replicas)
 
 

@@ -11,8 +11,12 @@ from contracts.config import Section, load_yaml
 from contracts.device import MODES, Mode
 from contracts.errors import UserError
 from contracts.grid import parse_rates, parse_sizes
+from contracts.operands import FIX as OPERANDS_FIX
+from contracts.operands import check_int_range, parse_int_range
 from contracts.run import Experiment, Validation
 from contracts.stages import (
+    CODEC_TEXTS,
+    COMPACT,
     CONNECTIONS,
     DTYPES,
     GRPC,
@@ -83,6 +87,8 @@ FLAGS = (
     "precision",
     "warmup",
     "dtype",
+    "int_range",
+    "codec_text",
     "seed",
     "cpu_quota",
     "device",
@@ -121,6 +127,8 @@ def load_experiment(path: Path) -> Experiment:
         **_reps(doc),
         warmup=doc.get("warmup", int, 1),
         dtype=_dtype(doc),
+        int_range=wrap("int_range", parse_int_range) if doc.has("int_range") else None,
+        codec_text=doc.get("codec_text", str, COMPACT),
         seed=doc.get("seed", int, 1),
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
         client_device=device or _device(doc),
@@ -214,6 +222,7 @@ def check(exp: Experiment) -> Experiment:
             f"servers {', '.join(exp.servers)} serve only the method {GRPC}, which is not in methods",
             f"add {GRPC} to methods, or drop servers (the HTTP methods always run on the Python server)",
         )
+    _check_operands(exp)
     _check_clients(exp)
     _check_settings(exp)
     _check_tolerance(exp)
@@ -231,6 +240,21 @@ def check(exp: Experiment) -> Experiment:
             "use fewer sizes, rates or reps",
         )
     return exp
+
+
+def _check_operands(exp: Experiment) -> None:
+    """The operands as the paper's software made them (issue 45): a known text for the JSON codecs,
+    and an integer range that fits the dtype, the ops and the largest size (`contracts.operands`)."""
+    if exp.codec_text not in CODEC_TEXTS:
+        raise InvalidValue(
+            "codec_text",
+            f"unknown codec text {exp.codec_text!r}",
+            f"use one of: {', '.join(CODEC_TEXTS)} (era: Python 3.5's json and ujson 1.35's text)",
+        )
+    problem = check_int_range(exp.int_range, exp.dtype, exp.ops, exp.sizes)
+    if problem:
+        fix = "set dtype: int32 (or int64), or drop int_range" if "dtype is" in problem else OPERANDS_FIX
+        raise InvalidValue("int_range", problem, fix)
 
 
 def _check_settings(exp: Experiment) -> None:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from contracts.errors import UserError
 from contracts.grid import parse_rates, parse_sizes
+from contracts.operands import parse_int_range
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment
 from contracts.stages import (
@@ -55,6 +56,10 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         if flags["dtype"] not in DTYPES:
             raise UserError(f"--dtype: unknown dtype {flags['dtype']!r}", f"use one of: {', '.join(DTYPES)}")
         changes["dtype"] = flags["dtype"]
+    if flags.get("int_range") is not None:
+        changes["int_range"] = parse_int_range(flags["int_range"], "--int-range")  # fit: `check`
+    if flags.get("codec_text") is not None:
+        changes["codec_text"] = flags["codec_text"]  # checked in `check`, as a file's
     if flags.get("cpu_quota") is not None:
         quota = flags["cpu_quota"]
         try:

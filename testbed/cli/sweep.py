@@ -42,7 +42,12 @@ def register(sub) -> None:
         "--precision", type=float, help="adaptive: a cell also needs its mean's 95%% CI within this fraction"
     )
     p.add_argument("--warmup", type=int)
-    p.add_argument("--dtype")
+    p.add_argument("--dtype", help="the operands' dtype: float64 (default), int32 or int64")
+    p.add_argument(
+        "--int-range",
+        help="integer operands' LOW,HIGH as numpy.random.randint draws them (HIGH excluded), e.g. 0,10",
+    )
+    p.add_argument("--codec-text", help="the JSON codecs' text: compact (default) or era (the paper's)")
     p.add_argument("--seed", type=int)
     p.add_argument("--cpu-quota", type=float, help="client CPU limit, fraction of one core")
     p.add_argument("--device", help="client device profile: a name in experiments/devices, or a file")

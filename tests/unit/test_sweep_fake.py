@@ -81,7 +81,7 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
     # one worker, sent each phase's warm-up (the smallest size, per method) and then its trials
     (worker,) = lab.hosts["client"].workers
     assert worker.args[:5] == ["python", "-m", "client.cpulimit", "--name", lab.cgroup]  # under the limit
-    assert worker.args[-11:] == [
+    assert worker.args[-13:] == [
         "client.worker",
         "--url",
         lab.server_url,
@@ -93,6 +93,8 @@ def test_a_complete_sweep_writes_a_row_per_planned_trial_and_records_link_and_co
         "5.0",
         "--connection",
         "per-trial",
+        "--codec-text",
+        "compact",
     ]
     expected = []
     for _, phase in rate_groups(EXP, plan_trials(EXP)):
