@@ -9,6 +9,9 @@ figures of the steps before it as loaded, and compared within rounding.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -70,7 +73,9 @@ def raw_remote_s(size: int, rate_mbps: float, i3) -> float:
 
 
 def test_the_int_profiles_are_what_the_h_int_experiment_runs(i3, p4):
-    exp = load_experiment(__import__("pathlib").Path("experiments/marshalling-paper-int32.yaml"))
+    exp = load_experiment(
+        Path(__file__).resolve().parents[2] / "experiments" / "marshalling-paper-int32.yaml"
+    )
     assert (exp.client_device, exp.server_device) == ("paper-p4-int", "paper-i3-int")
     assert (exp.dtype, exp.int_range, exp.codec_text) == ("int32", (0, 10), "era")
     assert exp.ops == ("mul", "inv", "log") and exp.server_stack == "cgi" and exp.replicas == 4
@@ -159,7 +164,7 @@ def test_the_models_h_int_bytes_are_int32_in_the_eras_text(paper_model):
 def test_the_script_predicts_every_statement_under_both_hypotheses(paper_model, capsys):
     assert paper_model.main(["--json"]) == 0
     out = capsys.readouterr().out
-    hypotheses = __import__("json").loads(out)["hypotheses"]
+    hypotheses = json.loads(out)["hypotheses"]
     assert set(hypotheses) == {"H-int", "H-float"}
     h_int = hypotheses["H-int"]
     assert (h_int["dtype"], h_int["int_range"], h_int["codec_text"]) == ("int32", [0, 10], "era")
