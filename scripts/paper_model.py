@@ -1,23 +1,29 @@
-"""What the paper's two devices predict for its grid, without running a sweep.
+"""What the paper's two devices predict for its grid under each hypothesis, without running a sweep.
 
-`python scripts/paper_model.py` prints, per op, size, rate and method, the modelled local and remote
-times of paper-p4 (client) and paper-i3 (server, CGI stack) from the sweep's own duration model
-(`testbed.estimate.DurationModel.trial_s`), the decision vectors, and each of the paper's statements this
-model can judge, with its role and reading as `analysis.paper_checks` sets them (`fit`: the profiles were
-derived from it; `held out`: they were not, so it checks them, and the score counts these; `the paper's
-anomaly`: reported, not scored), judged by the same code as a measured run, so that a prediction and a
-measurement are scored alike. `--json` gives the same as one object.
+Issue 45 sets two pre-declared hypotheses of what the paper's software sent (`HYPOTHESES`), each an
+experiment file: `H-int` (experiments/marshalling-paper-int32.yaml: int32 operands from its
+`int_range`, JSON and uJSON text as the era wrote it, the devices paper-p4-int and paper-i3-int) and
+`H-float` (experiments/marshalling-paper.yaml: the shipped float64 run, today's text, paper-p4 and
+paper-i3). `python scripts/paper_model.py` prints, per hypothesis, the decision vectors of mul, inv
+and log and each of the paper's statements with its role and reading as `analysis.paper_checks` sets
+them (`fit`: the profiles were derived from it; `held out`: they were not, so it checks them, and
+the score counts these; `the paper's anomaly`: reported, not scored), judged by the same code as a
+measured run, so that a prediction and a measurement are scored alike; then both scorecards side by
+side. `--cells` adds every cell's modelled times, `--json` gives all of it as one object.
 
-It needs no root and runs nothing on the testbed. Bytes on the wire come from encoding a small sample
-with each codec (deterministic); no speed of this machine enters (both devices' figures cover every
-stage). The model is the mean of a trial without noise: a cell whose margin is a few percent is a
-border the paper's 40 repetitions may have called either way, so margins are printed with the marks.
-The tolerances below are this script's, stated with each check.
+The times are the sweep's own duration model (`testbed.estimate.DurationModel.trial_s`) with both
+devices; no speed of this machine enters (both devices' figures cover every stage). Bytes on the
+wire are each cell's request and response bodies as the experiment's codec text writes them, counted
+on rows of the experiment's own operands and results (`bodies`): an integer product's text grows
+with the size, and inv's and log's float64 results are written longer than their integer operands.
+The model is the mean of a trial without noise: a cell whose margin is a few percent is a border the
+paper's 40 repetitions may have called either way, so margins are printed with the marks.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from dataclasses import dataclass
@@ -26,49 +32,85 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from analysis.decisions import cumulative_penalties, decision_vectors  # noqa: E402
 from analysis.paper_checks import held_out_summary, paper_checks  # noqa: E402
 from contracts.stages import LOCAL  # noqa: E402
 from testbed.devices import load_device  # noqa: E402
 from testbed.estimate import DurationModel, HostSpeeds  # noqa: E402
-from testbed.experiment import Experiment, Validation  # noqa: E402
+from testbed.experiment import Experiment, load_experiment  # noqa: E402
 
+# the hypotheses, each the experiment file that would measure it (issue 45, item 2)
+HYPOTHESES = {
+    "H-int": ROOT / "experiments" / "marshalling-paper-int32.yaml",
+    "H-float": ROOT / "experiments" / "marshalling-paper.yaml",
+}
 SIZES = (400, 500, 600, 700, 800, 900, 1000, 1100, 1200)
 RATES = (10, 20, 40, 60, 80, 100)  # Mbit/s
 METHODS = ("json", "ujson", "raw")
-SAMPLE = 64
+ROWS = 16  # rows of each operand and result whose text is counted (the rest are drawn alike)
 
 
-def wire_ratios(methods=METHODS, seed: int = 1) -> dict[str, float]:
-    """Body bytes per byte of matrix data, per method: a sample trial encoded with the codec (the
-    sweep's operands are uniform in [0, 1), so JSON's text has the same length per number)."""
-    from contracts.codecs import CODECS
+def hypothesis(name: str) -> Experiment:
+    """The hypothesis's experiment, as a sweep would load it: its grid, operands, text and devices."""
+    exp = load_experiment(HYPOTHESES[name])
+    assert exp.sizes == SIZES and exp.rates_mbps == tuple(map(float, RATES)) and exp.methods == METHODS
+    return exp
+
+
+@functools.cache
+def bodies(name: str) -> dict[tuple[str, int, str], tuple[float, float]]:
+    """(op, size, method) -> the request's and the response's body bytes under hypothesis `name`: the
+    first ROWS rows of the experiment's operands (`client.offload.make_operands`, its dtype, range and
+    seed) and of their result, encoded with its codec text, scaled to the whole matrices. inv's rows
+    are solved for (the first rows of the inverse) rather than the whole inverse computed."""
+    from client.offload import make_operands
+    from contracts.codecs import get_codec
     from contracts.ops import execute
     from contracts.wire import body_bytes
 
-    rng = np.random.default_rng(seed)
-    operands = [rng.random((SAMPLE, SAMPLE)) for _ in range(2)]
-    result = execute("mul", operands)
+    exp = hypothesis(name)
+    rng = np.random.default_rng(exp.seed)
     out = {}
-    for name in methods:
-        codec = CODECS[name]
-        up = len(body_bytes(codec.encode_request(operands)[0]))
-        down = len(body_bytes(codec.encode_response(result)[0]))
-        out[name] = (up + down) / (3 * result.nbytes)
+    for op in exp.ops:
+        for size in exp.sizes:
+            operands = make_operands(op, size, exp.dtype, rng, exp.int_range)
+            if op == "mul":
+                result = execute("mul", [operands[0][:ROWS], operands[1]])
+            elif op == "inv":
+                a = operands[0].astype(np.float64)
+                result = np.linalg.solve(a.T, np.eye(size)[:, :ROWS]).T
+            else:
+                result = execute(op, [operands[0][:ROWS]])
+            scale = size / ROWS
+            for method in exp.methods:
+                codec = get_codec(method, exp.codec_text)
+                up = len(body_bytes(codec.encode_request([o[:ROWS] for o in operands])[0]))
+                down = len(body_bytes(codec.encode_response(result)[0]))
+                out[(op, size, method)] = (up * scale, down * scale)
     return out
 
 
-def paper_model(client: str = "paper-p4", server: str = "paper-i3", ops=("mul",)) -> DurationModel:
-    """The duration model with both devices; this machine's speeds are not measured (NaN: a stage that
-    fell back to them would show as NaN, not as a plausible number)."""
-    exp = Experiment(
-        name="paper-model", ops=tuple(ops), sizes=SIZES, rates_mbps=tuple(float(r) for r in RATES),
-        methods=METHODS, reps=40, warmup=0, validation=Validation(enabled=False), server_stack="cgi",
-    )  # fmt: skip
-    host = HostSpeeds(gflops=float("nan"), codecs={}, wire_ratio=wire_ratios())
-    return DurationModel(exp, host, load_device(client), server_device=load_device(server))
+def wire_ratios(name: str, op: str = "mul", size: int = 400) -> dict[str, float]:
+    """Body bytes per byte of matrix data, per method, of one cell under hypothesis `name`: what the
+    profiles' derivations start from (e.g. uJSON's at mul 600, statement 11)."""
+    from contracts.device import operand_bytes, result_bytes
+
+    itemsize = np.dtype(hypothesis(name).dtype).itemsize
+    data = operand_bytes(op, size, itemsize) + result_bytes(op, size, itemsize)
+    return {m: sum(bodies(name)[(op, size, m)]) / data for m in METHODS}
+
+
+def paper_model(name: str = "H-int") -> DurationModel:
+    """The duration model of hypothesis `name` with both its devices; this machine's speeds are not
+    measured (NaN: a stage that fell back to them would show as NaN, not as a plausible number)."""
+    exp = hypothesis(name)
+    host = HostSpeeds(gflops=float("nan"), codecs={}, wire_ratio={}, bodies=bodies(name))
+    return DurationModel(
+        exp, host, load_device(exp.client_device), server_device=load_device(exp.server_device)
+    )
 
 
 @dataclass(frozen=True)
@@ -157,20 +199,32 @@ def judge(grid_cells: list[Cell]) -> list[dict]:
     ]  # fmt: skip
 
 
-def report(cells: list[Cell]) -> str:
-    grid = Grid(cells)
-    lines = ["size  rate  method  local_s  remote_s  margin  marshalling"]
-    for c in cells:
-        margin = (c.local_s - c.remote_s) / c.local_s
-        lines.append(
-            f"{c.size:4d} {c.rate:5d}  {c.method:6s} {c.local_s:8.2f} {c.remote_s:9.2f} {margin:+7.0%}"
-            f"  {c.marshalling_ratio:6.0%}"
-        )
-    lines += ["", f"decision vectors over {' '.join(map(str, RATES))} Mbit/s (1: offload pays)"]
-    for size in SIZES:
-        vectors = "  ".join(f"{m} {grid.vector(size, m)}" for m in METHODS)
-        penalties = " ".join(f"{grid.penalty(size, m):7.2f}" for m in METHODS)
-        lines.append(f"{size:4d}  {vectors}   cumulative penalty [json ujson raw] {penalties}")
+def report(name: str, cells: list[Cell], with_cells: bool = False) -> str:
+    """One hypothesis: what it is, (its cells,) its decision vectors and cumulative penalties per op,
+    and every statement's verdict with its role, then the held-out score and the readings."""
+    exp, grid = hypothesis(name), Grid(cells)
+    lines = [
+        f"== {name}: {HYPOTHESES[name].relative_to(ROOT)} (dtype {exp.dtype}, int_range "
+        f"{list(exp.int_range) if exp.int_range else 'none'}, codec_text {exp.codec_text}; client "
+        f"{exp.client_device}, server {exp.server_device}, server_stack {exp.server_stack})",
+        "",
+    ]
+    if with_cells:
+        lines.append("op   size  rate  method  local_s  remote_s  margin  marshalling")
+        for c in cells:
+            margin = (c.local_s - c.remote_s) / c.local_s
+            lines.append(
+                f"{c.op:4s} {c.size:4d} {c.rate:5d}  {c.method:6s} {c.local_s:8.2f} {c.remote_s:9.2f}"
+                f" {margin:+7.0%}  {c.marshalling_ratio:6.0%}"
+            )
+        lines.append("")
+    lines.append(f"decision vectors over {' '.join(map(str, RATES))} Mbit/s (1: offload pays)")
+    for op in exp.ops:
+        for size in SIZES:
+            vectors = "  ".join(f"{m} {grid.vector(size, m, op)}" for m in METHODS)
+            penalties = " ".join(f"{grid.penalty(size, m, op):7.2f}" for m in METHODS)
+            prefix = "" if op == "mul" else f"{op} "
+            lines.append(f"{prefix}{size:4d}  {vectors}   cumulative penalty [json ujson raw] {penalties}")
     rows = judge(cells)
     lines += [
         "",
@@ -181,29 +235,68 @@ def report(cells: list[Cell]) -> str:
         lines.append(
             f"{r['n']:2d} {r['statement'][:68]:68s} {r['use']:20s} {mark:5s}  {r['paper']} / {r['model']}"
         )
-    lines.append(f"{held_out_summary(paper_checks(model_cells(cells)))} (inv and log are not modelled)")
+    lines.append(f"{name}: {score(cells)}")
     lines += ["", "readings (where the paper's words admit two):"]
     lines += [f"{r['n']:2d} {r['reading']}" for r in rows if r["reading"]]
     return "\n".join(lines)
 
 
+def score(cells: list[Cell]) -> str:
+    """The held-out score as `analysis.paper_checks` states it for a run."""
+    return held_out_summary(paper_checks(model_cells(cells)))
+
+
+def side_by_side(results: dict[str, list[Cell]]) -> str:
+    """Every statement's predicted verdict under each hypothesis, one column each, and the scores."""
+    verdicts = {name: {r["n"]: r for r in judge(cells)} for name, cells in results.items()}
+    first = next(iter(verdicts.values()))
+    names = list(results)
+    lines = [
+        "== the hypotheses side by side",
+        " n  use                  " + "".join(f"{n:10s}" for n in names),
+    ]
+    for n, row in first.items():
+        marks = "".join(f"{verdicts[name][n]['holds']:10s}" for name in names)
+        lines.append(f"{n:2d}  {row['use']:20s} {marks}")
+    lines += [f"{name}: {score(cells)}" for name, cells in results.items()]
+    return "\n".join(lines)
+
+
+def summary(name: str, cells: list[Cell]) -> dict:
+    """One hypothesis as the JSON output gives it: what it used, its cells, vectors, checks, score."""
+    exp, grid = hypothesis(name), Grid(cells)
+    return {
+        "experiment": str(HYPOTHESES[name].relative_to(ROOT)),
+        "dtype": exp.dtype,
+        "int_range": list(exp.int_range) if exp.int_range else None,
+        "codec_text": exp.codec_text,
+        "client_device": exp.client_device,
+        "server_device": exp.server_device,
+        "cells": [c.__dict__ for c in cells],
+        "vectors": {
+            f"{'' if op == 'mul' else op + ' '}{s} {m}": grid.vector(s, m, op)
+            for op in exp.ops
+            for s in SIZES
+            for m in METHODS
+        },
+        "checks": judge(cells),
+        "score": score(cells),
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--client", default="paper-p4")
-    parser.add_argument("--server", default="paper-i3")
-    parser.add_argument("--json", action="store_true", help="one JSON object: cells, vectors and checks")
+    parser.add_argument("--hypothesis", choices=sorted(HYPOTHESES), help="one hypothesis (default: both)")
+    parser.add_argument("--cells", action="store_true", help="also every cell's modelled times")
+    parser.add_argument("--json", action="store_true", help="one JSON object: per hypothesis, all of it")
     args = parser.parse_args(argv)
-    cells = predict(paper_model(args.client, args.server))
+    names = [args.hypothesis] if args.hypothesis else list(HYPOTHESES)
+    results = {name: predict(paper_model(name)) for name in names}
     if args.json:
-        grid = Grid(cells)
-        out = {
-            "cells": [c.__dict__ for c in cells],
-            "vectors": {f"{s} {m}": grid.vector(s, m) for s in SIZES for m in METHODS},
-            "checks": judge(cells),
-        }
-        print(json.dumps(out, indent=1))
-    else:
-        print(report(cells))
+        print(json.dumps({"hypotheses": {n: summary(n, c) for n, c in results.items()}}, indent=1))
+        return 0
+    parts = [report(name, cells, args.cells) for name, cells in results.items()]
+    print("\n\n".join(parts + ([side_by_side(results)] if len(results) > 1 else [])))
     return 0
 
 

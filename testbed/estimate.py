@@ -26,7 +26,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -50,6 +50,10 @@ class HostSpeeds:
     codecs: dict[str, dict[str, float]]  # codec -> {"encode": MB/s, "decode": MB/s} of matrix data
     wire_ratio: dict[str, float]  # codec -> body bytes per byte of matrix data
     cgi_start_s: float = 0.0  # the cgi stack's per-request process start-up (0: not measured, wsgi)
+    # (op, size, method) -> (request, response) body bytes where a cell's were counted whole (the
+    # paper's model: an integer product's text grows with the size, and inv's and log's float64
+    # results are written longer than their integer operands); a cell without takes `wire_ratio`
+    bodies: dict[tuple[str, int, str], tuple[float, float]] = field(default_factory=dict)
 
 
 def measure_host(
@@ -176,10 +180,14 @@ class DurationModel:
         """Seconds the trial's bytes take on the shaped link, both ways (none for a local trial)."""
         if method == LOCAL:
             return 0.0
-        up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
         goodput = expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8  # bytes/s
-        ratio = self.host.wire_ratio[method]
-        return (up * ratio + HTTP_HEADERS) / goodput + (down * ratio + HTTP_HEADERS) / goodput
+        if (op, size, method) in self.host.bodies:
+            up, down = self.host.bodies[(op, size, method)]
+        else:
+            ratio = self.host.wire_ratio[method]
+            up = operand_bytes(op, size, self._itemsize()) * ratio
+            down = result_bytes(op, size, self._itemsize()) * ratio
+        return (up + HTTP_HEADERS) / goodput + (down + HTTP_HEADERS) / goodput
 
     def cpu_share(self) -> float:
         """The part of a testbed's time its timed CPU stages take (at this host's speed), over the

@@ -3,9 +3,12 @@ code asked a fake host for something nobody scripted."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import signal
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -225,3 +228,15 @@ def fake_run(lab, tmp_path):
     """A new run of FAKE_SWEEP on the fake lab: its directory and manifest, as `testbed sweep` starts one."""
     run_dir = tmp_path / "run"
     return run_dir, start_run(run_dir, "fake-1", FAKE_SWEEP, lab)
+
+
+@pytest.fixture(scope="session")
+def paper_model():
+    """scripts/paper_model.py as a module (a script, not a package): the paper's devices' tests check
+    what it predicts (test_paper_devices, test_paper_devices_int)."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / "paper_model.py"
+    spec = importlib.util.spec_from_file_location("paper_model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
