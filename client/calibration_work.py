@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from client.sampling import SelfTimed, Work
-from contracts.codecs import get_codec
+from contracts.codecs import CODEC_TEXT_HEADER, get_codec
 from contracts.device import DeviceProfile, Grid
 from contracts.hosts import Role
 from contracts.operands import IntRange
 from contracts.ops import execute
-from contracts.stages import GRPC, RETIME_HEADER, SERVER_START, method_codec, parse_server_timing
+from contracts.stages import COMPACT, GRPC, RETIME_HEADER, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
 
 
@@ -83,12 +83,23 @@ class CgiRequest:
         return cpu
 
     @classmethod
-    def of(cls, argv: tuple[str, ...], op: str, codec_name: str, operands: list[np.ndarray]) -> CgiRequest:
+    def of(
+        cls,
+        argv: tuple[str, ...],
+        op: str,
+        codec_name: str,
+        operands: list[np.ndarray],
+        codec_text: str = COMPACT,
+    ) -> CgiRequest:
         """The request a trial of this codec sends to a scaled server device (body and headers,
-        `client.offload`'s, asking for its stages timed as such a trial's are: `RETIME_HEADER`)."""
-        codec = get_codec(codec_name)
+        `client.offload`'s, asking for its stages timed as such a trial's are: `RETIME_HEADER`; and
+        for its reply in `codec_text`)."""
+        codec = get_codec(codec_name, codec_text)
         body, headers = _as_bytes(codec.encode_request(operands))
-        return cls(tuple(argv), op, body, {**headers, RETIME_HEADER: "1", "X-Codec": codec.name})
+        headers = {**headers, RETIME_HEADER: "1", "X-Codec": codec.name}
+        if codec_text != COMPACT:
+            headers[CODEC_TEXT_HEADER] = codec_text
+        return cls(tuple(argv), op, body, headers)
 
 
 class RequestStages:
@@ -123,6 +134,8 @@ def works(
     role: str = "client",
     cgi_argv: tuple[str, ...] = (),
     operands: list[np.ndarray] | None = None,
+    int_range: IntRange | None = None,
+    codec_text: str = COMPACT,
 ) -> list[tuple[str, str | None, Work, int]]:
     """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the
     client (encode the request, decode the response), or with `role="server"` on the server (decode
@@ -132,7 +145,7 @@ def works(
     alone came out about 20% below its target in the JSON and uJSON trials of smoke runs, so each
     method's requests calibrate their own. gRPC's stages stay in this process (its server lives long)."""
     if operands is None:  # the caller's, when it holds the trials' already (the trial worker)
-        operands = trial_operands(op, size, dtype, seed)
+        operands = trial_operands(op, size, dtype, seed, int_range)
     in_requests = role == Role.SERVER and bool(cgi_argv)
     kernel = lambda: execute(op, operands)  # noqa: E731
     out: list[tuple[str, str | None, Work, int]] = []
@@ -141,9 +154,9 @@ def works(
     result = execute(op, operands)
     operand_bytes = sum(a.nbytes for a in operands)
     for name in codecs:  # a method: a codec, or a transport timed as its codec (grpc: protobuf)
-        codec = get_codec(method_codec(name))
+        codec = get_codec(method_codec(name), codec_text)
         if in_requests and name != GRPC:  # in a request's own process, the kernel too
-            request = RequestStages(CgiRequest.of(cgi_argv, op, method_codec(name), operands))
+            request = RequestStages(CgiRequest.of(cgi_argv, op, method_codec(name), operands, codec_text))
             out.append(("decode", name, request.work("decode"), operand_bytes))
             out.append(("kernel", name, request.work("compute"), 0))
             out.append(("encode", name, request.work("encode"), result.nbytes))
@@ -186,7 +199,17 @@ def grid_works(grid: Grid) -> list[tuple]:
         (op, size, *w)
         for op in grid.ops
         for size in grid.sizes
-        for w in works(op, size, grid.dtype, grid.seed, list(grid.codecs), grid.role, grid.cgi_argv)
+        for w in works(
+            op,
+            size,
+            grid.dtype,
+            grid.seed,
+            list(grid.codecs),
+            grid.role,
+            grid.cgi_argv,
+            int_range=grid.int_range,
+            codec_text=grid.codec_text,
+        )
     ]
     if grid.cgi_argv and grid.start_up:  # any request will do: the smallest
         tiny = CgiRequest.of(grid.cgi_argv, "mul", "raw", [np.eye(2), np.eye(2)])

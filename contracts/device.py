@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 from contracts.hosts import Role
-from contracts.stages import LOCAL, SERVER_START, method_codec
+from contracts.stages import COMPACT, LOCAL, SERVER_START, method_codec
 
 
 class Mode(StrEnum):
@@ -162,6 +162,10 @@ class Grid:
     # server's HTTP stages are timed (empty: another stack, timed in the calibration's process)
     cgi_argv: tuple[str, ...] = ()
     start_up: bool = False  # with cgi_argv: also the stack's start-up (`server_start`), a kind of work
+    # the trials' operands and text (`contracts.operands`, `codec_text`): the calibration times the
+    # very work the trials do, one-digit integers in the era's JSON being other work than floats
+    int_range: tuple[int, int] | None = None
+    codec_text: str = COMPACT
 
     @classmethod
     def of(
@@ -174,6 +178,8 @@ class Grid:
         role: str = "client",
         cgi_argv=(),
         start_up: bool = False,
+        int_range=None,
+        codec_text: str = COMPACT,
     ) -> Grid:
         """Sizes sorted and once each; the local marker is not a codec."""
         if role not in ROLES:
@@ -184,7 +190,16 @@ class Grid:
             raise ValueError("a stack start-up is calibrated through the cgi stack's process")
         codecs = tuple(c for c in codecs if c != LOCAL)
         return cls(
-            tuple(ops), tuple(sorted(set(sizes))), codecs, dtype, seed, role, tuple(cgi_argv), bool(start_up)
+            tuple(ops),
+            tuple(sorted(set(sizes))),
+            codecs,
+            dtype,
+            seed,
+            role,
+            tuple(cgi_argv),
+            bool(start_up),
+            None if int_range is None else (int(int_range[0]), int(int_range[1])),
+            codec_text,
         )
 
     def as_dict(self) -> dict:
@@ -201,4 +216,6 @@ class Grid:
             data.get("role", "client"),
             data.get("cgi_argv", ()),
             data.get("start_up", False),
+            data.get("int_range"),  # calibrations before issue 45: the ops' own ranges, compact text
+            data.get("codec_text", COMPACT),
         )

@@ -23,7 +23,7 @@ from contracts.hosts import Role
 from contracts.message import decode
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Device
-from contracts.stages import SERVER_START, Stack
+from contracts.stages import COMPACT, SERVER_START, Stack
 from contracts.tolerance import DEFAULT, DeviceTolerance
 from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
@@ -85,7 +85,16 @@ def emulate_server_for(lab: Lab, device: DeviceProfile, exp: Experiment) -> Cali
     """Calibrate the server host for its device (scaled: the server's stages are scaled from the CPU
     time it measures around each, whatever mode the client is emulated in)."""
     grid = server_grid(
-        lab, device, exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed, exp.server_stack == Stack.CGI
+        lab,
+        device,
+        exp.ops,
+        exp.sizes,
+        exp.methods,
+        exp.dtype,
+        exp.seed,
+        exp.server_stack == Stack.CGI,
+        int_range=exp.int_range,
+        codec_text=exp.codec_text,
     )
     return emulate(lab, device, "scaled", grid, tolerance=exp.device_tolerance)
 
@@ -99,6 +108,8 @@ def server_grid(
     dtype: str = "float64",
     seed: int = 1,
     cgi: bool = True,
+    int_range: tuple[int, int] | None = None,
+    codec_text: str = COMPACT,
 ) -> Grid:
     """The server's work for its calibration. On the cgi stack it is timed in fresh processes answering
     the trials' requests (`python -m server.cgi`, as lighttpd runs each request), with the process
@@ -113,6 +124,8 @@ def server_grid(
         role="server",
         cgi_argv=argv,
         start_up=cgi and SERVER_START in device.stack,
+        int_range=int_range,
+        codec_text=codec_text,
     )
 
 
@@ -127,7 +140,15 @@ def client_cpu(device: DeviceProfile, mode: str) -> CpuProfile:
 def emulate_for(lab: Lab, device: DeviceProfile, exp: Experiment, host: str = "client") -> Calibration:
     """Set the client host up as the device for everything the experiment's trials time; `host`: a
     further client host that calibrates (several clients are emulated scaled)."""
-    grid = Grid.of(exp.ops, exp.sizes, exp.methods, exp.dtype, exp.seed)
+    grid = Grid.of(
+        exp.ops,
+        exp.sizes,
+        exp.methods,
+        exp.dtype,
+        exp.seed,
+        int_range=exp.int_range,
+        codec_text=exp.codec_text,
+    )
     if host != Role.CLIENT:
         if exp.mode != Mode.SCALED:
             raise ValueError(f"client host {host} calibrating in {exp.mode} mode")  # refused in check

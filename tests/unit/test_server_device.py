@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from client.calibration_work import CgiRequest, works
+from client.calibration_work import CgiRequest, grid_works, trial_operands, works
 from client.sampling import SelfTimed
 from client.scaled_calibration import calibrate
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
@@ -19,6 +19,7 @@ from contracts.errors import UserError
 from contracts.run import read_manifest, write_manifest
 from contracts.stages import format_server_timing, parse_server_timing
 from contracts.tolerance import DeviceTolerance
+from contracts.wire import body_bytes
 from server.timing import StageClock
 from testbed.devices import load_device
 from testbed.experiment import load_experiment
@@ -274,3 +275,22 @@ def test_a_sweep_with_a_server_device_calibrates_the_server_host_and_scales_its_
     again = read_manifest(run_dir / "manifest.json")
     write_manifest(tmp_path / "copy.json", again)
     assert ManifestFile.load(tmp_path / "copy.json").manifest.server_device == again.server_device
+
+
+def test_the_calibration_times_the_trials_operands_in_the_trials_text():
+    """An experiment of one-digit integers in the era's text calibrates on them (issue 45): the
+    client's encode writes Python 3.5's separators, the cgi request's body is that text, and it asks
+    for the reply in it; a grid read back from its dict (a manifest) keeps both."""
+    grid = Grid.of(["mul"], [8], ["json"], "int32", 1, int_range=(0, 10), codec_text="era")
+    assert Grid.from_dict(json.loads(json.dumps(grid.as_dict()))) == grid
+    older = {k: v for k, v in grid.as_dict().items() if k not in ("int_range", "codec_text")}
+    assert Grid.from_dict(older) == Grid.of(["mul"], [8], ["json"], "int32", 1)  # as calibrated before
+    client = {kind: work for _, _, kind, _, work, _ in grid_works(grid)}
+    assert b"], [" in body_bytes(client["encode"]()[0])  # Python 3.5's separators
+    compact = {kind: work for _, _, kind, _, work, _ in grid_works(replace(grid, codec_text="compact"))}
+    assert b", " not in body_bytes(compact["encode"]()[0])
+    operands = trial_operands("mul", 8, "int32", 1, (0, 10))
+    assert all(a.dtype == np.int32 and a.min() >= 0 and a.max() <= 9 for a in operands)
+    request = CgiRequest.of(("true",), "mul", "json", operands, "era")
+    assert b"], [" in request.body and request.headers["X-Codec-Text"] == "era"
+    assert request.headers["X-Retime"] == "1"  # timed as a scaled server device's trial is
