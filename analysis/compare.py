@@ -15,7 +15,13 @@ root) and says, against the first run:
   run's mean lies within the first run's 95% CI and the first's within its own (the issue's criterion),
   with the difference in percent. A mean outside both CIs is a difference to explain.
 
-It writes `compare_decisions.csv` and `compare_means.csv` to `--out` and prints a summary.
+- **the paper's scorecard** (`analysis.paper_checks`), where the runs measured any of its statements:
+  each statement's verdict and measured figure in every run, side by side, each run labelled by its
+  operands and text (`float64, compact`; `int32 0..9, era`), with each run's held-out score: the
+  paper's hypotheses (issue 45: the float64 run and the int32 one) judged by one scorecard.
+
+It writes `compare_decisions.csv`, `compare_means.csv` (and `compare_paper_checks.csv`) to `--out`
+and prints a summary.
 """
 
 from __future__ import annotations
@@ -42,6 +48,11 @@ class Comparison:
     labels: list[str]  # one per run, in the order given (the first is the reference)
     decisions: pd.DataFrame  # KEYS, one mark column per label, agree, contradict, uncertain
     means: pd.DataFrame  # KEYS, quantity, run, mean, ci95, ref_mean, ref_ci95, diff_pct, within
+    # n, statement, use, reading, then per label its verdict (`LABEL`) and figure (`LABEL measured`);
+    # None where no run measured any of the paper's statements
+    paper: pd.DataFrame | None = None
+    hypotheses: dict[str, str] | None = None  # label -> operands and text ("int32 0..9, era")
+    scores: dict[str, str] | None = None  # label -> held-out score (`held_out_summary`)
 
 
 def run_label(run_dir: Path, manifest) -> str:
@@ -52,7 +63,7 @@ def compare_runs(run_dirs: list[Path]) -> Comparison:
     """Load each run, build its cells (`analysis.cells.cell_table`) and compare them with the first's."""
     if len(run_dirs) < 2:
         raise UserError("compare needs at least two runs", "pass two or more run directories")
-    labels, tables = [], []
+    labels, tables, hypotheses = [], [], {}
     for run_dir in run_dirs:
         run = load_run(run_dir)
         label = run_label(run_dir, run.manifest)
@@ -60,7 +71,38 @@ def compare_runs(run_dirs: list[Path]) -> Comparison:
             label = f"{label} ({run_dir})"
         labels.append(label)
         tables.append(cell_table(run.trials, run.manifest))
-    return Comparison(labels, compare_decisions(labels, tables), compare_means(labels, tables))
+        hypotheses[label] = hypothesis(run.manifest)
+    paper, scores = compare_paper_checks(labels, tables)
+    return Comparison(
+        labels, compare_decisions(labels, tables), compare_means(labels, tables), paper, hypotheses, scores
+    )
+
+
+def hypothesis(manifest) -> str:
+    """A run's operands and JSON text, as issue 45's hypotheses differ: `float64, compact`,
+    `int32 0..9, era` (a run without a manifest: `?`)."""
+    if manifest is None:
+        return "?"
+    exp = manifest.experiment
+    drawn = f" {exp.int_range[0]}..{exp.int_range[1] - 1}" if exp.int_range else ""
+    return f"{exp.dtype}{drawn}, {exp.codec_text}"
+
+
+def compare_paper_checks(
+    labels: list[str], tables: list[pd.DataFrame]
+) -> tuple[pd.DataFrame | None, dict[str, str] | None]:
+    """Every statement of the paper judged on each run (`analysis.paper_checks`), side by side, and
+    each run's held-out score; (None, None) where no run measured any."""
+    from analysis.paper_checks import held_out_summary, judged, paper_checks
+
+    checks = [paper_checks(t) for t in tables]
+    if not any(judged(c) for c in checks):
+        return None, None
+    table = checks[0][["n", "statement", "use", "reading"]].copy()
+    for label, c in zip(labels, checks, strict=True):
+        table[label] = c["holds"].to_numpy()
+        table[f"{label} measured"] = c["measured"].to_numpy()
+    return table, {label: held_out_summary(c) for label, c in zip(labels, checks, strict=True)}
 
 
 def compare_decisions(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame:
@@ -164,6 +206,25 @@ def summary_lines(result: Comparison) -> list[str]:
             )
         if len(outside) > SHOWN:
             lines.append(f"  ... {len(outside) - SHOWN} more in compare_means.csv")
+    return lines + paper_lines(result)
+
+
+def paper_lines(result: Comparison) -> list[str]:
+    """Each run's score against the paper, labelled by its hypothesis, and the statements whose
+    verdicts differ between the runs (all of them in compare_paper_checks.csv)."""
+    if result.paper is None:
+        return []
+    lines = [
+        "against the paper (analysis/paper_checks.py; held out scored, fit and the paper's anomaly not):"
+    ]
+    for label in result.labels:
+        lines.append(
+            f"  {label} ({(result.hypotheses or {}).get(label, '?')}): {(result.scores or {})[label]}"
+        )
+    verdicts = result.paper[result.labels].to_numpy(dtype=str)
+    differ = result.paper[(verdicts != verdicts[:, :1]).any(axis=1)]
+    for _, row in differ.iterrows():
+        lines.append(f"  {row['n']} ({row['use']}): {' / '.join(row[label] for label in result.labels)}")
     return lines
 
 
@@ -172,4 +233,7 @@ def write_comparison(result: Comparison, out_dir: Path) -> list[Path]:
     paths = [out_dir / "compare_decisions.csv", out_dir / "compare_means.csv"]
     result.decisions.to_csv(paths[0], index=False)
     result.means.to_csv(paths[1], index=False, float_format="%.6g")
+    if result.paper is not None:
+        paths.append(out_dir / "compare_paper_checks.csv")
+        result.paper.to_csv(paths[-1], index=False)
     return paths

@@ -1,13 +1,15 @@
 """`testbed compare`: runs side by side, on synthetic runs whose differences are made on purpose."""
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from analysis.compare import compare_runs, summary_lines
+from analysis.compare import compare_runs, summary_lines, write_comparison
 from contracts.errors import UserError
+from contracts.run import read_manifest, write_manifest
 from testbed import cli
 from tests.synthetic import write_synthetic_run
 
@@ -86,3 +88,34 @@ def test_one_run_is_refused(runs, capsys):
         compare_runs(runs[:1])
     assert cli.main(["compare", str(runs[0])]) == 2
     assert "at least two runs" in capsys.readouterr().err
+
+
+def test_two_hypotheses_runs_show_the_papers_scorecard_side_by_side(tmp_path):
+    """Issue 45, item 7: the float64 run and the int32 one, each labelled by its operands and text,
+    with its held-out score and every statement's verdict in both; a statement judged differently is
+    named. Runs of no paper statement have no such table."""
+    float_run = write_synthetic_run(
+        tmp_path / "float", seed=1, sizes=(400, 500), rates=(10, 20, 40, 60, 80, 100)
+    )
+    int_run = write_synthetic_run(tmp_path / "int", seed=2, sizes=(400, 500), rates=(10, 20, 40, 60, 80, 100))
+    manifest = read_manifest(int_run / "manifest.json")
+    experiment = replace(manifest.experiment, dtype="int32", int_range=(0, 10), codec_text="era")
+    write_manifest(int_run / "manifest.json", replace(manifest, experiment=experiment))
+    scale_column(int_run, "t_comm", 40.0, method="raw")  # RAW's offloading gone in the int32 run
+    result = compare_runs([float_run, int_run])
+    assert result.hypotheses == {"float": "float64, compact", "int": "int32 0..9, era"}
+    assert set(result.scores) == {"float", "int"} and all(
+        "of 17 held-out" in s for s in result.scores.values()
+    )
+    paper = result.paper.set_index("n")
+    differ = paper[paper["float"] != paper["int"]]
+    assert len(differ) and set(differ["use"]) <= {"held out", "fit", "the paper's anomaly"}
+    assert (paper.loc[14:17, ["float", "int"]] == "not measured").all().all()  # no 800 or 1200 here
+    text = "\n".join(summary_lines(result))
+    assert "int (int32 0..9, era): " in text and result.scores["int"] in text
+    first = differ.index[0]
+    assert f"  {first} ({differ.loc[first, 'use']}): {differ.loc[first, 'float']} / " in text
+    out = tmp_path / "out"
+    assert (out / "compare_paper_checks.csv") in write_comparison(result, out)
+    small = [write_synthetic_run(tmp_path / f"log{i}", ops=("log",), sizes=(16,), rates=(5,)) for i in (1, 2)]
+    assert compare_runs(small).paper is None
