@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the testbed needs on a fresh Debian machine, as root: system packages
 # (Open vSwitch, iperf3 and libiperf, ethtool, iproute2, Python venv, the gRPC toolchains of C++ and
-# Go) and the project's virtualenv in .venv, then builds the C++ and Go gRPC servers. Safe to run
-# again: it only installs and builds what is missing.
+# Go, the stock kernel, QEMU and busybox of `testbed guest`) and the project's virtualenv in .venv,
+# then builds the C++ and Go gRPC servers. Safe to run again: it only installs and builds what is
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +17,10 @@ APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool ipr
               python3 python3-venv python3-dev ca-certificates git
               # the gRPC servers in C++ and Go (server/languages.py), built below
               make g++ pkg-config protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
-              libeigen3-dev golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-golang-x-sys-dev)
+              libeigen3-dev golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-golang-x-sys-dev
+              # `testbed guest`: a stock Debian kernel under QEMU, for netem, fq and the OVS module
+              # where this machine's own kernel lacks them (testbed/guest.py)
+              linux-image-amd64 qemu-system-x86 busybox-static)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

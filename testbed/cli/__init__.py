@@ -2,8 +2,9 @@
 
 Each command family has its module here (`lab`: up, down, status, exec; `link`: shape and traces,
 validate; `calibrate`: calibrate, speed-table; `sweep`; `analysis`: analyze, compare, predict;
-`stream`; `bench`), which registers its subcommands with their handlers (`set_defaults(handler=...)`);
-a handler imports what is heavy (the lab, the sweep, the analysis, the benchmarks) only when it runs.
+`stream`; `bench`; `guest`: a stock kernel under QEMU), which registers its subcommands with their
+handlers (`set_defaults(handler=...)`); a handler imports what is heavy (the lab, the sweep, the
+analysis, the benchmarks) only when it runs.
 
 Errors a user can fix (UserError) are printed as one line with the fix and exit status 2; anything
 else is a bug and keeps its traceback.
@@ -17,9 +18,10 @@ import sys
 from pathlib import Path
 
 from contracts.errors import UserError
-from testbed.cli import analysis, bench, calibrate, lab, link, stream, sweep
+from testbed.cli import analysis, bench, calibrate, guest, lab, link, stream, sweep
 
-GROUPS = (lab, link, calibrate, sweep, analysis, stream, bench)  # in the order `testbed --help` lists them
+# in the order `testbed --help` lists them
+GROUPS = (lab, link, calibrate, sweep, analysis, stream, bench, guest)
 
 
 def build_parser() -> argparse.ArgumentParser:

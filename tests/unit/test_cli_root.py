@@ -21,6 +21,7 @@ ROOT_COMMANDS = [
     ["speed-table"],
     ["calibrate", "--device", "paper-p4"],
     ["sweep", "experiments/smoke.yaml"],
+    ["guest", "--", "true"],
 ]
 
 
