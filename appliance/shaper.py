@@ -142,7 +142,10 @@ class Shaper:
 
     @staticmethod
     def _netem_available(ipr) -> bool:
-        """Probe for sch_netem on the namespace's loopback (ours to touch), leaving nothing behind."""
+        """Probe for sch_netem on the namespace's loopback (ours to touch), leaving nothing behind.
+        The probe's qdisc is removed as the root one (`parent`), as `clear` removes ours: a delete by
+        handle alone is refused with EINVAL by a kernel that has netem (found in the stock-kernel
+        guest, `testbed guest`, the first kernel with netem these tests met)."""
         lo = ipr.link_lookup(ifname="lo")[0]
         try:
             ipr.tc("add", "netem", lo, handle="1:", delay=1000)
@@ -150,7 +153,7 @@ class Shaper:
             if exc.code in (2, 95):  # ENOENT / EOPNOTSUPP: the qdisc kind is unknown
                 return False
             raise
-        ipr.tc("del", index=lo, handle="1:")
+        ipr.tc("del", index=lo, handle="1:", parent=0xFFFFFFFF)
         return True
 
     def _check(self, ipr, plan: list[PortShaping]) -> dict[str, int]:
