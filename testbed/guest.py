@@ -188,6 +188,10 @@ def stage_two() -> str:
     return f"""#!/bin/sh
 echo testbed-guest >/proc/sys/kernel/hostname
 ip link set lo up
+# what a testbed needs of a booted machine: the cgroup v2 hierarchy with its cpu controller handed
+# down (a client's CPU quota), and the tun device (the userspace OVS bridge's ports)
+mount -t cgroup2 cgroup2 /sys/fs/cgroup && echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
+modprobe tun
 cd /
 /bin/sh {s}/command </dev/null >{s}/stdout 2>{s}/stderr
 echo $? >{s}/status.tmp && mv {s}/status.tmp {s}/status

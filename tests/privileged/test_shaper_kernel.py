@@ -46,6 +46,7 @@ def kernel_view(ns: str) -> list[str]:
     return [re.sub(r"direct_packets_stat \d+ ", "", line) for line in out]
 
 
+@pytest.mark.kernel
 def test_the_dry_run_lines_run_by_tc_leave_what_apply_leaves(twins):
     netlink_ns, tc_ns = twins
     shaper, twin = Shaper(netlink_ns), Shaper(tc_ns)

@@ -162,6 +162,7 @@ def ping_rtt_ms(lease, count: int = 10) -> tuple[float, float]:
     return rtt, loss
 
 
+@pytest.mark.kernel
 def test_delay_and_loss_are_applied_where_the_kernel_has_netem(inventory, lease):
     """With sch_netem: the delay is measured in the round trip and the loss in the pings lost.
     Without it: one line naming the module, and the link is left as it was."""
