@@ -234,26 +234,29 @@ def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: 
     the paper, whose CGI server's start-up was in its POST time and not among its probed stages. The
     server's queueing (`queue`: the wait for a work slot, its body in) is server time, so
     communication excludes it; its waits for the host-wide CPU lock (`cpulock`: replicas on one host)
-    and its timing its stages' work again (`retime`: a scaled server device) are no time of this
-    trial's, so communication and the completion time exclude them.
+    are no time of this trial's, so communication and the completion time exclude them. Its timing its
+    stages' work again (`retime`: a scaled server device) is the measurement's own work, which no
+    device's request does: `t_request` itself leaves it out, and so everything made of it.
     """
     t0, t1, tr, t2, t3, t4 = wall
     c0, c1, c3, c4 = cpu
     server = parse_server_timing(server_timing)
     s_decode, s_compute, s_encode = (server.get(k, 0.0) for k in SERVER_STAGES)
-    # for another testbed's stage, and the server's timing its own stages again: no time of this trial's
-    waited = server.get(SERVER_LOCK_WAIT, 0.0) + server.get(SERVER_RETIME, 0.0)
+    waited = server.get(SERVER_LOCK_WAIT, 0.0)  # for another testbed's stage: no time of this trial's
+    # the request's wall time less the server's timing its own stages again (`retime`): the
+    # measurement's own work, which no device's request does
+    request = (t2 - tr) - server.get(SERVER_RETIME, 0.0)
     cpu_server = parse_server_timing(server_timing, "cpu")
     return {
         **{f"cpu_{column[2:]}": cpu_server.get(stage) for stage, column in SERVER_STAGES.items()},
         "t_client_encode": t1 - t0,
-        "t_request": t2 - tr,
+        "t_request": request,
         "t_server_decode": s_decode,
         "t_server_compute": s_compute,
         "t_server_encode": s_encode,
         "t_client_decode": t4 - t3,
-        "t_comm": (t2 - tr) - (s_decode + s_compute + s_encode) - server.get(SERVER_QUEUE, 0.0) - waited,
-        "t_total": (t1 - t0) + (t2 - tr) - waited + (t4 - t3),
+        "t_comm": request - (s_decode + s_compute + s_encode) - server.get(SERVER_QUEUE, 0.0) - waited,
+        "t_total": (t1 - t0) + request - waited + (t4 - t3),
         "cpu_client_encode": c1 - c0,
         "cpu_client_decode": c4 - c3,
         "t_server_start": server.get(SERVER_START),

@@ -173,7 +173,8 @@ SERVER_LOCK_WAIT = "cpulock"
 # The server's time spent running a stage's work again to time it (`contracts.short_work`: a scaled
 # server device's short stages and stages of milliseconds), summed, in `Server-Timing` as `retime`:
 # the stage's own run is over and its reply not yet sent, so the time is neither network nor the
-# device's work, and communication and the completion time exclude it, as they exclude `cpulock`.
+# device's work: the request's time (`t_request`) leaves it out, and so communication and the
+# completion time.
 # A request asks for it with `RETIME_HEADER: 1` (gRPC: the same name, lower-cased, as metadata);
 # without it the server times each stage's one run (a server no scaled device follows need not pay).
 SERVER_RETIME = "retime"
