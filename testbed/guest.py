@@ -173,7 +173,7 @@ $B mount -t sysfs sys /root/sys
 $B mount -t devtmpfs dev /root/dev
 $B mkdir -p /root/dev/pts /root/dev/shm
 $B mount -t devpts devpts /root/dev/pts
-for d in /run /tmp /dev/shm; do $B mount -t tmpfs tmp /root$d; done
+for d in /run /dev/shm; do $B mount -t tmpfs tmp /root$d; done
 $B mkdir -p /root{s}
 $B mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 {SCRATCH_TAG} /root{s}
 $B cp /stage2 /root{STAGE_TWO}

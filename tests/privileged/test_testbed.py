@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -138,7 +140,10 @@ def kernel_has_netem(lease) -> bool:
 
 
 def ping_rtt_ms(lease, count: int = 10) -> tuple[float, float]:
-    """Mean round-trip time and loss (%) from the client to the server."""
+    """Median round-trip time and loss (%) from the client to the server. The median: a mean took in
+    a few pings' long waits (185 ms for a 50 ms round trip, once in three runs in the stock-kernel
+    guest; with loss on the link ARP's own requests are lost too, and pings wait for its retries),
+    which are not the link's delay."""
     out = subprocess.run(
         [
             "ip",
@@ -146,7 +151,6 @@ def ping_rtt_ms(lease, count: int = 10) -> tuple[float, float]:
             "exec",
             lease.name("client"),
             "ping",
-            "-q",
             "-n",
             "-i",
             "0.2",
@@ -158,8 +162,8 @@ def ping_rtt_ms(lease, count: int = 10) -> tuple[float, float]:
         text=True,
     ).stdout
     loss = float(out.split("% packet loss")[0].split()[-1])
-    rtt = float(out.split("=")[-1].split("/")[1]) if "rtt" in out else float("nan")
-    return rtt, loss
+    times = [float(t) for t in re.findall(r"time=([0-9.]+) ms", out)]
+    return (statistics.median(times) if times else float("nan")), loss
 
 
 @pytest.mark.kernel
