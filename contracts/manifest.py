@@ -154,6 +154,9 @@ class Session:
     ended_at: str | None = None
     # a sweep over several testbeds: each one's replica number, inventory, prefix and backend
     testbeds: list[dict] | None = None
+    # the switch's datapath as the testbeds' `up` chose it: system (the kernel's) or netdev (userspace);
+    # several testbeds that differ: both, comma-separated. None: a run from before it was recorded
+    datapath: str | None = None
 
 
 @dataclass(slots=True)

@@ -1,8 +1,19 @@
 """The embedded backend: the testbed's three (or more) hosts are network namespaces on this machine.
 
 `NetnsHost` enters a namespace to run a command or its resident agent; `NetnsLab` wires the
-namespaces (veth pairs, a userspace Open vSwitch of its own) and undoes all of it in `down`, whose
-names follow from the inventory alone, so it cleans up after a crash even when no state file survived.
+namespaces (veth pairs, an Open vSwitch of its own) and undoes all of it in `down`, whose names
+follow from the inventory alone, so it cleans up after a crash even when no state file survived.
+
+**The switch's datapath** is chosen at `up`: the kernel's (`system`) where the openvswitch module is
+loaded or loads, userspace (`netdev`) otherwise (this machine's own kernel has no such module; a stock
+Debian kernel has, and `testbed guest` runs one). The userspace datapath forwards every packet through
+ovs-vswitchd, which cost 0.5 s per request at 40-100 Mbit/s with four testbeds on the 2-core VM
+(issue 45's paper grid); the kernel's forwards in the kernel. Each testbed's ovs-vswitchd runs in
+its appliance namespace with a database of its own, and the kernel keeps datapaths per network
+namespace, so several testbeds each have their own `ovs-system` and never see each other's ports.
+`up.json` records the choice (`status` reads it from the switch, the sweep's manifest from here); a
+module this machine did not have loaded before is unloaded by the `down` that leaves no testbed
+using it (`OVS_MODULE_MARK`).
 Everything else a lab does is `testbed.backends.lab.Lab`'s, the same for SSH.
 """
 
@@ -29,6 +40,10 @@ from testbed.backends.host import Host, project_path
 from testbed.backends.lab import STATE_ROOT, Lab
 from testbed.backends.topology import Names
 from testbed.inventory import MAX_CLIENTS, HostSpec, Inventory
+
+OVS_MODULE = "openvswitch"  # the kernel datapath's module
+# present while a module some `up` loaded may still be in use: the `down` that unloads it removes it
+OVS_MODULE_MARK = STATE_ROOT / "openvswitch-loaded-by-testbed"
 
 
 class NetnsHost(Host):
@@ -141,6 +156,7 @@ class NetnsLab(Lab):
         self.bridge, self.up_if, self.down_if = self.names.bridge, self.names.to_server, self.names.down_port
         self.cgroup = self.names.cgroup
         self.probes = {}
+        self._datapath: str | None = None  # what `up` chose, else what its up.json says
         quota = inv.client_cpu.cpu_quota
         specs = inv.hosts
         lock = {CPU_LOCK_ENV: inv.cpu_lock} if inv.cpu_lock else {}  # replicas: one timed stage at a time
@@ -171,7 +187,32 @@ class NetnsLab(Lab):
         return {c.role: c.cgroup for c in self.names.clients}
 
     def datapath(self) -> str:
-        return "netdev"  # its own ovs-vswitchd in a namespace: never the machine's kernel datapath
+        """What `up` chose (its `up.json`): `system` where the openvswitch module was there to load,
+        `netdev` otherwise, and for a testbed brought up before the choice was recorded."""
+        if self._datapath is None:
+            self._datapath = str(self._up_record().get("datapath", "netdev"))
+        return self._datapath
+
+    def choose_datapath(self) -> str:
+        """`system` when the openvswitch module is loaded or loads now, else `netdev`. A load is
+        marked (`OVS_MODULE_MARK`) for `down` to undo."""
+        probe = self.probes.get("appliance")
+        if probe is not None and probe.ovs_kernel_module:
+            return "system"
+        loaded = run(["modprobe", "-q", OVS_MODULE], check=False)
+        if loaded.returncode != 0:
+            return "netdev"
+        OVS_MODULE_MARK.parent.mkdir(parents=True, exist_ok=True)
+        OVS_MODULE_MARK.touch()
+        return "system"
+
+    def _up_record(self) -> dict:
+        """The testbed's `up.json`, or nothing when none is up."""
+        try:
+            record = json.loads((self.state_dir / "up.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return record if isinstance(record, dict) else {}
 
     def is_up(self) -> bool:
         present = topology.existing_namespaces(self.names)
@@ -179,9 +220,10 @@ class NetnsLab(Lab):
 
     def running_clients(self) -> int | None:
         """How many client hosts the testbed that is up has (its `up.json`); None when none is up."""
+        record = self._up_record()
         try:
-            return int(json.loads((self.state_dir / "up.json").read_text()).get("clients", 1))
-        except (OSError, ValueError, AttributeError):
+            return int(record.get("clients", 1)) if record else None
+        except (TypeError, ValueError):
             return None
 
     def up(self, start_server: bool = True) -> bool:
@@ -208,11 +250,12 @@ class NetnsLab(Lab):
     def _up(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         topology.apply(topology.plan(self.inv))
+        self._datapath = self.choose_datapath()
         # veth TX checksum offload must be off, or the userspace datapath forwards packets whose
         # checksums were never filled in, and TCP stalls
         n = self.names
         roles = {**{c.ns: c.role for c in n.clients}, n.appliance_ns: "appliance", n.server_ns: "server"}
-        for ns, ifname in topology.ports(n):
+        for ns, ifname in topology.ports(n) if self._datapath == "netdev" else []:
             self.host(roles[ns]).run(["ethtool", "-K", ifname, "tx", "off"], limited=False)
         self.host("appliance").agent(
             api.BridgeUp(**self._bridges(), datapath=self.datapath(), **self.switch_args())
@@ -227,6 +270,7 @@ class NetnsLab(Lab):
                     "prefix": self.inv.prefix,
                     "namespaces": list(self.names.namespaces),
                     "clients": self.inv.clients,
+                    "datapath": self.datapath(),
                     "started_at": time.time(),
                     "pid": os.getpid(),
                 },
@@ -269,6 +313,8 @@ class NetnsLab(Lab):
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir, ignore_errors=True)
             removed.append(f"state {self.state_dir}")
+        self._datapath = None  # the next `up` chooses again
+        removed += unload_ovs_module()
         return removed
 
     def everything(self) -> Names:
@@ -279,6 +325,17 @@ class NetnsLab(Lab):
     def ovs_daemons(self) -> list[int]:
         """The appliance's ovsdb-server and ovs-vswitchd that run, by their pid files in our run dir."""
         return daemon_pids(Path(self.switch_args()["rundir"]), ("ovs-vswitchd", "ovsdb-server"))
+
+
+def unload_ovs_module() -> list[str]:
+    """Unload the openvswitch module a testbed's `up` loaded, once no datapath uses it (another
+    testbed's still does: the kernel refuses, and the last `down` unloads it)."""
+    if not OVS_MODULE_MARK.exists():
+        return []
+    if run(["modprobe", "-r", "-q", OVS_MODULE], check=False).returncode != 0:
+        return []
+    OVS_MODULE_MARK.unlink(missing_ok=True)
+    return [f"module {OVS_MODULE}"]
 
 
 def _netns_pids(ns: str) -> list[int]:

@@ -128,6 +128,8 @@ class Sweep(Together):
             with sigterm_as_interrupt():
                 for tb in self.testbeds:
                     self.bring_up(tb)
+                self.session.datapath = ",".join(sorted({tb.lab.datapath() for tb in self.testbeds}))
+                self.manifest.save()
                 self.calibrate_all()
                 log.info(
                     "run %s: %d trials planned, %d already done on %d testbed(s)",

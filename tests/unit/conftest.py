@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from contracts.agent_answers import ApplianceReading, BridgeSnapshot, HtbClass, PortPlan
+from contracts.command import Result
 from contracts.errors import UserError
 from contracts.profiles import LinkSpec
 from testbed.backends import netns as lab_mod
@@ -169,8 +170,12 @@ def fake_netns_lab(inv, state_dir, monkeypatch, wiring: dict) -> NetnsLab:
         wiring["commands"].append(list(argv))
         if argv[:3] == ["ip", "netns", "delete"]:
             wiring["namespaces"].remove(argv[3])
+        if argv[0] == "modprobe":  # this machine's kernel: no openvswitch module unless a test gives one
+            return Result("local", list(argv), 0 if wiring.get("ovs_module") else 1, "", "")
+        return None
 
     monkeypatch.setattr(lab_mod, "run", run)
+    monkeypatch.setattr(lab_mod, "OVS_MODULE_MARK", state_dir.parent / "openvswitch-loaded-by-testbed")
     lab.wiring = wiring
     return lab
 

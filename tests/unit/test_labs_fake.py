@@ -114,6 +114,40 @@ def test_netns_down_after_a_crash_needs_no_state(netns):
     assert netns.down() == []  # idempotent
 
 
+def test_netns_switch_takes_the_kernel_datapath_where_the_module_loads_and_down_unloads_it(netns):
+    """Issue 48: the embedded testbed's switch forwards in the kernel where the openvswitch module is
+    there to load, recorded for status and the sweep; a module `up` loaded leaves with `down`."""
+    netns.wiring["ovs_module"] = True
+    assert netns.up() is True
+    appliance, client = netns.hosts["appliance"], netns.hosts["client"]
+    assert ["modprobe", "-q", "openvswitch"] in netns.wiring["commands"]
+    (bridge,) = appliance.args("bridge.up")
+    assert bridge["datapath"] == "system"
+    assert client.ran("ethtool") == [] and appliance.ran("ethtool") == []  # offloads: only userspace's
+    assert json.loads((netns.state_dir / "up.json").read_text())["datapath"] == "system"
+    assert type(netns)(netns.inv, netns.state_dir).datapath() == "system"  # a later command reads it
+    removed = netns.down()
+    assert ["modprobe", "-r", "-q", "openvswitch"] in netns.wiring["commands"]
+    assert "module openvswitch" in removed and netns.down() == []  # unloaded once
+
+
+def test_netns_switch_keeps_a_loaded_module_and_falls_back_to_userspace_without_one(netns, monkeypatch):
+    netns.up()  # no module here: userspace, as this machine's kernel has it
+    assert netns.hosts["appliance"].args("bridge.up")[0]["datapath"] == "netdev"
+    assert (
+        netns.datapath() == "netdev"
+        and ["modprobe", "-r", "-q", "openvswitch"] not in netns.wiring["commands"]
+    )
+    netns.down()
+    assert not any(c[0] == "modprobe" and "-r" in c for c in netns.wiring["commands"])  # nothing to unload
+    netns.hosts["appliance"].reply("probe", probe_reply(ovs_kernel_module=True))  # loaded by its owner
+    netns.wiring["commands"].clear()
+    netns.up()
+    assert netns.datapath() == "system" and not any(c[0] == "modprobe" for c in netns.wiring["commands"])
+    netns.down()
+    assert not any(c[0] == "modprobe" for c in netns.wiring["commands"])  # not ours to unload
+
+
 # ------------------------------------------------------------------ SSH backend
 SSH_INVENTORY = """\
 backend: ssh

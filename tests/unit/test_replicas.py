@@ -162,6 +162,7 @@ def test_a_sweep_over_two_testbeds_runs_every_trial_once_and_records_where(two_t
     assert (run_dir / "worker-0.log").exists() and (run_dir / "worker-1.log").exists()
     (session,) = data["sessions"]
     assert [(t["replica"], t["prefix"]) for t in session["testbeds"]] == [(0, "tbf"), (1, "tbf1")]
+    assert session["datapath"] == "netdev"  # the switch as their `up` chose it: no kernel module here
 
 
 def test_each_testbed_validates_its_link_holding_the_cpu_lock(two_testbeds, tmp_path):
