@@ -24,9 +24,10 @@ CODEC_TEXTS = (COMPACT, ERA)
 GRPC = "grpc"  # the method that offloads over gRPC (offload.v1.Offload/Execute) instead of HTTP
 TRANSPORTS = {GRPC: "protobuf"}
 # The gRPC offload servers, one per language behind the same contract (contracts/offload.proto):
-# Python (NumPy), C++ (Eigen) and Go (plain loops). Each listens on the server's gRPC port plus its
-# index here, so a port names one language whichever of them run.
-GRPC_SERVERS = ("python", "cpp", "go")
+# Python (NumPy), C++ (Eigen), Go (plain loops), Java (Apache Commons Math) and Ruby (its standard
+# `matrix`). Each listens on the server's gRPC port plus its index here, so a port names one language
+# whichever of them run.
+GRPC_SERVERS = ("python", "cpp", "go", "java", "ruby")
 
 
 PYTHON = "python"  # the server of every HTTP method, and the default gRPC server
@@ -168,7 +169,7 @@ SERVER_QUEUE = "queue"
 # issue 25's check (four testbeds on the 2-core VM): mul 400 RAW's network time at 100 Mbit/s was 0.56
 # s (+-0.18) with the waits in it against 0.32 s (+-0.002) on one testbed, its server's decode
 # waiting behind another testbed's 0.6 s JSON decode of mul 800. Every server reports it (Python's
-# HTTP, CGI and gRPC, and the C++ and Go gRPC servers), only when a lock is named.
+# HTTP, CGI and gRPC, and the C++, Go, Java and Ruby gRPC servers), only when a lock is named.
 SERVER_LOCK_WAIT = "cpulock"
 # The server's time spent running a stage's work again to time it (`contracts.short_work`: a scaled
 # server device's short stages and stages of milliseconds), summed, in `Server-Timing` as `retime`:

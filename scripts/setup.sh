@@ -2,8 +2,8 @@
 # Installs everything the testbed needs on a fresh Debian machine, as root: system packages
 # (Open vSwitch, iperf3 and libiperf, ethtool, iproute2, Python venv, the gRPC toolchains of C++ and
 # Go, the stock kernel, QEMU and busybox of `testbed guest`) and the project's virtualenv in .venv,
-# then builds the C++ and Go gRPC servers. Safe to run again: it only installs and builds what is
-# missing.
+# then builds the C++, Go and Java gRPC servers and generates the Ruby one's messages. Safe to run
+# again: it only installs and builds what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +18,12 @@ APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool ipr
               # the gRPC servers in C++ and Go (server/languages.py), built below
               make g++ pkg-config protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
               libeigen3-dev golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-golang-x-sys-dev
+              # the gRPC servers in Java (gRPC-Java on Netty, JNA for flock, Commons Math; javax.annotation
+              # for the gRPC plugin's output) and Ruby (ruby-grpc, its protobuf, the interpreter's `matrix`)
+              default-jdk-headless libgrpc-java libprotobuf-java protobuf-compiler-grpc-java-plugin
+              libnetty-java libperfmark-java libgoogle-gson-java libguava-java libjna-java
+              libcommons-math3-java libgeronimo-annotation-1.3-spec-java
+              ruby ruby-grpc ruby-google-protobuf
               # `testbed guest`: a stock Debian kernel under QEMU, for netem, fq and the OVS module
               # where this machine's own kernel lacks them (testbed/guest.py)
               linux-image-amd64 qemu-system-x86 busybox-static)
@@ -56,8 +62,8 @@ if [ ! -e "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
-# the C++ and Go gRPC servers (make rebuilds only what changed)
-for dir in server/cpp server/go; do
+# the C++, Go, Java and Ruby gRPC servers (make rebuilds only what changed, one job at a time)
+for dir in server/cpp server/go server/java server/ruby; do
   make -s -C "$dir" >/dev/null || { echo "setup: building $dir failed" >&2; exit 1; }
 done
 echo "setup: ready (.venv/bin/testbed)"

@@ -1,7 +1,7 @@
 """`python -m server --bind ADDR --port N [--grpc-port M [--grpc-servers LANGS]] [--stack wsgi|cgi]`: the
 offload server (Flask under gunicorn, or lighttpd running a CGI process per request with `--stack
 cgi`), and the gRPC transport in a child process when --grpc-port is given (a long-lived server on
-both stacks): in Python, C++ or Go (`server.languages`), each on a port of its own."""
+both stacks): in Python, C++, Go, Java or Ruby (`server.languages`), each on a port of its own."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""The gRPC offload servers by language: one contract (contracts/offload.proto), three implementations.
+"""The gRPC offload servers by language: one contract (contracts/offload.proto), five implementations.
 
-`python` is `server.grpc_service` (NumPy); `cpp` is server/cpp (gRPC C++ and Eigen) and `go` is
-server/go (gRPC-Go and plain loops), both built by scripts/setup.sh from Debian's packages. Each
-answers the same requests with the same results, refusals, limits and `server-timing` trailer, so a
-sweep can put the server's language and its matrix library beside the marshalling method as a
-dimension (the multi-language gRPC offloading studies in ../shared/papers/).
+`python` is `server.grpc_service` (NumPy); `cpp` is server/cpp (gRPC C++ and Eigen), `go` is
+server/go (gRPC-Go and plain loops), `java` is server/java (gRPC-Java and Apache Commons Math) and
+`ruby` is server/ruby (Ruby's gRPC and its standard `matrix` library), each built by scripts/setup.sh
+from Debian's packages. Each answers the same requests with the same results, refusals, limits and
+`server-timing` trailer, so a sweep can put the server's language and its matrix library beside the
+marshalling method as a dimension (the multi-language gRPC offloading studies in ../shared/papers/).
 
 Every one takes the same flags: `--bind`, `--port`, `--max-body-mb`, `--parent` (stop when that
 process is no longer the parent). Each listens on its own port (`contracts.stages.grpc_port`).
@@ -12,6 +13,7 @@ process is no longer the parent). Each listens on its own port (`contracts.stage
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,10 +21,20 @@ from contracts.errors import UserError
 from contracts.stages import GRPC_SERVERS as LANGUAGES
 
 SERVER_DIR = Path(__file__).resolve().parent
+# what the build leaves (scripts/setup.sh: make -C server/LANG); the compiled ones are the program
 BINARIES = {
     "cpp": SERVER_DIR / "cpp" / "build" / "offload-server-cpp",
     "go": SERVER_DIR / "go" / "build" / "offload-server-go",
+    "java": SERVER_DIR / "java" / "build" / "offload-server-java.jar",
+    "ruby": SERVER_DIR / "ruby" / "build" / "ready",  # the generated code is there and loads
 }
+# the runtime a built server needs, and what it is started with before the build's file (Java: the
+# serial collector, one collector thread beside the request's on a small host)
+RUNTIMES = {
+    "java": ("java", ["-XX:+UseSerialGC", "-jar"]),
+    "ruby": ("ruby", []),
+}
+SCRIPTS = {"ruby": SERVER_DIR / "ruby" / "offload_server.rb"}  # run instead of the build's mark
 
 
 def parse_languages(text: str) -> tuple[str, ...]:
@@ -37,7 +49,8 @@ def parse_languages(text: str) -> tuple[str, ...]:
 
 
 def program(language: str) -> list[str]:
-    """The argv head that starts `language`'s server; a compiled one must have been built."""
+    """The argv head that starts `language`'s server; every one but Python's must have been built
+    (`make -C server/LANG`), and Java's and Ruby's runtime must be installed."""
     if language == "python":
         return [sys.executable, "-m", "server.grpc_service"]
     if language not in BINARIES:
@@ -45,7 +58,15 @@ def program(language: str) -> list[str]:
     binary = BINARIES[language]
     if not binary.is_file():
         raise UserError(f"the {language} gRPC server is not built ({binary})", "bash scripts/setup.sh")
-    return [str(binary)]
+    if language not in RUNTIMES:
+        return [str(binary)]
+    name, flags = RUNTIMES[language]
+    runtime = shutil.which(name)
+    if runtime is None:
+        raise UserError(
+            f"the {language} gRPC server needs {name}, which is not installed", "bash scripts/setup.sh"
+        )
+    return [runtime, *flags, str(SCRIPTS.get(language, binary))]
 
 
 def grpc_argv(

@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
+from contracts.stages import GRPC_SERVERS, PYTHON
 from testbed.cli.args import RESULTS, always, inventories, open_lab, require_root
 
 EXIT_UNUSABLE = 4  # the sweep finished, but some cells have no usable (ok) trial
@@ -71,8 +72,8 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--servers",
-        help="the gRPC servers the method grpc offloads to, each a cell of its own: python, cpp, go "
-        "(default python)",
+        help="the gRPC servers the method grpc offloads to, each a cell of its own: "
+        f"{', '.join(GRPC_SERVERS)} (default {PYTHON})",
     )
     p.add_argument("--no-validate", action="store_true", help="skip iperf3 validation of each rate")
     p.add_argument("--name", help="run name (the run id is NAME-TIMESTAMP)")

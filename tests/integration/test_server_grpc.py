@@ -1,5 +1,5 @@
 """Protocol Buffers end to end against a real `python -m server --grpc-port M` on loopback, its gRPC
-server in each language (`--grpc-servers python|cpp|go`, the `served` fixture's parameter).
+server in each language (`--grpc-servers python|cpp|go|java|ruby`, the `served` fixture's parameter).
 
 A client that no one in the project wrote (the official compiler's output for `contracts/offload.proto`,
 made in a temporary directory, run in a process that imports none of the project) gets correct results
@@ -235,6 +235,23 @@ def test_each_timed_stage_takes_the_hosts_cpu_lock_and_reports_its_wait_outside_
     finally:
         stop(server.proc)
         assert not group_alive(server.proc.pid), server.log_text()
+
+
+def test_a_body_far_over_the_limit_is_refused_unread_and_the_server_keeps_serving(served, request):
+    """8 MB against the 1 MiB limit: gRPC's receive limit refuses it before any stage. gRPC-Java's
+    transport resets the stream instead (CANCELLED): the Java server refuses with a status only up
+    to twice the limit (server/java/OffloadServer.java), the BAD case above."""
+    _, target = served
+    body = _req("log", pb.Matrix(rows=1, cols=1_000_000, values=[1.0] * 1_000_000))
+    with pytest.raises(grpc.RpcError) as exc:
+        call(target, body)
+    if request.node.callspec.params["served"] == "java":
+        assert exc.value.code() == grpc.StatusCode.CANCELLED
+    else:
+        assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "larger than max" in exc.value.details()
+    assert "server-timing" not in dict(exc.value.trailing_metadata() or ())
+    good_call(target)
 
 
 def test_http_protobuf_refuses_a_body_naming_another_op_and_bad_messages(served):

@@ -1,6 +1,6 @@
 """The gRPC transport through the embedded testbed: `up` starts it, `status` checks it, and a sweep
 with `--methods json,raw,protobuf,grpc` runs through the shaped link and is analysed like any other;
-then a sweep over the gRPC servers of every language (`--servers python,cpp,go`)."""
+then a sweep over the gRPC servers of every language (`--servers python,cpp,go,java,ruby`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.stages import GRPC_SERVERS
 from tests.helpers import run_cli
 from tests.isolation import leftovers
 
@@ -95,23 +96,23 @@ def test_a_sweep_over_the_grpc_servers_of_each_language(inventory, tmp_path):
     results = tmp_path / "results"
     out = run_cli(
         inventory, "sweep", "--ops", "mul,inv,log", "--sizes", "64", "--rates", "100", "--methods", "grpc",
-        "--servers", "python,cpp,go", "--reps", "3", "--warmup", "1", "--no-validate", "--keep-up",
+        "--servers", ",".join(GRPC_SERVERS), "--reps", "3", "--warmup", "1", "--no-validate", "--keep-up",
         "--results", str(results), "--name", "servers",
     ).stdout  # fmt: skip
-    assert "(grpc on python, cpp, go)" in out and "analysis:" in out
+    assert f"(grpc on {', '.join(GRPC_SERVERS)})" in out and "analysis:" in out
     status = json.loads(run_cli(inventory, "status", "--json").stdout)
     assert all(g["answers"] for g in status["grpc_servers"].values())  # the sweep started each
     (run_dir,) = results.iterdir()
     trials = read_csv(run_dir / "trials.csv")
     assert all(t["ok"] == "true" for t in trials), [t["error"] for t in trials if t["ok"] != "true"]
     remote = [t for t in trials if t["method"] != "local"]
-    assert sorted(t["server"] for t in remote) == sorted(["python", "cpp", "go"] * 3 * 3)
+    assert sorted(t["server"] for t in remote) == sorted([*GRPC_SERVERS] * 3 * 3)
     for t in remote:  # each server timed its own stages, and its bytes are the same message's
         assert all(float(t[f"t_server_{s}"]) > 0 for s in ("decode", "compute", "encode")), t
     for op in ("mul", "inv", "log"):
         sizes = {(t["bytes_up"], t["bytes_down"]) for t in remote if t["op"] == op}
         assert len(sizes) == 1, (op, sizes)
     cells = read_csv(run_dir / "analysis" / "cells.csv")
-    assert sorted({c["method"] for c in cells}) == ["grpc", "grpc@cpp", "grpc@go"]
+    assert sorted({c["method"] for c in cells}) == ["grpc", "grpc@cpp", "grpc@go", "grpc@java", "grpc@ruby"]
     assert (run_dir / "analysis" / "servers-mul.png").is_file()
     run_cli(inventory, "down")

@@ -15,8 +15,9 @@ from server.__main__ import main as server_main
 
 
 def test_each_language_has_a_port_of_its_own_and_the_list_keeps_their_order():
-    assert [grpc_port(50051, s) for s in languages.LANGUAGES] == [50051, 50052, 50053]
+    assert [grpc_port(50051, s) for s in languages.LANGUAGES] == [50051, 50052, 50053, 50054, 50055]
     assert languages.parse_languages(" go, python,go") == ("python", "go")
+    assert languages.parse_languages("ruby,java,cpp") == ("cpp", "java", "ruby")
 
 
 def test_every_language_takes_the_same_flags():
@@ -36,10 +37,36 @@ def test_every_language_takes_the_same_flags():
     assert languages.grpc_argv("cpp", "::1", 1, 2.0)[0] == str(languages.BINARIES["cpp"])
 
 
+def test_java_and_ruby_run_on_their_runtime_what_their_build_left(tmp_path, monkeypatch):
+    """Java runs the built jar (`java ... -jar`), Ruby its script once the build has generated its
+    messages (the build's mark); each program's last word is what names its process."""
+    jar, ready = tmp_path / "offload-server-java.jar", tmp_path / "ready"
+    for built in (jar, ready):
+        built.write_bytes(b"")
+    monkeypatch.setitem(languages.BINARIES, "java", jar)
+    monkeypatch.setitem(languages.BINARIES, "ruby", ready)
+    runtimes = {"java": "/usr/bin/java", "ruby": "/usr/bin/ruby"}
+    monkeypatch.setattr(languages.shutil, "which", runtimes.get)
+    java = languages.program("java")
+    assert (java[0], java[-2:]) == ("/usr/bin/java", ["-jar", str(jar)])
+    assert languages.program("ruby") == [
+        "/usr/bin/ruby",
+        str(languages.SERVER_DIR / "ruby" / "offload_server.rb"),
+    ]
+    assert (languages.SERVER_DIR / "ruby" / "offload_server.rb").is_file()
+    monkeypatch.setattr(languages.shutil, "which", lambda name: None)
+    with pytest.raises(UserError, match="the ruby gRPC server needs ruby, which is not installed") as exc:
+        languages.program("ruby")
+    assert exc.value.fix == "bash scripts/setup.sh"
+    ready.unlink()
+    with pytest.raises(UserError, match="the ruby gRPC server is not built"):
+        languages.program("ruby")
+
+
 def test_an_unknown_or_unbuilt_server_is_a_user_error_naming_the_fix(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="unknown gRPC server 'rust'") as exc:
         languages.program("rust")
-    assert "python, cpp, go" in exc.value.fix
+    assert "python, cpp, go, java, ruby" in exc.value.fix
     monkeypatch.setitem(languages.BINARIES, "go", tmp_path / "offload-server-go")
     with pytest.raises(UserError, match="the go gRPC server is not built") as exc:
         languages.program("go")
@@ -51,6 +78,12 @@ def test_the_server_dry_run_names_each_grpc_server_and_its_port_and_refuses_an_u
 ):
     assert server_main(["--grpc-port", "50051", "--grpc-servers", "go,python", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["grpc"] == {"python": 50051, "go": 50053}
+    for language, built in (("java", "offload-server-java.jar"), ("ruby", "ready")):
+        monkeypatch.setitem(languages.BINARIES, language, tmp_path / built)
+        (tmp_path / built).write_bytes(b"")
+    monkeypatch.setattr(languages.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert server_main(["--grpc-port", "50051", "--grpc-servers", "ruby,java", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["grpc"] == {"java": 50054, "ruby": 50055}
     assert server_main(["--dry-run"]) == 0  # no --grpc-port: no gRPC server
     assert json.loads(capsys.readouterr().out)["grpc"] == {}
     monkeypatch.setitem(languages.BINARIES, "cpp", tmp_path / "missing")
