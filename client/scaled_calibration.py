@@ -38,11 +38,14 @@ def calibrate(
     either ~68 or ~100 ms), and a median of a few samples jumps between the modes (measured: two
     medians of 10 samples more than 10% apart in 40-65% of draws for JSON and uJSON, two means in
     13-36%). At least `reps` samples each for the slowdowns and the check, and more until each mean
-    is known within half the tolerance's percent (95% CI) or the work's `budget_s` is spent: the check's error
+    is known within half what the tolerance allows its target (95% CI: `sampling_precision`) or the
+    work's `budget_s` is spent: the check's error
     is the difference of the two means, so what is left of it is the host's noise.
     """
     items = grid_works(grid)
     jobs = [as_in_a_trial(item[4], item[2]) for item in items]
+    targets = [target_s(device, kind, op, size, codec, data) for op, size, kind, codec, _, data in items]
+    within = [sampling_precision(tolerance, t) for t in targets]
     # two measurements, the slowdowns' and the check's, from alternate rounds: a spell of load on the
     # host (which inflates CPU time too, through shared caches) falls on both alike rather than on
     # one (measured: a test suite on the other core during the first of two passes taken one after
@@ -52,16 +55,15 @@ def calibrate(
         jobs,
         2 * reps,
         seed=grid.seed,
-        enough=lambda _, s: all(precise(s[h::2], tolerance.pct / 200) for h in (0, 1)),
+        enough=lambda i, s: all(precise(s[h::2], within[i]) for h in (0, 1)),
         budget_s=budget_s,
     )
     host = [statistics.mean(s[0::2]) for s in samples]
     again = [statistics.mean(s[1::2]) for s in samples]
     rows, scale = [], {}
-    for (op, size, kind, codec, _, data), host_s, again_s, taken in zip(
-        items, host, again, samples, strict=True
+    for (op, size, kind, codec, _, _), target, precision, host_s, again_s, taken in zip(
+        items, targets, within, host, again, samples, strict=True
     ):
-        target = target_s(device, kind, op, size, codec, data)
         factor = target / max(host_s, 1e-7)
         scale[work_key(kind, op, size, codec)] = factor
         row = CalibrationRow.of(
@@ -69,8 +71,8 @@ def calibrate(
             host_cpu_s=host_s, slowdown=factor, samples=len(taken),
         )  # fmt: skip
         if row.flagged:  # the error is the two means' difference: this host's noise, said as such
-            known = all(precise(taken[h::2], tolerance.pct / 200) for h in (0, 1))
-            row = replace(row, reason=_noisy(len(taken) // 2, known, tolerance.pct, budget_s))
+            known = all(precise(taken[h::2], precision) for h in (0, 1))
+            row = replace(row, reason=_noisy(len(taken) // 2, known, precision, budget_s))
         rows.append(row)
     return Calibration(
         tolerance_pct=tolerance.pct,
@@ -102,8 +104,15 @@ def as_in_a_trial(work: Work, kind: str) -> SelfTimed:
     return SelfTimed(run)
 
 
-def _noisy(samples: int, known: bool, tolerance_pct: float, budget_s: float) -> str:
+def sampling_precision(tolerance: DeviceTolerance, target: float) -> float:
+    """How closely (relative 95% CI half-width) a work's mean is sampled: within half of what its
+    target allows, both parts of the tolerance (a device's 0.4 ms stage may miss by 0.1 ms, 25%, so
+    its mean need not be known to 5%: sampling it that closely spent the budget on the clock's noise)."""
+    return tolerance.halved().allowed_s(target) / target if target > 0 else tolerance.pct / 200
+
+
+def _noisy(samples: int, known: bool, precision: float, budget_s: float) -> str:
     """Why a scaled row missed: the two means of its alternate rounds differed, each of `samples`."""
     return f"this host's CPU time for it varied: two means of {samples} samples each" + (
-        "" if known else f", neither known within ±{tolerance_pct / 2:g}% when its {budget_s:g} s ran out"
+        "" if known else f", neither known within ±{100 * precision:.3g}% when its {budget_s:g} s ran out"
     )

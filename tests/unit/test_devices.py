@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from client.scaled_calibration import calibrate
+from client.scaled_calibration import calibrate, sampling_precision
 from client.scaler import Scaler
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, operand_bytes, result_bytes, work
 from contracts.errors import UserError
@@ -156,6 +156,16 @@ def test_calibration_reaches_the_targets_on_this_host():
     assert kernel["slowdown"] == pytest.approx(kernel["target_s"] / kernel["host_cpu_s"])
     assert set(result.scale) == {"kernel|mul|64", "encode|raw|mul|64", "decode|raw|mul|64",
                                     "encode|json|mul|64", "decode|json|mul|64"}  # fmt: skip
+
+
+def test_calibration_samples_each_work_within_half_of_what_its_target_allows():
+    """Both parts of the tolerance: a long stage's mean to half its percent, a short one's to half
+    its milliseconds (a 0.4 ms stage may miss by 0.1 ms: 25%, so 12.5%), never closer."""
+    tolerance = DeviceTolerance(10.0, 0.1)
+    assert sampling_precision(tolerance, 10.0) == pytest.approx(0.05)
+    assert sampling_precision(tolerance, 0.002) == pytest.approx(0.05)  # 10% of 2 ms is 0.2 ms
+    assert sampling_precision(tolerance, 0.0004) == pytest.approx(0.125)
+    assert sampling_precision(DeviceTolerance(10.0, 0.0), 0.0004) == pytest.approx(0.05)  # the percent alone
 
 
 def test_experiment_names_a_device_and_a_mode(tmp_path):
