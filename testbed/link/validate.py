@@ -157,14 +157,20 @@ def validate(
 
 def format_table(checks: list[Check | NetemCheck]) -> str:
     lines = [f"{'rate':>8}  {'dir':<26} {'expected':>10} {'measured':>10} {'error':>8} {'retr':>5}  result"]
-    point = None
+    point = prev = None
     for c in checks:
         if (c.delay_ms, c.loss_pct) != point and (c.delay_ms is not None or c.loss_pct is not None):
             point = (c.delay_ms, c.loss_pct)
             lines.append(f"  delay {c.delay_ms or 0:g} ms one way, loss {c.loss_pct or 0:g}% per direction:")
         if isinstance(c, NetemCheck):
+            if not isinstance(prev, NetemCheck):  # the netem checks' own columns
+                lines.append(
+                    f"{'':>8}  {'measure':<26} {'expected':>10} {'measured':>10} {'accepted':>16} samples"
+                )
             lines.append(c.row())
+            prev = c
             continue
+        prev = c
         label = "up (client->server)" if c.direction == "up" else "down (server->client)"
         measured = f"{c.measured_mbps:.2f}" if c.measured_mbps is not None else "-"
         err = f"{c.error_pct:+.1f}%" if c.error_pct is not None else "-"

@@ -250,10 +250,11 @@ validation: {duration: 1, retries: 0}
 """
 
 
-def test_a_sweep_validates_and_records_each_point_of_the_link(lab, tmp_path, monkeypatch):
+def test_a_sweep_validates_and_records_each_point_of_the_link(lab, tmp_path, monkeypatch, capsys):
     netem_link(lab)
     status, results = run_sweep(lab, tmp_path, monkeypatch, SWEEP)
     assert status == 0
+    assert "1 rate(s) x 2 delay(s) x 2 loss(es) x 1 method(s)" in capsys.readouterr().out
     (run_dir,) = results.iterdir()
     rows = trials_by_id(run_dir).values()
     remote = [r for r in rows if r["method"] != "local"]
@@ -281,6 +282,12 @@ def test_a_sweep_validates_and_records_each_point_of_the_link(lab, tmp_path, mon
         (a["link"]["delay_ms"], a["link"]["loss_pct"]) for a in lab.hosts["appliance"].args("shape.apply")
     ]
     assert (25.0, 5.0) in shaped and (None, None) in shaped
+    # the report names the round trip and loss checks apart from the rate's, and every point's cells
+    from analysis import analyze
+
+    report = (analyze(run_dir, plots=False, out=open("/dev/null", "w")) / "report.html").read_text()
+    assert "link delay and loss" in report and "0 of 9 checks" in report
+    assert "Delay and loss: decisions" in report and "Delay and loss: cells" in report
 
 
 def test_a_delay_that_does_not_hold_skips_its_point_saying_what_was_measured(lab, tmp_path, monkeypatch):
@@ -416,3 +423,21 @@ def test_the_analysis_keeps_each_point_apart_and_decides_against_the_round_trip(
     assert (cell_table(run.trials, run.manifest)["n"] == 4).all()
     figure = delay_figure(delays, "mul")
     assert len(figure.axes) == 1 and figure.axes[0].get_xlabel().startswith("round trip added")
+
+
+def test_validates_table_gives_each_netem_check_its_target_and_accepted_interval():
+    from testbed.link.validate import Check, format_table, raise_on_failure
+
+    own = statistics.median(PLAIN.rtts_ms)
+    checks = [
+        Check(20.0, "up", 19.13, 19.12, -0.05, True, 3, None, 25.0, 10.0),
+        judge_rtt(RTT_PING, list(NETEM.rtts_ms), own, LINK, 20.0, 5.0),
+        judge_loss(Ping(40, 20, NETEM.rtts_ms[:20]), LINK, 20.0),  # half the round trips: 29% a direction
+    ]
+    lines = format_table(checks).splitlines()
+    assert lines[1].strip() == "delay 25 ms one way, loss 10% per direction:"
+    assert lines[3].split() == ["measure", "expected", "measured", "accepted", "samples"]
+    assert lines[4].split()[1:4] == ["rtt", "ping", "(ms)"] and lines[4].endswith("n=35   ok")
+    assert "FAIL" in lines[5] and "loss" in lines[5]
+    with pytest.raises(UserError, match=r"20 Mbit/s loss \(tolerance 5%\)"):
+        raise_on_failure(checks, 5.0)
