@@ -140,6 +140,10 @@ def shape_read(request: api.ShapeRead) -> dict[str, ShapingInForce]:
     return decode(dict[str, ShapingInForce], _shaper().read(list(request.ifs)))
 
 
+def shape_netem(request: api.ShapeNetem) -> bool:
+    return _shaper().netem_available()
+
+
 def shape_clear(request: api.ShapeClear) -> None:
     _shaper().clear(list(request.ifs))
 
@@ -276,6 +280,7 @@ VERBS: dict[str, Callable[[Any], Any]] = {
     "shape.replay.plan": shape_replay_plan,
     "shape.replay": shape_replay,
     "shape.clear": shape_clear,
+    "shape.netem": shape_netem,
     "cpu.apply": cpu_apply,
     "cpu.read": cpu_read,
     "cpu.remove": cpu_remove,

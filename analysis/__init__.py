@@ -71,6 +71,7 @@ def analyze(
             out_dir,
             manifest=run.manifest,
             contention=tables.get("contention"),
+            delays=tables.get("delay_cells"),
         )
     run_id = (run.manifest.run_id if run.manifest else None) or _run_id(run.trials) or run.run_dir.name
     summary = _summary(run_id, run, tables)
@@ -97,11 +98,16 @@ def _tables(run: Run, figures_of: dict[str, Power]) -> dict:
     from analysis.decisions import cumulative_penalties, decision_vectors
     from analysis.energy import as_decision_cells, energy_cells
     from analysis.link_counters import link_counters
+    from analysis.link_delay import delay_decisions, delay_table
+    from analysis.load import at_point, main_point
     from analysis.paper_checks import judged, paper_checks
     from analysis.replicas import has_replicas, replica_effect
     from analysis.trial_fidelity import trial_fidelity
 
-    cells = cell_table(run.trials, run.manifest)
+    # a run that varies delay or loss: the tables against the rate are of its first point (no cell is
+    # pooled across points), every point's are against the round trip (`analysis.link_delay`)
+    trials = at_point(run.trials, point := main_point(run.trials))
+    cells = cell_table(trials, run.manifest)
     tables = {
         "cells": cells,
         "decision_vectors": decision_vectors(cells),
@@ -116,12 +122,16 @@ def _tables(run: Run, figures_of: dict[str, Power]) -> dict:
         tables["paper_checks"] = checks
     if has_replicas(run.trials):  # a sweep over several testbeds: did they measure alike?
         tables["replica_effect"] = replica_effect(run.trials)
+    if point is not None:
+        cells = tables["cells"] = cells.assign(delay_ms=point[0], loss_pct=point[1])
+        tables["delay_cells"] = delay_table(run.trials, run.manifest)
+        tables["delay_decisions"] = delay_decisions(tables["delay_cells"])
     if figures_of:
-        cells = tables["cells"] = energy_cells(cells, run.trials, figures_of)
+        cells = tables["cells"] = energy_cells(cells, trials, figures_of)
         tables["decision_vectors_energy"] = decision_vectors(as_decision_cells(cells))
         tables["cumulative_penalty_energy"] = cumulative_penalties(as_decision_cells(cells))
     if has_contention(run.trials):  # several clients at once: the border against their number
-        tables["contention"] = contention_table(run.trials, cells)
+        tables["contention"] = contention_table(trials, cells)
         tables["contention_borders"] = borders(tables["contention"])
     return tables
 
@@ -130,6 +140,7 @@ def _summary(run_id: str, run: Run, tables: dict) -> str:
     """What the terminal shows (and the report's top): the decisions, then a line or a block for each
     optional table that has something to say."""
     from analysis.contention import contention_lines
+    from analysis.link_delay import delay_lines
     from analysis.paper_checks import held_out_summary
     from analysis.replicas import replica_summary
     from analysis.summary import summary_text
@@ -147,6 +158,8 @@ def _summary(run_id: str, run: Run, tables: dict) -> str:
         summary += "\n" + "\n".join(fidelity_lines(tables["trial_fidelity"]))
     if "contention" in tables:
         summary += "\n" + "\n".join(contention_lines(tables["contention"]))
+    if "delay_decisions" in tables:
+        summary += "\n" + "\n".join(delay_lines(tables["delay_decisions"], tables["cells"]))
     if (replicas := replica_summary(tables.get("replica_effect"), run.trials)) is not None:
         summary += "\n" + replicas
     if "paper_checks" in tables:

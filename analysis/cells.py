@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.emulation_error import emulation_error
-from analysis.load import row_devices
+from analysis.load import at_point, main_point, row_devices
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
 from contracts.run import Manifest
@@ -51,7 +51,10 @@ def cell_devices(methods) -> list[str]:
 
 
 def cell_table(trials: pd.DataFrame, manifest: Manifest | None = None) -> pd.DataFrame:
-    """All cells of the grid with n, failed, means, CIs, decision, significance, penalty and ratios."""
+    """All cells of the grid with n, failed, means, CIs, decision, significance, penalty and ratios.
+    A run that varies delay or loss: the cells of its first point of the link (`analysis.load.main_point`;
+    `analysis.link_delay` has every point's), so that no cell pools two points."""
+    trials = at_point(trials, main_point(trials))
     trials = trials.assign(device=row_devices(trials))
     local = trials[trials["method"] == LOCAL]
     remote = trials[trials["method"] != LOCAL]

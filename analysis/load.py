@@ -153,3 +153,40 @@ def _check_run(trials: pd.DataFrame, path: Path) -> None:
             f"{path} mixes dtypes {', '.join(dtypes)}; cells of different dtypes cannot be compared",
             "split trials.csv by dtype and analyse each part as its own run",
         )
+
+
+# a run that varies the link's delay or loss (trials format 11): the columns of a point of the link
+POINT = ["delay_ms", "loss_pct"]
+
+
+def link_points(trials: pd.DataFrame) -> list[tuple[float | None, float | None]]:
+    """The (delay, loss) points the run's remote rows ran at, least first; empty when it varies neither
+    (no such columns, as in runs before trials format 11, or every value empty)."""
+    if not any(c in trials for c in POINT):
+        return []
+    remote = trials[trials["method"] != LOCAL]
+    values = [remote[c] if c in remote else pd.Series(None, index=remote.index) for c in POINT]
+    if not any(v.notna().any() for v in values):
+        return []
+    pairs = {(point_value(d), point_value(loss)) for d, loss in zip(*values, strict=True)}
+    return sorted(pairs, key=lambda p: (p[0] or 0.0, p[1] or 0.0))
+
+
+def main_point(trials: pd.DataFrame) -> tuple[float | None, float | None] | None:
+    points = link_points(trials)
+    return points[0] if points else None
+
+
+def at_point(trials: pd.DataFrame, point: tuple[float | None, float | None] | None) -> pd.DataFrame:
+    """The local rows and the remote rows at `point` (all rows when it is None)."""
+    if point is None:
+        return trials
+    here = pd.Series(True, index=trials.index)
+    for column, value in zip(POINT, point, strict=True):
+        values = trials[column] if column in trials else pd.Series(None, index=trials.index)
+        here &= values.isna() if value is None else values == value
+    return trials[(trials["method"] == LOCAL) | here]
+
+
+def point_value(v) -> float | None:
+    return None if pd.isna(v) else float(v)

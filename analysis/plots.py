@@ -22,6 +22,7 @@ from analysis.contention import contention_figure
 from analysis.decision_plots import decision_map, decisions_figure
 from analysis.devices import device_key, role_devices
 from analysis.fidelity_plots import fidelity_figure
+from analysis.link_delay import delay_figure
 from analysis.ratio_plots import ratios_figure
 from analysis.server_plots import server_labels, servers_figure
 from analysis.stage_plots import stage_figure
@@ -29,7 +30,16 @@ from analysis.style import STYLE
 from contracts.run import Manifest
 
 PNG_DPI = 150
-PREFIXES = ("stages-", "decisions-", "decision-map-", "ratios-", "fidelity", "servers-", "contention-")
+PREFIXES = (
+    "stages-",
+    "decisions-",
+    "decision-map-",
+    "ratios-",
+    "fidelity",
+    "servers-",
+    "contention-",
+    "delay-",
+)
 BUILDERS = {
     "stages": stage_figure,
     "decisions": decisions_figure,
@@ -38,12 +48,13 @@ BUILDERS = {
     "fidelity": fidelity_figure,
     "servers": servers_figure,
     "contention": contention_figure,
+    "delay": delay_figure,
 }
 
 
 @dataclass(frozen=True)
 class Plot:
-    kind: str  # stages | decisions | map | ratios | fidelity | servers | contention
+    kind: str  # stages | decisions | map | ratios | fidelity | servers | contention | delay
     title: str
     png: Path
     svg: Path
@@ -72,6 +83,7 @@ def make_plots(
     workers: int | None = None,
     manifest: Manifest | None = None,
     contention: pd.DataFrame | None = None,
+    delays: pd.DataFrame | None = None,
 ) -> list[Plot]:
     """Every figure of the run, drawn by up to `workers` processes (default: one per CPU, at most 8).
 
@@ -87,6 +99,12 @@ def make_plots(
         jobs += [
             Job("contention", (contention, op), f"contention-{op}", title.format(op), "contention", (op,))
             for op in dict.fromkeys(contention["op"])
+        ]
+    if delays is not None:  # delay or loss varied: completion time against the round trip, per op
+        title = "{}: completion time against the round trip the delay adds"
+        jobs += [
+            Job("delay", (delays, op), f"delay-{op}", title.format(op), "delay", (op,))
+            for op in dict.fromkeys(delays["op"])
         ]
     workers = min(workers or _usable_cpus(), 8, len(jobs))
     if workers > 1 and "fork" in multiprocessing.get_all_start_methods():

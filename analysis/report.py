@@ -24,7 +24,7 @@ from analysis.energy import disagreements
 from analysis.fidelity_plots import WORK_OF_ROLE
 from analysis.plots import Plot
 from analysis.report_fidelity import verdict_html
-from analysis.report_figures import fidelity_figures_html, more_figures_html, results_html
+from analysis.report_figures import delay_html, fidelity_figures_html, more_figures_html, results_html
 from analysis.report_findings import answer, question
 from analysis.report_html import CSS, details, e, flatten, image_src, kv, records, section, table
 from analysis.tables import FILES, cell_columns
@@ -133,6 +133,7 @@ def _tables_details(tables: dict[str, pd.DataFrame]) -> list[str]:
         details("Cumulative penalty vectors (s)", table(tables["cumulative_penalty"])),
         *_replicas_html(tables.get("replica_effect")),
         *_contention_html(tables.get("contention"), tables.get("contention_borders")),
+        *delay_html(tables),
         *_trial_fidelity_html(tables.get("trial_fidelity")),
         details("Undecided cells", _undecided_html(cells), "undecided"),
         details("Cells the emulation could flip (~)", _uncertain_html(cells), "uncertain"),

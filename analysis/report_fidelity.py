@@ -96,12 +96,13 @@ def _link_rows(manifest: Manifest, tables: dict[str, pd.DataFrame]) -> list[tupl
     """The link's rate, as the validation measured it before each rate's trials, and what the
     appliance's counters saw while they ran."""
     rows = []
-    measured = [c for c in manifest.validation if _number(c.error_pct) and _number(c.measured_mbps)]
+    goodput = [c for c in manifest.validation if c.measure is None]  # netem's checks: `_netem_row`
+    measured = [c for c in goodput if _number(c.error_pct) and _number(c.measured_mbps)]
     if measured:
         w = max(measured, key=lambda c: abs(c.error_pct))
-        failed = sum(1 for c in manifest.validation if c.ok is False)
+        failed = sum(1 for c in goodput if c.ok is False)
         outside = f"{failed} of {len(measured)} checks"
-        if given_up := _given_up(manifest.validation):
+        if given_up := _given_up(goodput):
             outside += f"; {given_up} rate(s) given up"
         if skipped := sum(1 for c in manifest.validation if c.skipped):
             outside += f"; {skipped} skipped"
@@ -119,6 +120,7 @@ def _link_rows(manifest: Manifest, tables: dict[str, pd.DataFrame]) -> list[tupl
                 failed > 0,
             )
         )
+    rows += _netem_row([c for c in manifest.validation if c.measure is not None and _number(c.measured)])
     counters = tables.get("link_counters")
     if counters is not None and not counters.empty:
         ratio = pd.to_numeric(counters["wire_per_payload"], errors="coerce")
@@ -135,6 +137,21 @@ def _link_rows(manifest: Manifest, tables: dict[str, pd.DataFrame]) -> list[tupl
     if not rows:
         rows.append(("link", "", "", "no link validation or counters recorded in the manifest", "", False))
     return rows
+
+
+def _netem_row(checks: list[LinkCheck]) -> list[tuple]:
+    """The round trip and loss netem added (`testbed.link.delay_loss`): the check furthest from its
+    target, and how many were outside what they are accepted in."""
+    if not checks:
+        return []
+    w = max(checks, key=lambda c: abs(c.measured - c.expected) / max(c.high - c.low, 1e-9))
+    unit = "% loss per direction" if w.measure == "loss" else f"ms {w.measure}"
+    where = f"{format_mbps(w.rate_mbps)} Mbit/s, {w.delay_ms or 0:g} ms, {w.loss_pct or 0:g}%: "
+    told = f"{w.expected:.3g} → {w.measured:.3g} {unit} (accepted {w.low:.3g} to {w.high:.3g})"
+    failed = sum(1 for c in checks if c.ok is False)
+    target = "twice the delay plus the link's own round trip; the loss within its 99% binomial interval"
+    return [("link delay and loss", _link("link validation (ping, TCP)", "validation"), target,
+             e(where + told), f"{failed} of {len(checks)} checks", failed > 0)]  # fmt: skip
 
 
 def _number(value) -> bool:

@@ -17,7 +17,7 @@ from analysis.report_findings import (
     penalty_finding,
     stage_finding,
 )
-from analysis.report_html import e, figure, figures
+from analysis.report_html import details, e, figure, figures, section
 from contracts.run import Manifest
 
 # the other figures, after the results: their heading and what each shows (a description, no finding)
@@ -30,6 +30,11 @@ MORE = {
     "servers": (
         "gRPC servers by language",
         "Each gRPC server's decode, compute and encode per size, averaged over the rates.",
+    ),
+    "delay": (
+        "Delay and loss",
+        "Per size and rate, the completion time against the round trip the delay adds (twice the one-way "
+        "delay), a line per method and loss; a filled marker where offloading pays; the local time dashed.",
     ),
     "contention": (
         "Several clients offloading at once",
@@ -138,3 +143,19 @@ def fidelity_figures_html(plots: list[Plot], embed: bool) -> str:
         "calibration (left), and the error against the tolerance band (right; x: flagged)."
     )
     return figures([figure(p, e(shows), embed) for p in chosen], True)
+
+
+def delay_html(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The report's part: the decisions against the round trip, and every point's cells."""
+
+    if "delay_cells" not in tables:
+        return []
+    note = (
+        "Per cell and loss, the decision at each round trip the delay adds (twice the one-way delay; the "
+        "link's own is not in it), ascending: 1 offloading pays, 0 it does not, ? undecided, - missing."
+    )
+    detail = "Each row: the cell's trials at one point of the link (rate, delay, loss), against the local baseline."
+    return [
+        details("Delay and loss: decisions", section("", note, tables["delay_decisions"]), "delay-decisions"),
+        details("Delay and loss: cells", section("", detail, tables["delay_cells"]), "delay-cells"),
+    ]

@@ -59,16 +59,23 @@ FILES = {
     "trial_fidelity": "trial_fidelity.csv",
     "contention": "contention.csv",
     "contention_borders": "contention_borders.csv",
+    "delay_cells": "delay_cells.csv",
+    "delay_decisions": "delay_decisions.csv",
 }
 
 
 def cell_columns(cells: pd.DataFrame) -> list[str]:
     """CELL_COLUMNS, with the client device after the method when the run's clients were of several
-    devices (a run of one device has no such column, so its tables stay as they were)."""
+    devices (a run of one device has no such column, so its tables stay as they were), and the delay
+    and loss after the rate when the run varies them."""
+    columns = list(CELL_COLUMNS)
+    if "delay_ms" in cells:  # a run that varies delay or loss: the point its tables against the rate are of
+        at = columns.index("rate_mbps") + 1
+        columns[at:at] = ["delay_ms", "loss_pct"]
     if "device" not in cells or not (cells["device"].fillna("") != "").any():
-        return list(CELL_COLUMNS)
-    at = CELL_COLUMNS.index("method") + 1
-    return [*CELL_COLUMNS[:at], "device", *CELL_COLUMNS[at:]]
+        return columns
+    at = columns.index("method") + 1
+    return [*columns[:at], "device", *columns[at:]]
 
 
 def csv_frame(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:

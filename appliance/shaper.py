@@ -19,7 +19,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from appliance.tc_ops import CLASS_ID, FRESH, ROOT_HANDLE, ROOT_ID, PortState, TcOp, port_ops
 from contracts.errors import UserError
-from contracts.profiles import LinkSpec
+from contracts.profiles import NETEM_FIX, NETEM_MISSING, LinkSpec
 from contracts.units import ETH_HEADER, default_burst, kernel_hz
 
 MAX_QUANTUM = 200_000
@@ -166,10 +166,7 @@ class Shaper:
                 raise UserError(f"appliance port {port.ifname} does not exist", "run testbed up first")
             index[port.ifname] = found
         if any(p.needs_netem for p in plan) and not self._netem_available(ipr):
-            raise UserError(
-                "delay/loss need netem, but this kernel has no sch_netem module (CONFIG_NET_SCH_NETEM)",
-                "drop --delay/--loss, or use a kernel with sch_netem (modprobe sch_netem)",
-            )
+            raise UserError(NETEM_MISSING, NETEM_FIX)
         return index
 
     def _state(self, ipr, ifname: str) -> PortState:

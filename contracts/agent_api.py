@@ -142,6 +142,12 @@ class ShapeClear(Ports, Request[None]):
     pass
 
 
+@verb("shape.netem")
+@request
+class ShapeNetem(Request[bool]):
+    """Whether the host's kernel can make a netem qdisc (probed on its loopback, leaving nothing)."""
+
+
 @verb("shape.replay.plan")
 @request
 class ShapeReplayPlan(LinkOnPorts, Request[list[ReplayStepPlan]]):

@@ -1,10 +1,13 @@
 """The lists a grid is written as, in an experiment file, a task stream or on the command line:
-matrix sizes ('400,800' or the range '400-1200:100') and link rates ('10,20mbit,500kbit', a bare number
-in Mbit/s). One parser each, so that every command and file reads them alike."""
+matrix sizes ('400,800' or the range '400-1200:100'), link rates ('10,20mbit,500kbit', a bare number
+in Mbit/s), one-way delays ('0,25,50', ms) and losses ('0,1,5', % per direction); and `LinkPoint`, one
+point of a sweep's link. One parser each, so that every command and file reads them alike."""
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 from contracts.errors import UserError
 from contracts.units import parse_rate
@@ -50,3 +53,68 @@ def parse_rates(value, where: str = "rates") -> tuple[float, ...]:
     if not parts:
         raise UserError(f"{where}: no rates given", "give e.g. 10,20,40 (Mbit/s) or 500kbit")
     return tuple(sorted({parse_rate(p, where) / 1e6 for p in parts}))
+
+
+MAX_DELAY_MS = 10_000.0  # netem's one-way delay; ten seconds is already far beyond any link studied
+MAX_LOSS_PCT = 99.0  # per direction: at 100% nothing arrives, and no trial could run
+
+
+def parse_delays(value, where: str = "delays") -> tuple[float, ...]:
+    """Sorted distinct one-way delays in ms (each added in both directions: the RTT is twice it plus
+    the link's own), from a list or comma-separated text; 0 is the link without added delay."""
+    return _netem_values(value, where, "delay", "ms", MAX_DELAY_MS, "0,25,50 (ms, one way)")
+
+
+def parse_losses(value, where: str = "losses") -> tuple[float, ...]:
+    """Sorted distinct loss percentages per direction, from a list or comma-separated text."""
+    return _netem_values(value, where, "loss", "%", MAX_LOSS_PCT, "0,1,5 (% per direction)")
+
+
+def _netem_values(value, where: str, what: str, unit: str, most: float, example: str) -> tuple[float, ...]:
+    parts = _items(value)
+    if not parts:
+        raise UserError(
+            f"{where}: no {what}{'es' if what.endswith('s') else 's'} given", f"give e.g. {example}"
+        )
+    values = []
+    for part in parts:
+        text = str(part).strip().removesuffix(unit).removesuffix("ms").strip()
+        try:
+            number = float(text)
+        except ValueError:
+            raise UserError(f"{where}: {part!r} is not a {what}", f"give numbers, e.g. {example}") from None
+        if not (math.isfinite(number) and 0 <= number <= most):
+            raise UserError(
+                f"{where}: {what} {part!r} is out of range", f"give values from 0 to {most:g} {unit}"
+            )
+        values.append(number)
+    return tuple(sorted(set(values)))
+
+
+@dataclass(frozen=True)
+class LinkPoint:
+    """One point of a sweep's link: its rate, and its one-way delay and loss per direction where the
+    sweep varies them (None: not varied, the inventory's). What a group of trials is shaped to and
+    validated at once (`testbed.sweep.plan.rate_groups`)."""
+
+    rate_mbps: float
+    delay_ms: float | None = None
+    loss_pct: float | None = None
+
+    def label(self) -> str:
+        """E.g. `20 Mbit/s` or `20 Mbit/s, 25 ms, 1% loss`."""
+        parts = [f"{self.rate_mbps:g} Mbit/s"]
+        if self.delay_ms is not None:
+            parts.append(f"{self.delay_ms:g} ms delay")
+        if self.loss_pct is not None:
+            parts.append(f"{self.loss_pct:g}% loss")
+        return ", ".join(parts)
+
+    def seed_text(self) -> str:
+        """What a group's shuffle is seeded with beside the experiment's seed: the rate alone when
+        delay and loss are not varied (the order runs before them had)."""
+        extra = [v for v in (self.delay_ms, self.loss_pct) if v is not None]
+        return "-".join(str(v) for v in (self.rate_mbps, *extra)) if extra else str(self.rate_mbps)
+
+    def sort_key(self) -> tuple[float, float, float]:
+        return (self.rate_mbps, self.delay_ms or 0.0, self.loss_pct or 0.0)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from contracts.calibration import Calibration
 from contracts.errors import UserError
+from contracts.grid import LinkPoint
 from contracts.message import decode, encode_fields
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
@@ -88,6 +89,11 @@ class Experiment:
     # a manifest before format 10 reads as what it ran, None and compact
     int_range: tuple[int, int] | None = None
     codec_text: str = COMPACT
+    # the link's one-way delays (ms, added in each direction: the round trip is twice one plus the
+    # link's own) and losses (% per direction), each a dimension beside the rates, shaped with netem
+    # and validated per group (empty: not varied, the inventory's; a manifest before format 11: empty)
+    delays_ms: tuple[float, ...] = ()
+    losses_pct: tuple[float, ...] = ()
 
     def as_dict(self) -> dict:
         return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)
@@ -129,6 +135,21 @@ class Experiment:
             for k in self.contention or (None,)
         ]
 
+    def link_points(self) -> list[LinkPoint]:
+        """Every point of its link: each rate with each delay and each loss it varies, in the order the
+        trials are numbered (`testbed.sweep.plan`)."""
+        return [
+            LinkPoint(rate, delay, loss)
+            for rate in self.rates_mbps
+            for delay in self.delays_ms or (None,)
+            for loss in self.losses_pct or (None,)
+        ]
+
+    @property
+    def needs_netem(self) -> bool:
+        """Whether a delay or a loss it varies is more than none (netem shapes it)."""
+        return any(self.delays_ms) or any(self.losses_pct)
+
     @property
     def together(self) -> bool:
         """Several requests in flight at once (several clients, or a client's concurrency): the
@@ -161,7 +182,9 @@ class Session:
 
 @dataclass(slots=True)
 class LinkCheck:
-    """One iperf3 check of one direction of a rate's link (or a rate whose validation was skipped)."""
+    """One iperf3 check of one direction of a rate's link (or a rate whose validation was skipped);
+    where the link has a delay or a loss, also one check of its round trip (by ping, by TCP handshake)
+    or of its loss (`measure`; `testbed.link.delay_loss`)."""
 
     rate_mbps: float
     direction: str | None = None  # up: client->server, down: server->client
@@ -175,6 +198,18 @@ class LinkCheck:
     at: str | None = None
     skipped: str | None = None  # why it was not checked
     replica: int | None = None  # whose link (None: the sweep had one testbed)
+    # the link's point beside its rate: one-way delay (ms) and loss (% per direction), when the sweep
+    # or the inventory sets them (None: not set; absent before format 11)
+    delay_ms: float | None = None
+    loss_pct: float | None = None
+    # a netem check: what it measured (`rtt ping`, `rtt tcp` in ms; `loss` in % per direction), its
+    # target, what was measured, the interval it is accepted in, and the samples (None: goodput)
+    measure: str | None = None
+    expected: float | None = None
+    measured: float | None = None
+    low: float | None = None
+    high: float | None = None
+    samples: int | None = None
 
 
 @dataclass(slots=True)
@@ -188,6 +223,8 @@ class Counters:
     after: dict | None = None
     error: str | None = None
     replica: int | None = None
+    delay_ms: float | None = None  # the link's point beside its rate (None: not set by the sweep)
+    loss_pct: float | None = None
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ them, so a value means the same wherever it was typed.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from contracts.errors import UserError
 
@@ -50,6 +50,15 @@ MALLOC_ENV = {
 }
 
 
+# where a kernel has no netem (this project's own machines), in one line that names where it runs: the
+# shaper's refusal of a delay or loss, and an experiment's or a validation's refusal before any work
+NETEM_MISSING = "delay/loss need netem, but this kernel has no sch_netem module (CONFIG_NET_SCH_NETEM)"
+NETEM_FIX = (
+    "drop the delay/loss, or run under a kernel that has it: `testbed guest -- COMMAND` boots Debian's "
+    "stock kernel under QEMU and runs the command there as root (docs/commands.md)"
+)
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """Shaping of both directions of the client<->server path, in bits per second."""
@@ -64,6 +73,16 @@ class LinkSpec:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def at_rate(
+        self, rate_bps: int, delay_ms: float | None = None, loss_pct: float | None = None
+    ) -> LinkSpec:
+        """This link at `rate_bps` in both directions (ceil and burst derived from it), with the delay
+        and the loss given (None: its own)."""
+        link = replace(self, up_rate=rate_bps, down_rate=rate_bps, ceil=None, burst=None)
+        if delay_ms is not None:
+            link = replace(link, delay_ms=delay_ms)
+        return link if loss_pct is None else replace(link, loss_pct=loss_pct)
 
     @classmethod
     def from_dict(cls, data: dict) -> LinkSpec:

@@ -58,6 +58,13 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   range). Older runs load with the column empty and the experiment's `codec_text` `compact` and
   `int_range` null, which is what they ran; resuming one rewrites its trials.csv in version 10's
   columns.
+- 11: the columns `delay_ms` (the link's one-way delay, added in each direction) and `loss_pct` (% per
+  direction) a trial ran at, where the sweep varies them (`delays:`, `losses:`), and the experiment's
+  `delays_ms` and `losses_pct` (empty: not varied); a link check's `delay_ms`, `loss_pct` and, for the
+  round trip and loss netem adds, `measure`, `expected`, `measured`, `low`, `high` and `samples`
+  (`testbed.link.delay_loss`); the counters' `delay_ms` and `loss_pct`. Older runs load with them
+  empty, which is what they ran (the inventory's link); resuming one rewrites its trials.csv in
+  version 11's columns.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 
-FORMAT_VERSION = 10
+FORMAT_VERSION = 11
 
 
 def check_version(version: int, path: Path) -> None:

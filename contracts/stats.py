@@ -27,3 +27,18 @@ def ci95(std, n) -> np.ndarray:
     n = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n >= 2, t_quantile(n - 1) * std / np.sqrt(n), np.nan)
+
+
+def binomial_ci(k: int, n: int, level: float = 0.99) -> tuple[float, float]:
+    """The Wilson score interval of a proportion from k successes in n trials (a loss rate from the
+    packets lost): it stays inside [0, 1] and holds at k = 0 or k = n, where the normal one collapses.
+    (nan, nan) without trials."""
+    from scipy import stats
+
+    if n <= 0:
+        return float("nan"), float("nan")
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, float(centre - half)), min(1.0, float(centre + half))

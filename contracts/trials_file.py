@@ -1,7 +1,7 @@
 """A run's trials.csv: `TrialRecord` (a row), its columns, `TrialWriter` and `read_trials`, the one
 reader (resume, the stopping rule and the analysis all read through it).
 
-The file's first line is its format mark (`# offload-testbed trials format 9`; none in version 1),
+The file's first line is its format mark (`# offload-testbed trials format 11`; none in version 1),
 then a header of the record's fields and a row per trial; the versions are `contracts.run_format`'s.
 """
 
@@ -94,6 +94,10 @@ class TrialRecord(StageTimes, _TrialHead):
     # the text its JSON codecs wrote (contracts.stages.CODEC_TEXTS: compact, or the era's of issue 45),
     # the run's setting, in every row; None: a run before format 10, which wrote compact text
     codec_text: str | None = None
+    # the link's one-way delay (ms, added in each direction) and loss (% per direction) the trial ran
+    # at, where the sweep varies them (`delays:`, `losses:`); None: not varied, or a run before format 11
+    delay_ms: float | None = None
+    loss_pct: float | None = None
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -119,7 +123,7 @@ _TIMES = (*STAGE_TIMES, "t_request", "t_server_start", "t_server_queue")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
 _FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))
-_FLOATS += ("cpu_server_start", "wall_server_start")
+_FLOATS += ("cpu_server_start", "wall_server_start", "delay_ms", "loss_pct")
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", *STAGE_TIMES)
 
 

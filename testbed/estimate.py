@@ -205,14 +205,17 @@ class DurationModel:
     def cell_s(self, cell: tuple) -> float:
         """The sweep's wall time per trial of the cell (op, size, rate, method, server): a testbed's,
         shared by the replicas. Every gRPC server is taken to work at the Python server's measured
-        speed (this model knows no other)."""
-        return self.wall_s(*cell[:4]) / self.replicas
+        speed (this model knows no other). A delay the sweep varies (marked in the cell) adds three
+        round trips (the handshake, the request and the reply; slow start is not modelled)."""
+        marked = dict(x for x in cell[5:] if isinstance(x, tuple))
+        return (self.wall_s(*cell[:4]) + 3 * 2 * marked.get("delay", 0.0) / 1000) / self.replicas
 
     def setup_s(self) -> float:
-        """Per rate, iperf3 both ways (the first attempt), and the warm-up trials of every phase."""
+        """Per point of the link, iperf3 both ways (the first attempt) and, with netem, its round trips
+        and loss (`testbed.link.delay_loss`: about 5 s); and the warm-up trials of every phase."""
         exp, smallest = self.exp, min(self.exp.sizes)
         validation = 2 * exp.validation.duration + 1 if exp.validation.enabled else 0
-        total = len(exp.rates_mbps) * validation
+        total = len(exp.link_points()) * (validation + (5 if exp.needs_netem and validation else 0))
         for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
             methods = [LOCAL] if rate is None else [m for m, _ in offloads(exp.methods, exp.servers)]
             total += exp.warmup * sum(self.wall_s(op, smallest, rate, m) for op in exp.ops for m in methods)
@@ -223,7 +226,11 @@ class DurationModel:
         cells = [(op, size, None, LOCAL, "") for op in exp.ops for size in exp.sizes] if exp.local else []
         ways = offloads(exp.methods, exp.servers)
         return cells + [
-            (o, s, r, m, v) for o in exp.ops for s in exp.sizes for r in exp.rates_mbps for m, v in ways
+            (o, s, p.rate_mbps, m, v, *(("delay", p.delay_ms),) * (p.delay_ms is not None))
+            for o in exp.ops
+            for s in exp.sizes
+            for p in exp.link_points()
+            for m, v in ways
         ]
 
     def sweep_s(self, reps: int) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 from contracts.config import Section, load_yaml
 from contracts.device import MODES, Mode
 from contracts.errors import UserError
-from contracts.grid import parse_rates, parse_sizes
+from contracts.grid import parse_delays, parse_losses, parse_rates, parse_sizes
 from contracts.operands import FIX as OPERANDS_FIX
 from contracts.operands import check_int_range, parse_int_range
 from contracts.run import Experiment, Validation
@@ -82,6 +82,8 @@ FLAGS = (
     "ops",
     "sizes",
     "rates",
+    "delays",
+    "losses",
     "methods",
     "reps",
     "precision",
@@ -123,6 +125,8 @@ def load_experiment(path: Path) -> Experiment:
         ops=wrap("ops", parse_names, "ops", known_ops(), "op"),
         sizes=wrap("sizes", parse_sizes),
         rates_mbps=wrap("rates", parse_rates),
+        delays_ms=wrap("delays", parse_delays) if doc.has("delays") else (),
+        losses_pct=wrap("losses", parse_losses) if doc.has("losses") else (),
         methods=wrap("methods", parse_names, "methods", known_methods(), "method"),
         **_reps(doc),
         warmup=doc.get("warmup", int, 1),
@@ -178,7 +182,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
-    With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
+    Each point of the link (a rate, with each delay and loss varied) is a group of cells. With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
     c requests outstanding per client k x c; with clients of several devices, a local baseline each."""
     cells = len(exp.ops) * len(exp.sizes)
     remote = (
@@ -186,7 +190,7 @@ def planned_trials(exp: Experiment) -> int:
     )
     remote *= max(1, len(exp.parallelism)) * max(1, len(exp.io_kb))
     baselines = len(set(exp.client_devices)) or 1  # clients of several devices: one baseline each
-    return cells * exp.reps * ((baselines if exp.local else 0) + len(exp.rates_mbps) * remote)
+    return cells * exp.reps * ((baselines if exp.local else 0) + len(exp.link_points()) * remote)
 
 
 def trial_range(exp: Experiment) -> tuple[int, int]:

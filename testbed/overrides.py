@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contracts.errors import UserError
-from contracts.grid import parse_rates, parse_sizes
+from contracts.grid import parse_delays, parse_losses, parse_rates, parse_sizes
 from contracts.operands import parse_int_range
 from contracts.profiles import CpuProfile, check_cpu_quota
 from contracts.run import Experiment
@@ -41,6 +41,10 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["sizes"] = parse_sizes(flags["sizes"], "--sizes")
     if flags.get("rates") is not None:
         changes["rates_mbps"] = parse_rates(flags["rates"], "--rates")
+    if flags.get("delays") is not None:
+        changes["delays_ms"] = parse_delays(flags["delays"], "--delays")
+    if flags.get("losses") is not None:
+        changes["losses_pct"] = parse_losses(flags["losses"], "--losses")
     if flags.get("methods") is not None:
         changes["methods"] = parse_names(flags["methods"], "--methods", known_methods(), "method")
     if flags.get("reps") is not None:

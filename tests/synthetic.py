@@ -89,12 +89,14 @@ def write_synthetic_run(
     replicas: int = 1,
     drift: float = 0.0,
     devices: tuple[SyntheticDevice, ...] = (),
+    delays: tuple[float, ...] = (),
 ) -> Path:
     """Write trials.csv and manifest.json; every `fail_every`-th remote trial fails (0: none). With
     `replicas`, repetition r ran on replica r % replicas, whose times are `1 + drift * replica` times
     the model's (a replica effect to find). With two or more `devices`, client i is devices[i - 1]:
     each runs its own local baseline and every remote cell, all of them at once (sharing the link:
-    communication takes their number times the model's)."""
+    communication takes their number times the model's). With `delays` (one-way, ms), every rate at
+    each of them: communication three round trips (twice the delay each) longer."""
     if len(devices) == 1:
         raise ValueError("one synthetic device is the run's own: give none, or two or more")
     rng = np.random.default_rng(seed)
@@ -104,15 +106,16 @@ def write_synthetic_run(
         for size in sizes:
             trials.local_cell(op, size, reps)
             for rate in rates:
-                for method in methods:
-                    trials.remote_cell(op, size, rate, method, reps)
+                for delay in delays or (None,):
+                    for method in methods:
+                        trials.remote_cell(op, size, rate, method, reps, delay)
     path = run_dir / TRIALS_FILE
     path.unlink(missing_ok=True)
     writer = TrialWriter(path)
     for row in trials.rows:
         writer.write(row)
     writer.close()
-    grid = {"ops": ops, "sizes": sizes, "rates": rates, "methods": methods, "reps": reps}
+    grid = {"ops": ops, "sizes": sizes, "rates": rates, "methods": methods, "reps": reps, "delays": delays}
     write_manifest(run_dir / MANIFEST_FILE, _manifest(trials.run_id, rng, devices, **grid))
     return run_dir
 
@@ -160,7 +163,9 @@ class _Trials:
                     op=op, size=size, method=LOCAL, rep=rep, t_total=local * slowdown * _noise(self.rng), **on
                 )
 
-    def remote_cell(self, op: str, size: int, rate: float, method: str, reps: int) -> None:
+    def remote_cell(
+        self, op: str, size: int, rate: float, method: str, reps: int, delay: float | None = None
+    ) -> None:
         """Each stage from the model: marshalling proportional to the bytes (the server 8x faster),
         communication the bytes over the rate (shared by the clients at once) plus 2 ms."""
         local = _local(op, size)
@@ -170,12 +175,16 @@ class _Trials:
             for device, slowdown, client in self.hosts:
                 on = {"device": device, "client": client, "clients": self.together} if device else {}
                 cell = {"op": op, "size": size, "rate_mbps": rate, "method": method, "rep": rep, **on}
+                if delay is not None:
+                    cell["delay_ms"] = delay
                 if self.fail_every and len(self.rows) % self.fail_every == 0:
                     self.add(**cell, ok=False, error="synthetic failure")
                     continue
                 t = {
                     "t_client_encode": cost * up * slowdown,
-                    "t_comm": (up + down) * 8 / (rate * 1e6) * (self.together or 1) + 0.002,
+                    "t_comm": (up + down) * 8 / (rate * 1e6) * (self.together or 1)
+                    + 0.002
+                    + 3 * 2 * (delay or 0) / 1000,
                     "t_server_decode": cost * up / 8,
                     "t_server_compute": local / 8,
                     "t_server_encode": cost * down / 8,
@@ -186,7 +195,7 @@ class _Trials:
 
 
 def _manifest(
-    run_id: str, rng: np.random.Generator, devices, *, ops, sizes, rates, methods, reps
+    run_id: str, rng: np.random.Generator, devices, *, ops, sizes, rates, methods, reps, delays=()
 ) -> Manifest:
     """The run's manifest: its grid, each rate's link checked within 0.2% of its goodput, and with
     devices each one's profile (client 1's as the run's device)."""
@@ -209,6 +218,7 @@ def _manifest(
         rates_mbps=tuple(float(r) for r in rates),
         methods=tuple(methods),
         reps=reps,
+        delays_ms=tuple(float(d) for d in delays),
         **_clients(devices),
     )
     profiles = [Device(d.profile(ops, sizes, methods), "scaled") for d in devices]

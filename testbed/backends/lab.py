@@ -101,6 +101,9 @@ class Lab(ABC):
     # whether the client hosts are one machine (the embedded testbed's namespaces): a device is then
     # calibrated once for all its clients; an SSH lab's client machines each calibrate their own
     clients_share_a_machine: bool = True
+    # the delay and loss of a sweep's group of trials (its `LinkPoint`; None: the inventory's)
+    delay_ms: float | None = None
+    loss_pct: float | None = None
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -349,7 +352,11 @@ class Lab(ABC):
 
     def set_rate(self, rate_bps: int) -> None:
         """The sweep's in-place rate change between cells: both directions, nothing else altered."""
-        self.shape(replace(self.inv.link, up_rate=rate_bps, down_rate=rate_bps, ceil=None, burst=None))
+        self.shape(self.link_at(rate_bps))
+
+    def link_at(self, rate_bps: int) -> LinkSpec:
+        """What `set_rate` shapes: the inventory's link at this rate, with the sweep's delay and loss."""
+        return self.inv.link.at_rate(rate_bps, self.delay_ms, self.loss_pct)
 
     def replay_plan(self, plan: ReplayPlan) -> list[answers.ReplayStepPlan]:
         """The appliance's timed operations for a trace, from its ports' state now (the dry run)."""

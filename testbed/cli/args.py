@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from contracts.errors import UserError
+from contracts.grid import parse_delays, parse_losses
 from contracts.profiles import LinkSpec, check_burst
 from contracts.units import format_rate, parse_rate
 from testbed.inventory import Inventory, load_inventory
@@ -57,8 +58,8 @@ def add_link_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--down-rate", help="server->client rate")
     p.add_argument("--ceil", help="HTB ceil (default: the rate)")
     p.add_argument("--burst", type=int, help="HTB burst in bytes (default: rate/HZ + one frame)")
-    p.add_argument("--delay", type=float, help="one-way delay in ms per direction (needs sch_netem)")
-    p.add_argument("--loss", type=float, help="loss in %% per direction (needs sch_netem)")
+    p.add_argument("--delay", help="one-way delay per direction, e.g. 50 or 50ms (needs sch_netem)")
+    p.add_argument("--loss", help="loss in %% per direction, e.g. 5 (needs sch_netem)")
 
 
 def resolve_link(base: LinkSpec, args: argparse.Namespace) -> LinkSpec:
@@ -79,16 +80,19 @@ def resolve_link(base: LinkSpec, args: argparse.Namespace) -> LinkSpec:
         except UserError as exc:
             raise UserError(f"--burst: {exc.message}", exc.fix) from None
     if args.delay is not None:
-        if args.delay < 0:
-            raise UserError(f"--delay {args.delay} is negative")
-        link = replace(link, delay_ms=args.delay)
+        link = replace(link, delay_ms=_one(parse_delays(args.delay, "--delay"), "--delay", "--delays"))
     if args.loss is not None:
-        if not 0 <= args.loss <= 100:
-            raise UserError(f"--loss {args.loss} is not a percentage")
-        link = replace(link, loss_pct=args.loss)
+        link = replace(link, loss_pct=_one(parse_losses(args.loss, "--loss"), "--loss", "--losses"))
     if link.ceil is not None and link.ceil < max(link.up_rate, link.down_rate):
         raise UserError(f"ceil {format_rate(link.ceil)} is below the rate", "give a ceil at least the rate")
     return link
+
+
+def _one(values: tuple[float, ...], flag: str, lists: str) -> float:
+    """The one value a shaping takes (a sweep or a validation takes lists: `lists`)."""
+    if len(values) != 1:
+        raise UserError(f"{flag} takes one value", f"give one; `sweep` and `validate` take {lists} LIST")
+    return values[0]
 
 
 def print_json(data) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from contracts.agent_answers import ShapingInForce
 from contracts.errors import UserError
-from contracts.grid import parse_rates
+from contracts.grid import parse_delays, parse_losses, parse_rates
 from contracts.units import format_rate
 from testbed.cli.args import (
     RESULTS,
@@ -69,9 +69,25 @@ def register(sub) -> None:
     )
     p.set_defaults(handler=cmd_shape, busy=lambda a: not a.dry_run)
 
-    p = sub.add_parser("validate", help="measure the shaped link with iperf3 in both directions")
+    p = sub.add_parser(
+        "validate",
+        help="measure the shaped link with iperf3 in both directions (and its round trip and loss where "
+        "it has a delay or a loss)",
+    )
     p.add_argument(
         "--rates", default=None, help="comma-separated rates (Mbit/s or with units); default: the link's"
+    )
+    p.add_argument(
+        "--delays",
+        default=None,
+        help="one-way delays in ms, each validated with each rate (added both ways; the round trip by "
+        "ping and TCP handshake; needs sch_netem), e.g. 0,25,50; default: the link's",
+    )
+    p.add_argument(
+        "--losses",
+        default=None,
+        help="losses in %% per direction, each validated with each rate (against the pings lost; needs "
+        "sch_netem), e.g. 0,5; default: the link's",
     )
     p.add_argument(
         "--duration", type=int, default=3, help="seconds per direction (default 3, after 1 omitted)"
@@ -181,6 +197,7 @@ def held_rates(shaping: dict[str, ShapingInForce], asked: dict[str, tuple[str, i
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from testbed.link.delay_loss import needs_netem, require_netem
     from testbed.link.validate import format_table, raise_on_failure, validate
     from testbed.run_files import new_run_id
 
@@ -190,12 +207,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if args.rates
         else sorted({inv.link.up_rate, inv.link.down_rate})
     )
+    delays = parse_delays(args.delays, "--delays") if args.delays is not None else ()
+    losses = parse_losses(args.losses, "--losses") if args.losses is not None else ()
     if args.duration < 1:
         raise UserError("--duration must be at least 1 second")
     require_root()
     lab = open_lab(inv)
     lab.require_up()
-    checks = validate(lab, rates, args.duration, args.tolerance)
+    if any(delays) or any(losses) or (not (delays or losses) and needs_netem(inv.link)):
+        require_netem(lab, "the delays/losses to validate")
+    checks = validate(lab, rates, args.duration, args.tolerance, delays, losses)
     print(format_table(checks))
     out = args.json or RESULTS / f"{new_run_id('validate')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,13 @@ def register(sub) -> None:
     p.add_argument("--ops", help="comma-separated, e.g. mul,inv,log")
     p.add_argument("--sizes", help="e.g. 400,800 or 400-1200:100")
     p.add_argument("--rates", help="Mbit/s, e.g. 10,20,40")
+    p.add_argument(
+        "--delays",
+        help="one-way delays in ms, each a dimension (added both ways; needs sch_netem), e.g. 0,25,50",
+    )
+    p.add_argument(
+        "--losses", help="losses in %% per direction, each a dimension (needs sch_netem), e.g. 0,1,5"
+    )
     p.add_argument("--methods", help="marshalling methods, e.g. json,ujson,raw")
     p.add_argument("--reps", help="repetitions per cell: N (fixed) or MIN..MAX (adaptive), e.g. 5..40")
     p.add_argument(
@@ -108,6 +115,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     exp, run_dir, device, server_device = setup.exp, setup.run_dir, setup.device, setup.server_device
     require_root()
     labs = [open_lab(i) for i in sweep_inventories(setup.inventories, exp.replicas)]
+    if exp.needs_netem:  # refused in one line before anything is written, brought up or calibrated
+        from testbed.link.delay_loss import require_netem
+
+        require_netem(labs[0], "the experiment's delays/losses")
     manifest = setup.manifest or start_run(run_dir, setup.run_id, exp, labs[0])
     model = setup.model()
     low, high = model.duration_s()

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from contracts.errors import UserError
+from contracts.grid import LinkPoint
 from contracts.run import LinkCheck, Repair
 from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
@@ -50,14 +51,26 @@ class Healing:
         return ", ".join(r.part for r in self.repairs)
 
 
+def point_label(lab: Lab, rate_mbps: float) -> str:
+    """The link's point the lab is shaped for at this rate, in words (its delay and loss where the
+    sweep sets them)."""
+    return LinkPoint(rate_mbps, lab.delay_ms, lab.loss_pct).label()
+
+
 def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: ManifestFile) -> str | None:
-    """Shape for this rate and check it; a reason to skip the rate, or None when it can be trusted."""
+    """Shape for this rate (with the lab's delay and loss: `Lab.link_at`) and check it; a reason to
+    skip the rate, or None when it can be trusted."""
     rate_bps = int(round(rate_mbps * 1e6))
     lab.set_rate(rate_bps)
+    at = point_label(lab, rate_mbps)
     if not exp.validation.enabled:
         add_validation(
-            manifest, LinkCheck(rate_mbps=rate_mbps, skipped="validation disabled", replica=lab.replica)
-        )
+            manifest,
+            LinkCheck(
+                rate_mbps=rate_mbps, skipped="validation disabled", replica=lab.replica,
+                delay_ms=lab.delay_ms, loss_pct=lab.loss_pct,
+            ),
+        )  # fmt: skip
         return None
     v = exp.validation
     for attempt in range(1 + v.retries):
@@ -69,20 +82,16 @@ def shape_and_validate(lab: Lab, exp: Experiment, rate_mbps: float, manifest: Ma
             *(LinkCheck(**c.as_dict(), attempt=attempt + 1, at=now(), replica=lab.replica) for c in checks),
         )
         if all(c.ok for c in checks):
-            log.info(
-                "rate %g Mbit/s validated: %s",
-                rate_mbps,
-                ", ".join(f"{c.direction} {c.measured_mbps} Mbit/s" for c in checks),
-            )
+            log.info("rate %s validated: %s", at, ", ".join(c.describe() for c in checks))
             return None
         log.warning(
-            "rate %g Mbit/s failed validation (attempt %d): %s",
-            rate_mbps,
+            "rate %s failed validation (attempt %d): %s",
+            at,
             attempt + 1,
             [c.as_dict() for c in checks if not c.ok],
         )
     bad = "; ".join(c.describe() for c in checks if not c.ok)
-    return f"link validation failed at {rate_mbps:g} Mbit/s ({bad}); rate skipped"
+    return f"link validation failed at {at} ({bad}); rate skipped"
 
 
 def shaping_guard(lab: Lab, rate_mbps: float, since_start: bool = False) -> ShapingGuard:

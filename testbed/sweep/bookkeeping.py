@@ -43,7 +43,10 @@ def counters_before(manifest: ManifestFile, lab: Lab, rate_mbps: float) -> Count
     A counter that cannot be read is recorded as such and the sweep goes on: counters annotate the
     trials, they do not decide whether they are valid.
     """
-    entry = Counters(rate_mbps=rate_mbps, ports={"up": lab.up_if, "down": lab.down_if}, replica=lab.replica)
+    entry = Counters(
+        rate_mbps=rate_mbps, ports={"up": lab.up_if, "down": lab.down_if}, replica=lab.replica,
+        delay_ms=lab.delay_ms, loss_pct=lab.loss_pct,
+    )  # fmt: skip
     try:
         entry.before = lab.counters().to_json()
     except UserError as exc:
@@ -111,6 +114,8 @@ def trial_row(
             "concurrency": t.concurrency,
             "stream": t.stream,
             "device": t.device,
+            "delay_ms": t.delay_ms,
+            "loss_pct": t.loss_pct,
             "emulation_flagged": emulation_flagged,
             "replica": replica,
             "repair": repair,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from contracts.device import PACED, DeviceProfile, Mode
 from contracts.errors import UserError
+from contracts.grid import LinkPoint
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.stages import GRPC, PYTHON
@@ -294,39 +295,43 @@ class Sweep(Together):
             raise errors[0]
 
     def work(self, tb: Testbed) -> None:
-        """Units from the source until there are none; the testbed keeps its rate while it can."""
-        rate = None
-        while (unit := self.source.take(rate)) is not None:
+        """Units from the source until there are none; the testbed keeps its link while it can."""
+        point = None
+        while (unit := self.source.take(point)) is not None:
             try:
-                rate = unit[0]
+                point = unit[0]
                 self.run_unit(tb, *unit)
             finally:
                 self.source.done()
 
-    def run_unit(self, tb: Testbed, rate: float | None, group: list[Trial]) -> None:
-        """One rate group: shape and validate the rate (once a session), warm up, run and check its
-        trials, read the appliance's counters around them."""
+    def run_unit(self, tb: Testbed, point: LinkPoint | None, group: list[Trial]) -> None:
+        """One group at a point of the link: shape and validate it (once a session: its rate, and its
+        delay and loss where the sweep varies them), warm up, run and check its trials, read the
+        appliance's counters around them."""
         lab, exp = tb.lab, self.exp
-        if rate is not None and rate not in tb.problems:
-            self.show(f"validating {rate:g} Mbit/s")
+        rate = point.rate_mbps if point is not None else None
+        if point is not None:
+            lab.delay_ms, lab.loss_pct = point.delay_ms, point.loss_pct  # what `set_rate` shapes with
+        if point is not None and point not in tb.problems:
+            self.show(f"validating {point.label()}")
             # iperf3 through a userspace switch is CPU work: no replica's transfer or stage beside it
             with tb.quiet.alone(), tb.cpu_lock.held():
-                tb.problems[rate] = validate_or_heal(lab, exp, rate, self.manifest)
-        elif rate is not None and not tb.problems[rate]:
+                tb.problems[point] = validate_or_heal(lab, exp, rate, self.manifest)
+        elif point is not None and not tb.problems[point]:
             lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
-        if tb.problems.get(rate):
+        if tb.problems.get(point):
             for t in group:
-                self.record(tb, t, TrialResult(ok=False, error=tb.problems[rate]))
+                self.record(tb, t, TrialResult(ok=False, error=tb.problems[point]))
             self.close_cells()
             return
         if tb.worker is None:
             tb.worker = WorkerLink(lab, exp, self.worker_log(tb), self.worker_emulation(tb, "client"))
-        if rate not in tb.warmed:
+        if rate not in tb.warmed:  # once a rate: a delay or a loss changes no code path to warm up
             with tb.quiet.shared():
                 tb.worker = warm_up(lab, exp, tb.worker, self.run_dir, group)
             tb.warmed.add(rate)
-        if exp.together and rate is not None:  # the local baseline: the first client alone, below
-            self.run_together(tb, rate, group)
+        if exp.together and point is not None:  # the local baseline: the first client alone, below
+            self.run_together(tb, point, group)
             return
         counters = counters_before(self.manifest, lab, rate) if rate is not None else None
         guard = None if rate is None else shaping_guard(lab, rate)
@@ -337,8 +342,8 @@ class Sweep(Together):
                 if self.source.stopped:
                     return  # another testbed failed, or the user interrupted: no row for what did not run
                 repair = None
-                if tb.problems.get(rate):  # the link broke and could not be repaired
-                    result = TrialResult(ok=False, error=tb.problems[rate])
+                if tb.problems.get(point):  # the link broke and could not be repaired
+                    result = TrialResult(ok=False, error=tb.problems[point])
                 elif guard is None:  # the local baseline: on client 1, or on its device's client
                     self.show(cell_label(t))
                     role = lab.client_roles[(t.client or 1) - 1]
@@ -348,7 +353,7 @@ class Sweep(Together):
                 else:
                     self.show(cell_label(t))
                     with tb.quiet.shared():
-                        done, guard, tb.problems[rate] = run_checked(
+                        done, guard, tb.problems[point] = run_checked(
                             lab, exp, tb.worker, self.run_dir, t, guard, self.manifest
                         )
                     result, tb.worker, repair = done.result, done.worker, done.repair

@@ -2,7 +2,8 @@
 
 Round r runs repetition r of every open cell: each remote cell the stopping rule
 (`analysis.stopping`) has not closed, and the local baseline of an (op, size) while any of its remote
-cells is open. A round's trials are grouped by rate (one shaping per rate and round); the order of
+cells is open. A round's trials are grouped by the point of the link (rate, and delay and loss where varied: one
+shaping per point and round); the order of
 the groups and of the trials within each is shuffled from the seed and the round, so drift does not
 line up with a factor.
 
@@ -17,6 +18,7 @@ import random
 from collections.abc import Iterator
 
 from analysis.stopping import Rule, stop_reason
+from contracts.grid import LinkPoint
 from contracts.run import TrialRecord
 from contracts.stages import LOCAL
 from testbed.experiment import Experiment
@@ -66,25 +68,27 @@ class Rounds:
         r = min(self.done(c) for c in cells)
         return [self.cells[c][r] for c in cells if self.done(c) == r]
 
-    def blocks(self) -> Iterator[tuple[float | None, list[Trial]]]:
-        """(rate, trials) groups, round after round; each round is computed once the last one ran."""
+    def blocks(self) -> Iterator[tuple[LinkPoint | None, list[Trial]]]:
+        """(point of the link, trials) groups, round after round; each round is computed once the last
+        one ran."""
         while round_ := self.round_blocks():
             yield from round_
 
-    def round_blocks(self) -> list[tuple[float | None, list[Trial]]]:
-        """The next round's (rate, trials) groups, in their shuffled order (empty: every cell closed).
-        Computed from the results so far: every trial handed out before must have been recorded."""
+    def round_blocks(self) -> list[tuple[LinkPoint | None, list[Trial]]]:
+        """The next round's (point of the link, trials) groups, in their shuffled order (empty: every
+        cell closed). Computed from the results so far: every trial handed out before must have been
+        recorded."""
         trials = self.next_round()
         if not trials:
             return []
         rng = random.Random(f"{self.exp.seed}-round-{trials[0].rep}")
-        rates = sorted({t.rate_mbps for t in trials}, key=lambda r: -1.0 if r is None else r)
-        rng.shuffle(rates)
+        points = sorted({t.link for t in trials}, key=lambda p: (-1.0,) if p is None else p.sort_key())
+        rng.shuffle(points)
         out = []
-        for rate in rates:
-            block = [t for t in trials if t.rate_mbps == rate]
+        for point in points:
+            block = [t for t in trials if t.link == point]
             rng.shuffle(block)
-            out.append((rate, block))
+            out.append((point, block))
         return out
 
     def stopped(self) -> dict[tuple, str]:

@@ -10,17 +10,19 @@ groups is split in as many units (`split_blocks`): the slowest rate's group alon
 round of the paper's grid (moving bytes at 10 Mbit/s takes as long as at the five other rates
 together), and as one unit it held the round on one testbed while the others waited (measured: four
 testbeds ran a sub-grid's trials only 1.3 times as fast as one). A testbed validates a rate once and
-shapes its link in milliseconds, so several of them at one rate cost little.
+shapes its link in milliseconds, so several of them at one rate cost little. Where the sweep varies
+delay or loss, a rate group is a group at one point of the link (`LinkPoint`: rate, delay, loss).
 """
 
 from __future__ import annotations
 
 import threading
 
+from contracts.grid import LinkPoint
 from testbed.sweep.plan import Trial
 from testbed.sweep.rounds import Rounds
 
-Unit = tuple[float | None, list[Trial]]
+Unit = tuple[LinkPoint | None, list[Trial]]  # a group at one point of the link (None: local)
 
 
 def split_by_rep(units: list[Unit]) -> list[Unit]:
@@ -55,8 +57,9 @@ class WorkSource:
         self.stopped = False
         self._cond = threading.Condition()
 
-    def take(self, rate: float | None = None) -> Unit | None:
-        """The next unit, one of `rate` if there is one; None when all is done (or `stop` was called).
+    def take(self, rate: LinkPoint | None = None) -> Unit | None:
+        """The next unit, one at the point of the link `rate` if there is one; None when all is done
+        (or `stop` was called).
         Waits while the next round depends on units still being run."""
         with self._cond:
             while not self.stopped:

@@ -58,7 +58,10 @@ class SweepSetup:
         low, high = trial_range(exp)
         parts = [
             f"sweep {self.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
-            f"{len(exp.rates_mbps)} rate(s) x {len(exp.methods)} method(s)"
+            f"{len(exp.rates_mbps)} rate(s) x "
+            + (f"{len(exp.delays_ms)} delay(s) x " if exp.delays_ms else "")
+            + (f"{len(exp.losses_pct)} loss(es) x " if exp.losses_pct else "")
+            + f"{len(exp.methods)} method(s)"
             + (f" (grpc on {', '.join(exp.servers)})" if exp.servers != (PYTHON,) else "")
             + f" x {exp.describe_reps()} = {low if low == high else f'{low}..{high}'} trials "
             f"(local baseline included); client {client}; server {server}; "

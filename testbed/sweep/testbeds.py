@@ -19,7 +19,7 @@ class Testbed:
     lab: Lab
     worker: WorkerLink | None = None
     calibration: WorkerEmulation | None = None  # what its trial worker needs to emulate the devices
-    problems: dict = field(default_factory=dict)  # rate -> why it is skipped (None: validated)
+    problems: dict = field(default_factory=dict)  # point of the link -> why it is skipped (None: validated)
     warmed: set = field(default_factory=set)  # rates its worker was warmed up at
     workers: dict = field(default_factory=dict)  # several clients: the further clients' workers, by role
     # each further client host that calibrates (`Sweep.calibrated_clients`): its calibration, by the

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 
+from contracts.grid import LinkPoint
 from testbed.experiment import Experiment
 from testbed.link.repairs import heal, repair_shaping, shaping_guard
 from testbed.sweep.plan import Trial
@@ -22,17 +23,18 @@ class Together:
     """The sweep's way of running a cell with several clients at once (`Sweep` is one): its
     methods use the sweep's testbeds, source, writer and progress."""
 
-    def run_together(self, tb: Testbed, rate: float, group: list[Trial]) -> None:
+    def run_together(self, tb: Testbed, point: LinkPoint, group: list[Trial]) -> None:
         """Several clients: each cell's trials with the clients that offload it at once, cell after
         cell (`run_cell_together`). A cell whose shaping or switch broke has the testbed healed and
         its trials that did not run run then."""
         lab, exp = tb.lab, self.exp
+        rate = point.rate_mbps
         cells: dict[tuple, list[Trial]] = {}
         for t in group:
             cells.setdefault(t.cell, []).append(t)
         for trials in cells.values():
             for _attempt in (1, 2):
-                if self.source.stopped or tb.problems.get(rate):
+                if self.source.stopped or tb.problems.get(point):
                     return
                 trials, (wrong, switch) = self.run_cell_together(tb, rate, trials)
                 if not (wrong or switch) or not trials:
@@ -40,11 +42,11 @@ class Together:
                 if switch:
                     why = f"the switch broke while {cell_label(trials[0])} ran: {'; '.join(switch)}"
                     ids = [t.trial for t in trials]
-                    tb.problems[rate] = heal(
+                    tb.problems[point] = heal(
                         lab, exp, rate, self.manifest, why, ids, grpc=False, switch=switch
                     ).link
                 else:
-                    tb.problems[rate] = repair_shaping(lab, exp, rate, self.manifest, wrong, trials[0].trial)
+                    tb.problems[point] = repair_shaping(lab, exp, rate, self.manifest, wrong, trials[0].trial)
             self.close_cells()
         with self.lock:
             self.writer.sync()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.run import TrialRecord
-from contracts.stages import GRPC, LOCAL, offload_label
+from contracts.stages import GRPC, offload_label
 from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
 from testbed.experiment import Experiment
@@ -35,7 +35,7 @@ log = logging.getLogger("testbed.sweep")
 
 
 def cell_label(t: Trial) -> str:
-    where = "local" if t.method == LOCAL else f"@ {t.rate_mbps:g} Mbit/s {offload_label(t.method, t.server)}"
+    where = "local" if t.link is None else f"@ {t.link.label()} {offload_label(t.method, t.server)}"
     return f"{t.op} {t.size} {where}"
 
 

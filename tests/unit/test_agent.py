@@ -188,7 +188,7 @@ def test_every_verb_the_orchestrator_calls_exists():
         "probe", "shape.plan", "shape.apply", "shape.read", "shape.classes", "shape.clear", "cpu.apply", "cpu.read",
         "cpu.remove", "service.start", "service.stop", "service.status", "bridge.up", "bridge.down",
         "bridge.status", "bridge.health", "bridge.restart", "appliance.check", "counters", "grpc.ready",
-        "shape.replay", "shape.replay.plan",
+        "shape.replay", "shape.replay.plan", "shape.netem",
     }  # fmt: skip
     assert called == set(VERBS)
 

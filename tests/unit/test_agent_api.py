@@ -42,6 +42,7 @@ PAYLOADS = [
     (api.ShapeRead(ifs=("tb-a1", "tb-a0")), {"ifs": ["tb-a1", "tb-a0"]}),
     (api.ShapeClasses(ifs=("tb-a1", "tb-a0")), {"ifs": ["tb-a1", "tb-a0"]}),
     (api.ShapeClear(ifs=("tb-a1", "tb-a0")), {"ifs": ["tb-a1", "tb-a0"]}),
+    (api.ShapeNetem(), {}),
     (
         api.ShapeReplayPlan(plan=PLAN, link=LINK, **PORTS),
         {"plan": PLAN.as_dict(), "link": LINK.as_dict(), **PORTS},

@@ -30,7 +30,8 @@ def test_the_grid_and_the_local_baseline():
 def test_phases_run_local_first_then_rates_ascending_each_shuffled_reproducibly():
     trials = plan_trials(EXP)
     ph = rate_groups(EXP, trials)
-    assert [rate for rate, _ in ph] == [None, 10.0, 40.0]
+    assert [p and p.rate_mbps for p, _ in ph] == [None, 10.0, 40.0]
+    assert [p.seed_text() for p, _ in ph[1:]] == ["10.0", "40.0"]  # the seed runs before delays had
     assert sum(len(p) for _, p in ph) == len(trials)
     order = [t.trial for t in ph[1][1]]
     assert order != sorted(order)  # shuffled, so drift does not line up with a factor
