@@ -27,6 +27,7 @@ import numpy as np
 
 from client.calibration_work import trial_operands
 from client.device_cores import DeviceCores, Pacer
+from client.fetch import fetch_dataset
 from client.grpc_offload import GrpcOffloadClient
 from client.host_references import HostReferences
 from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
@@ -34,6 +35,7 @@ from client.scaler import Scaler
 from client.throttle import Aligner
 from contracts.codecs import get_codec
 from contracts.cpu_lock import references_path
+from contracts.datasets import FETCH
 from contracts.errors import UserError
 from contracts.operands import IntRange, parse_int_range
 from contracts.ops import execute
@@ -199,10 +201,24 @@ class TrialWorker:
             raise UserError(f"no {server} gRPC server to offload to", "give the worker --grpc-targets")
         return self.grpc[server].offload(op, operands)
 
+    def fetch(self, spec: TrialSpec, out: dict) -> TrialResult:
+        """A dataset fetch (`client.fetch`): its seconds are its completion and its communication."""
+        out.update(started_at=datetime.now(UTC).isoformat(timespec="milliseconds"), connection=PER_TRIAL)
+        got = fetch_dataset(
+            self.url, spec.dataset, self.seed, spec.concurrency, spec.parallelism, spec.io_kb, self.timeout
+        )
+        t = got.seconds
+        out.update(
+            ok=True, t_total=t, t_request=t, t_comm=t, bytes_up=got.bytes_up, bytes_down=got.bytes_down
+        )
+        return TrialResult(**out)
+
     def run(self, spec: TrialSpec) -> TrialResult:
         # the record as it grows (the scaler rewrites its times), with the text its JSON codecs write
         out: dict = {"trial": spec.trial, "codec_text": self.codec_text}
         try:
+            if spec.op == FETCH:
+                return self.fetch(spec, out)
             op, size, method = spec.op, spec.size, spec.method
             operands = self.operands(op, size, spec.dtype)
             self.meet(op, operands, method)

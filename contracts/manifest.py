@@ -94,6 +94,9 @@ class Experiment:
     # and validated per group (empty: not varied, the inventory's; a manifest before format 11: empty)
     delays_ms: tuple[float, ...] = ()
     losses_pct: tuple[float, ...] = ()
+    # the energy study's datasets a transfer sweep fetches (`contracts.datasets`; op fetch, each
+    # dataset's size its number of files); empty: an offload sweep. Before format 12: empty
+    datasets: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)
@@ -154,7 +157,13 @@ class Experiment:
     def together(self) -> bool:
         """Several requests in flight at once (several clients, or a client's concurrency): the
         server's work slots and pacing, and the cells run by one worker per request stream."""
-        return self.clients > 1 or max(self.concurrency, default=1) > 1
+        return self.clients > 1 or (max(self.concurrency, default=1) > 1 and not self.datasets)
+
+    def dataset_of(self, size: int) -> str | None:
+        """A transfer sweep's dataset of this size (its number of files); None: not a transfer sweep."""
+        from contracts.datasets import DATASETS
+
+        return {DATASETS[n].files: n for n in self.datasets if n in DATASETS}.get(size)
 
     def describe_reps(self) -> str:
         if not self.adaptive:

@@ -65,6 +65,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   (`testbed.link.delay_loss`); the counters' `delay_ms` and `loss_pct`. Older runs load with them
   empty, which is what they ran (the inventory's link); resuming one rewrites its trials.csv in
   version 11's columns.
+- 12: the column `dataset` (a transfer sweep's row, op `fetch`: the energy study's dataset it fetched,
+  `contracts.datasets`; its `size` is the dataset's number of files) and the experiment's `datasets`.
+  Older runs load with the column empty and no datasets, which is what they ran; resuming one
+  rewrites its trials.csv in version 12's columns.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 
-FORMAT_VERSION = 11
+FORMAT_VERSION = 12
 
 
 def check_version(version: int, path: Path) -> None:

@@ -98,6 +98,9 @@ class TrialRecord(StageTimes, _TrialHead):
     # at, where the sweep varies them (`delays:`, `losses:`); None: not varied, or a run before format 11
     delay_ms: float | None = None
     loss_pct: float | None = None
+    # a transfer sweep's row (op fetch): the dataset it fetched (`contracts.datasets`); its size is the
+    # dataset's number of files, t_total the fetch's seconds, bytes_down its bytes; None before format 12
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's

@@ -8,7 +8,8 @@ know is a `TypeError` where it is read (a bug: the two ends are one version), no
 How the worker emulates the devices is a `WorkerEmulation`, given once as its command line's flags
 (`testbed.sweep.worker_link.emulation_args`).
 
-The JSON is what the two ends exchanged before these types: the spec's eight keys, and the result's
+The JSON is what the two ends exchanged before these types: the spec's eight keys (and a fetch's
+`concurrency` and `dataset`), and the result's
 flat keys, each a column of `trials.csv` (`contracts.run.TrialRecord`), present only when the trial
 has a value for it.
 """
@@ -34,6 +35,10 @@ class TrialSpec(Message):
     server: str | None = None  # the gRPC server's language (None or "": Python's)
     parallelism: int | None = None  # connections the request and reply are split over (None: one)
     io_kb: int | None = None  # the client's write size, KiB (None: the whole body at once)
+    # a fetch (op `fetch`, `contracts.datasets`): its files at once and its dataset; absent otherwise
+    # (an offload's concurrency is its request streams, not the worker's to know)
+    concurrency: int | None = omitted()
+    dataset: str | None = omitted()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import threading
+from pathlib import Path
 
 from flask import Flask, Request, Response, current_app, request
 from werkzeug.exceptions import HTTPException
@@ -25,6 +26,7 @@ from contracts.limits import Limits
 from contracts.stages import asks_retime
 from contracts.transfer import PART_HEADER, TRANSFER_HEADER, parse_part
 from server import handler
+from server.datasets import add_routes as add_dataset_routes
 from server.handler import BodyTooLarge, Reply, error_reply
 from server.parts import Rendezvous
 from server.timing import StageClock
@@ -168,9 +170,11 @@ def create_app(
     timeout: float = 900.0,
     work_slots: int = 1,
     pace: DeviceProfile | None = None,
+    datasets: Path | None = None,
 ) -> Flask:
     """`work_slots`: requests that decode, compute and encode at once (the others wait, in `queue`);
-    `pace`: the server device every stage lasts the time of (`server.timing.StageClock`)."""
+    `pace`: the server device every stage lasts the time of (`server.timing.StageClock`); `datasets`:
+    the directory of the energy study's datasets it serves (`server.datasets`; None: none)."""
     app = Flask("server")
     limits = Limits.from_mb(max_body_mb)
     app.config["MAX_CONTENT_LENGTH"] = limits.max_body
@@ -189,6 +193,7 @@ def create_app(
         )
 
     app.post("/v1/ops/<op>")(_OpRequests(limits, work_slots, pace, read_timeout, timeout).run_op)
+    add_dataset_routes(app, datasets)
     _add_error_handlers(app)
     return app
 

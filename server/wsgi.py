@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from gunicorn.app.base import BaseApplication
 
@@ -31,6 +32,7 @@ class ServerConfig:
     access_log: bool = True
     work_slots: int = 1  # requests that decode, compute and encode at once (the rest wait: `queue`)
     pace: str | None = None  # a server device's profile (JSON) whose times every stage lasts
+    datasets: str | None = None  # the directory of the datasets it serves (`server.datasets`)
 
     def gunicorn_options(self) -> dict:
         host = f"[{self.bind}]" if ":" in self.bind else self.bind
@@ -67,7 +69,8 @@ class OffloadServer(BaseApplication):
 
     def load(self):
         c = self.config
-        return create_app(c.max_body_mb, c.read_timeout, c.timeout, c.work_slots, load_pace(c.pace))
+        datasets = Path(c.datasets) if c.datasets else None
+        return create_app(c.max_body_mb, c.read_timeout, c.timeout, c.work_slots, load_pace(c.pace), datasets)
 
 
 def serve(config: ServerConfig) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contracts.datasets import FETCH, FETCH_METHOD, lookup
 from contracts.device import DeviceProfile, Mode, operand_bytes, result_bytes, work
 from contracts.stages import GRPC, LOCAL, Stack, method_codec, offloads
 from contracts.units import expected_goodput
@@ -38,6 +39,7 @@ from testbed.experiment import Experiment
 MB = 1e6
 TRIAL_OVERHEAD_S = 0.02  # worker round trip, HTTP request and response, connection set-up
 HTTP_HEADERS = 400  # bytes of request or response headers around a body
+FETCH_FILE_S = 0.01  # a fetch's request per file, beyond its bytes (its round trip, the server's work)
 SAMPLE = 64  # matrix size of the sample the codecs and the kernels are timed on
 KERNEL_SAMPLE = 256
 
@@ -85,7 +87,7 @@ def measure_host(
     data = 3 * operands[0].nbytes  # what the sample's request and response carry
     codecs, ratio = {}, {}
     for name in methods:
-        if name == LOCAL:
+        if name in (LOCAL, FETCH_METHOD):  # a fetch moves files, no codec's bodies
             continue
         codec = get_codec(method_codec(name), codec_text)  # grpc: protobuf
         t = marshal_times(codec, operands, result, (2, 5, 0.05))
@@ -149,6 +151,8 @@ class DurationModel:
         `device`, the server's with `server`)."""
         if method == LOCAL:
             return self.client_compute_s(op, size, device) + TRIAL_OVERHEAD_S
+        if op == FETCH:
+            return self.wire_s(op, size, rate_mbps, method) + TRIAL_OVERHEAD_S
         up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
         wire = self.wire_s(op, size, rate_mbps, method)
         sd = self.server_device if server else None
@@ -181,6 +185,9 @@ class DurationModel:
         if method == LOCAL:
             return 0.0
         goodput = expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8  # bytes/s
+        if op == FETCH:  # the dataset's bytes, and a request's round trip per file (one at a time)
+            total = lookup(self.exp.dataset_of(size)).total(self.exp.seed)
+            return total / goodput + size * (HTTP_HEADERS / goodput + FETCH_FILE_S)
         if (op, size, method) in self.host.bodies:
             up, down = self.host.bodies[(op, size, method)]
         else:
@@ -240,6 +247,8 @@ class DurationModel:
         # several clients: a cell offloaded by k at once is k trials a repetition, which share the link
         # (each about k times as long to transfer) side by side: about k trials' time, one after another
         k = sum(self.exp.contention) or 1
+        if self.exp.datasets:  # a fetch cell per transfer setting, concurrency included
+            k = len(self.exp.transfer_settings()) * max(1, len(self.exp.concurrency))
         return (
             reps * sum(self.cell_s(c) * (1 if c[3] == LOCAL else k) for c in self._cells()) + self.setup_s()
         )

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from contracts.config import Section, load_yaml
+from contracts.datasets import DATASETS, FETCH, FETCH_METHOD
 from contracts.device import MODES, Mode
 from contracts.errors import UserError
 from contracts.grid import parse_delays, parse_losses, parse_rates, parse_sizes
@@ -31,12 +32,13 @@ from contracts.tolerance import DEFAULT_MS, DEFAULT_PCT
 from contracts.transfer import MAX_PARALLELISM
 from testbed.devices import load_device
 from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
+from testbed.transfer_doc import transfer_doc
 
 
 def known_ops() -> tuple[str, ...]:
     from contracts.ops import OPS
 
-    return tuple(OPS)
+    return (*OPS, FETCH)
 
 
 def known_methods() -> tuple[str, ...]:
@@ -44,7 +46,7 @@ def known_methods() -> tuple[str, ...]:
     from contracts.codecs import CODECS
     from contracts.stages import TRANSPORTS
 
-    return (*CODECS, *TRANSPORTS)
+    return (*CODECS, *TRANSPORTS, FETCH_METHOD)
 
 
 _REPS = re.compile(r"^\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?$")
@@ -110,8 +112,10 @@ def load_experiment(path: Path) -> Experiment:
     allowed = set(FLAGS) - {"cpu_quota", "device", "precision"}  # a file's precision is under reps
     allowed |= {"client_cpu", "client_device", "server_device", "validation", "local", "trial_timeout"}
     allowed |= {"description", "clients", "contention", "server_workers", "workload", "parallelism", "io_kb"}
-    allowed |= {"concurrency", "device_tolerance_pct", "device_tolerance_ms"}
+    allowed |= {"concurrency", "device_tolerance_pct", "device_tolerance_ms", "datasets"}
     doc.reject_unknown(allowed)
+    if doc.has("datasets"):  # a transfer sweep: the op, its sizes and method follow from the datasets
+        doc = transfer_doc(doc)
 
     def wrap(key, fn, *a):
         try:
@@ -157,6 +161,7 @@ def load_experiment(path: Path) -> Experiment:
         client_devices=client_devices,
         device_tolerance_pct=float(doc.get("device_tolerance_pct", float, DEFAULT_PCT)),
         device_tolerance_ms=float(doc.get("device_tolerance_ms", float, DEFAULT_MS)),
+        datasets=tuple(doc.raw("datasets", [])),
     )
     try:
         return check(exp)
@@ -189,6 +194,8 @@ def planned_trials(exp: Experiment) -> int:
         len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
     )
     remote *= max(1, len(exp.parallelism)) * max(1, len(exp.io_kb))
+    if exp.datasets:  # a fetch's concurrency is a setting of one trial, not streams of trials
+        remote = remote // (sum(exp.concurrency) or 1) * max(1, len(exp.concurrency))
     baselines = len(set(exp.client_devices)) or 1  # clients of several devices: one baseline each
     return cells * exp.reps * ((baselines if exp.local else 0) + len(exp.link_points()) * remote)
 
@@ -227,6 +234,7 @@ def check(exp: Experiment) -> Experiment:
             f"add {GRPC} to methods, or drop servers (the HTTP methods always run on the Python server)",
         )
     _check_operands(exp)
+    _check_datasets(exp)
     _check_clients(exp)
     _check_settings(exp)
     _check_tolerance(exp)
@@ -259,6 +267,22 @@ def _check_operands(exp: Experiment) -> None:
     if problem:
         fix = "set dtype: int32 (or int64), or drop int_range" if "dtype is" in problem else OPERANDS_FIX
         raise InvalidValue("int_range", problem, fix)
+
+
+def _check_datasets(exp: Experiment) -> None:
+    """The op fetch and the datasets go together (`contracts.datasets`), with its sizes as planned."""
+    fetch = FETCH in exp.ops or FETCH_METHOD in exp.methods
+    if not (fetch or exp.datasets):
+        return
+    if not exp.datasets or exp.ops != (FETCH,) or exp.methods != (FETCH_METHOD,):
+        raise InvalidValue(
+            "ops", f"op {FETCH} (method {FETCH_METHOD}) is a transfer sweep's", "give datasets"
+        )
+    files = tuple(DATASETS[n].files for n in exp.datasets if n in DATASETS)
+    if len(set(exp.datasets)) != len(exp.datasets) or sorted(exp.sizes) != sorted(files) or exp.local:
+        raise InvalidValue(
+            "sizes", "a transfer sweep's sizes are its datasets' files", "drop sizes and local"
+        )
 
 
 def _check_settings(exp: Experiment) -> None:

@@ -92,12 +92,12 @@ class Lab(ABC):
     # the gRPC servers it starts (contracts.stages.GRPC_SERVERS), each on grpc_port plus its index: a
     # sweep sets its experiment's `servers`, `testbed up --servers` the ones asked for
     grpc_servers: tuple[str, ...] = (PYTHON,)
-    # the server's work slots (requests working at once; the rest queue) and the server device its
-    # stages last the time of (`python -m server --work-slots --pace`): `testbed up --server-workers
-    # --pace-server`, for several clients offloading at once
+    # the server's work slots (requests working at once; the rest queue) and the device its stages last the
+    # time of (`python -m server --work-slots --pace`): `testbed up --server-workers --pace-server`
     work_slots: int = 1
     pace: DeviceProfile | None = None
     parts: int = 1  # the most connections a client opens at once (parallelism x concurrency)
+    datasets: str | None = None  # the server host's directory of datasets it serves (transfer sweeps)
     # whether the client hosts are one machine (the embedded testbed's namespaces): a device is then
     # calibrated once for all its clients; an SSH lab's client machines each calibrate their own
     clients_share_a_machine: bool = True
@@ -253,9 +253,9 @@ class Lab(ABC):
         ports = ("--port", str(self.inv.server_port), "--grpc-port", str(self.inv.grpc_port))
         if self.grpc_servers != (PYTHON,):
             ports += ("--grpc-servers", ",".join(self.grpc_servers))
-        stack = ()
+        stack = ("--datasets", self.datasets) if self.datasets else ()  # a transfer sweep's
         if self.server_stack == Stack.CGI:  # lighttpd's files in the server's state dir; `down` removes it
-            stack = ("--stack", "cgi", "--state-dir", str(server.state_dir / CGI_DIR))
+            stack += ("--stack", "cgi", "--state-dir", str(server.state_dir / CGI_DIR))
         server.start("offload", server.python("server", "--bind", addr, *ports, *stack, *self.work_args()))
         health = self.wait_for_server()
         running = health.get("stack", "wsgi")

@@ -116,6 +116,7 @@ def trial_row(
             "device": t.device,
             "delay_ms": t.delay_ms,
             "loss_pct": t.loss_pct,
+            "dataset": t.dataset,
             "emulation_flagged": emulation_flagged,
             "replica": replica,
             "repair": repair,

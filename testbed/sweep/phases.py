@@ -39,7 +39,7 @@ from testbed.link.repairs import (
 from testbed.quiet import NoQuiet, Quiet
 from testbed.run_files import ManifestFile, TrialFile, end_session, setup_log, start_session
 from testbed.signals import sigterm_as_interrupt
-from testbed.sweep import device_emulation
+from testbed.sweep import device_emulation, transfers
 from testbed.sweep.bookkeeping import counters_after, counters_before, own_stages_missed, trial_row
 from testbed.sweep.calibration import calibrate_devices, calibrate_host
 from testbed.sweep.plan import Trial, device_names, plan_trials, rate_groups
@@ -202,7 +202,11 @@ class Sweep(Together):
         if exp.together:  # the server the requests share: its work slots, and the device in real time
             lab.work_slots, lab.pace = exp.server_workers, self.server_device
         lab.parts = max(exp.parallelism or (1,)) * max(exp.concurrency or (1,))  # connections per client
+        if exp.datasets:
+            transfers.serve_datasets(lab)
         tb.use = lab.use(self.keep_up).open()
+        if exp.datasets:
+            transfers.make_datasets(lab, exp)
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
         if not lab.server_alive(grpc=GRPC in exp.methods) or (
             tb.use.was_up
@@ -211,6 +215,7 @@ class Sweep(Together):
                 or lab.inv.server_blas_threads is not None  # started before the device's BLAS threads
                 or exp.together  # started without the experiment's work slots and pacing
                 or lab.parts > 1  # ... or threads for the parts of requests
+                or bool(exp.datasets)  # ... or without the datasets
             )
         ):
             lab.restart_offload_server()
@@ -221,7 +226,10 @@ class Sweep(Together):
         calibration is every one's: the same CPU and the same code time the same work, and a
         calibration of the paper's grid takes the better part of an hour (both devices' slowdowns
         then follow this host in each testbed's own worker: `client.scaler`). Throttle mode sets each
-        testbed's own CPU quotas, so each of those calibrates."""
+        testbed's own CPU quotas, so each of those calibrates. A transfer sweep calibrates nothing."""
+        if self.exp.datasets:
+            transfers.record_device(self.manifest, self.device, self.exp)
+            return
         if self.exp.together and self.server_device is not None:  # paced: recorded, not calibrated
             manifest = self.manifest.manifest
             if manifest.server_device is None:
@@ -388,7 +396,7 @@ class Sweep(Together):
     def flagged(self, tb: Testbed, t: Trial, result: TrialResult) -> bool:
         """Whether one of the trial's own stages missed its device's target (`own_stages_missed`): its
         row's `emulation_flagged`."""
-        if not result.ok or (self.device is None and self.server_device is None):
+        if not result.ok or t.dataset or (self.device is None and self.server_device is None):
             return False
         client = self.client_profile(tb.lab.client_roles[(t.client or 1) - 1])
         server = self.server_device if t.server in ("", PYTHON) else None  # the Python code's targets

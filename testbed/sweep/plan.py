@@ -42,6 +42,7 @@ class Trial:
     concurrency: int | None = None  # requests its client has outstanding at once (None: not varied)
     stream: int | None = None  # which of them runs this trial, 1..concurrency
     device: str | None = None  # clients of several devices: the one it runs as (its client's)
+    dataset: str | None = None  # a transfer sweep's (op fetch): the dataset its size names
     delay_ms: float | None = None  # one-way, added both ways, where the sweep varies it (None: not varied)
     loss_pct: float | None = None  # % per direction, where the sweep varies it (None: not varied)
 
@@ -57,7 +58,7 @@ class Trial:
         may be equal numbers); a local trial's device when there are several."""
         cell = (self.op, self.size, self.rate_mbps, self.method, self.server)
         link = tuple((k, v) for k, v in (("delay", self.delay_ms), ("loss", self.loss_pct)) if v is not None)
-        settings = (self.clients, self.parallelism, self.io_kb, self.concurrency, *link)
+        settings = (self.clients, self.parallelism, self.io_kb, self.concurrency, self.dataset, *link)
         if self.method == LOCAL:  # clients of several devices: a baseline each (a remote cell runs
             settings += (self.device,)  # on clients of every device at once)
         extra = tuple(v for v in settings if v is not None)
@@ -88,6 +89,7 @@ def plan_trials(exp: Experiment) -> list[Trial]:
                 device=device,
                 delay_ms=delay,
                 loss_pct=loss,
+                dataset=exp.dataset_of(size),
             )
         )
 
@@ -108,7 +110,7 @@ def plan_trials(exp: Experiment) -> list[Trial]:
                         exp.transfer_settings(), exp.concurrency or (None,), exp.contention or (None,)
                     ):
                         clients = range(1, k + 1) if k else (None,)
-                        streams = range(1, c + 1) if c else (None,)
+                        streams = range(1, c + 1) if c and not exp.datasets else (None,)
                         for rep, client, stream in product(range(exp.reps), clients, streams):
                             add(op, size, point, method, rep, server, k, client, *setting, c, stream)
     return trials

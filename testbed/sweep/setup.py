@@ -56,6 +56,8 @@ class SweepSetup:
         if self.server_device:
             server = f"device {self.server_device.name} ({'paced' if paced else 'scaled'})"
         low, high = trial_range(exp)
+        if exp.datasets:  # a transfer sweep (docs/transfers.md)
+            return transfer_headline(self.run_id, exp, client, low) + f"results in {self.run_dir}"
         parts = [
             f"sweep {self.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
             f"{len(exp.rates_mbps)} rate(s) x "
@@ -134,3 +136,15 @@ def _fitted(
     if exp.clients > 1:  # several clients on the (one) testbed
         invs = [i.with_clients(exp.clients) for i in invs]
     return invs
+
+
+def transfer_headline(run_id: str, exp: Experiment, client: str, trials: int) -> str:
+    """A transfer sweep's first line: its datasets and settings."""
+    settings = [f"{k} {'/'.join(map(str, getattr(exp, k)))}" for k in ("concurrency", "parallelism", "io_kb")]
+    return (
+        f"sweep {run_id}: fetch {', '.join(exp.datasets)} x {len(exp.rates_mbps)} rate(s) x "
+        + (f"{len(exp.delays_ms)} delay(s) x " if exp.delays_ms else "")
+        + (f"{len(exp.losses_pct)} loss(es) x " if exp.losses_pct else "")
+        + f"{'; '.join(s for s in settings if not s.endswith(' '))} x {exp.describe_reps()} = {trials} fetches; "
+        f"client {client} (its power figures); "
+    )

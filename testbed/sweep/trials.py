@@ -185,7 +185,8 @@ def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, group:
     for t in group:
         seen.setdefault((t.op, t.method, t.server), t)
     for (op, method, server), t in seen.items():
-        probe = Trial(-1, op, min(exp.sizes), t.dtype, t.rate_mbps, method, -1, server)
+        size = min(exp.sizes)  # a fetch: the dataset of the fewest files, once, as it is planned
+        probe = Trial(-1, op, size, t.dtype, t.rate_mbps, method, -1, server, dataset=exp.dataset_of(size))
         for _ in range(exp.warmup):
             _, worker = run_trial(lab, exp, worker, run_dir, probe)
     return worker

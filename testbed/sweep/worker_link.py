@@ -103,6 +103,8 @@ class WorkerLink:
             server=trial.server,
             parallelism=trial.parallelism,
             io_kb=trial.io_kb,
+            concurrency=trial.concurrency if trial.dataset else None,
+            dataset=trial.dataset,
         )
         try:
             self.proc.stdin.write((json.dumps(spec.to_json()) + "\n").encode())
