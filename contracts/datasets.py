@@ -5,11 +5,11 @@ one: the `fetch` op (docs/transfers.md).
 | dataset | the study: files, sizes, total | here: files, sizes, about |
 |---|---|---|
 | html  | 1500, 102-153 KB, 196 MB  | 48, 102-153 KB (the same), 6.1 MB |
-| image | 200, 524-786 KB, 128 MB   | 10, 524-786 KB (the same), 6.4 MB |
-| video | 64, 10-20 MB, 1124 MB     | 4, 1.25-2.5 MB (an eighth), 7.5 MB |
+| image | 200, 524-786 KB, 128 MB   | 10, 524-786 KB (the same), 6.7 MB |
+| video | 64, 10-20 MB, 1124 MB     | 4, 1.25-2.5 MB (an eighth), 7.8 MB |
 
 The small files keep their sizes (what makes html and image what they are: a file's bytes against
-its request's round trip); the counts are cut so that each set takes about 2.5-3 s at 20 Mbit/s, and
+its request's round trip); the counts are cut so that each set takes about 2.6-3.3 s at 20 Mbit/s, and
 the video files are an eighth of the study's so that one of them still splits into 8 ranges of
 150 KB or more. Sizes are uniform in their range, drawn from the seed; the bytes are random
 (incompressible), from the seed and the file's name. The same seed makes the same files, byte for
