@@ -35,6 +35,7 @@ from client.throttle import Aligner
 from contracts.codecs import get_codec
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
+from contracts.images import is_image_op
 from contracts.operands import IntRange, parse_int_range
 from contracts.ops import execute
 from contracts.stages import (
@@ -129,7 +130,7 @@ class TrialWorker:
         self._met.add(key)
         with CPU_LOCK.held():  # untimed, but no other worker's timed stage runs beside it
             result = execute(op, operands)
-            if method == LOCAL:
+            if method == LOCAL or is_image_op(op):  # an image's encode and decode: not scaled (yet)
                 return
             codec = get_codec(method_codec(method), self.codec_text)
             if method == GRPC:

@@ -38,6 +38,13 @@ IMAGE_OPS: dict[str, tuple[str, ...]] = {  # op -> the filters of its output ima
     CARTOON: (CARTOON,),
     FILTERS3: (CARTOON, BILATERAL, GRAY),
 }
+# the image ops of each gRPC server (server/languages.py): Go and Ruby have no OpenCV, only their own gray
+OPENCV_SERVERS = ("python", "cpp", "java")
+SERVER_OPS = {**{s: tuple(IMAGE_OPS) for s in OPENCV_SERVERS}, "go": (GRAY,), "ruby": (GRAY,)}
+IMAGE_METHODS = (
+    "grpc",
+    "local",
+)  # how the sweep runs an image op (HTTP: server side, curl or a client of one's own)
 FORMATS = ("png", "jpeg")
 DEFAULT_FORMAT = "png"
 BILATERAL_PARAMS = (9, 75.0, 75.0)  # d, sigmaColor, sigmaSpace

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contracts.device import DeviceProfile, Mode, operand_bytes, result_bytes, work
+from contracts.grid import sizes_for
 from contracts.stages import GRPC, LOCAL, Stack, method_codec, offloads
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
@@ -215,16 +216,19 @@ class DurationModel:
         total = len(exp.rates_mbps) * validation
         for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
             methods = [LOCAL] if rate is None else [m for m, _ in offloads(exp.methods, exp.servers)]
-            total += exp.warmup * sum(self.wall_s(op, smallest, rate, m) for op in exp.ops for m in methods)
+            total += exp.warmup * sum(
+                self.wall_s(op, min(sizes_for(op, exp.sizes), default=smallest), rate, m)
+                for op in exp.ops
+                for m in methods
+            )
         return total
 
     def _cells(self) -> list[tuple]:
         exp = self.exp
-        cells = [(op, size, None, LOCAL, "") for op in exp.ops for size in exp.sizes] if exp.local else []
+        grid = [(op, size) for op in exp.ops for size in sizes_for(op, exp.sizes)]
+        cells = [(op, size, None, LOCAL, "") for op, size in grid] if exp.local else []
         ways = offloads(exp.methods, exp.servers)
-        return cells + [
-            (o, s, r, m, v) for o in exp.ops for s in exp.sizes for r in exp.rates_mbps for m, v in ways
-        ]
+        return cells + [(o, s, r, m, v) for o, s in grid for r in exp.rates_mbps for m, v in ways]
 
     def sweep_s(self, reps: int) -> float:
         """Seconds for the whole grid at `reps` repetitions per cell, set-up included (the replicas'

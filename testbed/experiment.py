@@ -10,7 +10,7 @@ from pathlib import Path
 from contracts.config import Section, load_yaml
 from contracts.device import MODES, Mode
 from contracts.errors import UserError
-from contracts.grid import parse_rates, parse_sizes
+from contracts.grid import image_grid_problem, parse_rates, parse_sizes, sizes_for
 from contracts.operands import FIX as OPERANDS_FIX
 from contracts.operands import check_int_range, parse_int_range
 from contracts.run import Experiment, Validation
@@ -34,9 +34,10 @@ from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
 
 
 def known_ops() -> tuple[str, ...]:
+    from contracts.images import IMAGE_OPS
     from contracts.ops import OPS
 
-    return tuple(OPS)
+    return (*OPS, *IMAGE_OPS)
 
 
 def known_methods() -> tuple[str, ...]:
@@ -180,7 +181,7 @@ def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
     With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
     c requests outstanding per client k x c; with clients of several devices, a local baseline each."""
-    cells = len(exp.ops) * len(exp.sizes)
+    cells = sum(len(sizes_for(op, exp.sizes)) for op in exp.ops)
     remote = (
         len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
     )
@@ -221,6 +222,10 @@ def check(exp: Experiment) -> Experiment:
             "servers",
             f"servers {', '.join(exp.servers)} serve only the method {GRPC}, which is not in methods",
             f"add {GRPC} to methods, or drop servers (the HTTP methods always run on the Python server)",
+        )
+    if problem := image_grid_problem(exp.ops, exp.sizes, exp.methods, exp.servers):
+        raise InvalidValue(
+            "sizes", problem, "give matrix sizes for matrix ops, 0.3MP-style ones for image ops"
         )
     _check_operands(exp)
     _check_clients(exp)
