@@ -24,6 +24,10 @@ APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool ipr
               libnetty-java libperfmark-java libgoogle-gson-java libguava-java libjna-java
               libcommons-math3-java libgeronimo-annotation-1.3-spec-java
               ruby ruby-grpc ruby-google-protobuf
+              # the image ops' OpenCV (contracts/images.py): the C++ server's and the Java server's (4.6);
+              # Python's comes from PyPI (opencv-python-headless, pyproject.toml); Go and Ruby filter gray
+              # with their own code
+              libopencv-dev libopencv-java
               # `testbed guest`: a stock Debian kernel under QEMU, for netem, fq and the OVS module
               # where this machine's own kernel lacks them (testbed/guest.py)
               linux-image-amd64 qemu-system-x86 busybox-static)

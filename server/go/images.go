@@ -154,7 +154,7 @@ func encodeImage(img image.Image, format string) []byte {
 
 // runImageStages is server/image_stages.py: the image decoded in the decode stage (the message was
 // parsed in it already), filtered, and encoded in its own format.
-func runImageStages(body []byte, op string, clock *stageClock, maxBody int64) ([]byte, error) {
+func runImageStages(body []byte, op string, operands int, clock *stageClock, maxBody int64) ([]byte, error) {
 	if !imageOps[op] {
 		return nil, refuse(codes.Unimplemented, "unknown operation",
 			fmt.Sprintf("'%s'; known: mul, inv, log, gray (the Go server has no OpenCV)", op))
@@ -162,6 +162,9 @@ func runImageStages(body []byte, op string, clock *stageClock, maxBody int64) ([
 	var img image.Image
 	var format string
 	err := clock.stage("decode", func() error {
+		if operands > 0 {
+			return badInput("malformed body", fmt.Sprintf("'%s' is an image op: send images, not operands", op))
+		}
 		images, err := parseImages(body)
 		if err != nil {
 			return badInput("malformed protobuf", "request is not an OpRequest: "+err.Error())

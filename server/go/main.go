@@ -548,8 +548,8 @@ func (c *stageClock) stage(name string, body func() error) error {
 // runStages is server/stages.py run_stages over the request's raw bytes.
 func runStages(body []byte, clock *stageClock, maxBody int64) ([]byte, error) {
 	// an image op runs its own stages (images.go); naming the op only slices the message, untimed
-	if name, _, err := parseRequest(body); err == nil && allImageOps[name] {
-		return runImageStages(body, name, clock, maxBody)
+	if name, matrices, err := parseRequest(body); err == nil && allImageOps[name] {
+		return runImageStages(body, name, len(matrices), clock, maxBody)
 	}
 	var op string
 	var ops []operand
