@@ -95,6 +95,18 @@ def parse_rates(value, where: str = "rates") -> tuple[float, ...]:
     return tuple(sorted({parse_rate(p, where) / 1e6 for p in parts}))
 
 
+def with_image(sizes, path: str) -> tuple[int, ...]:
+    """The sizes with an image file's pixel count among them (`image:` in an experiment)."""
+    from contracts.images import file_pixels, pixels_of
+
+    pixels = file_pixels(path)
+    if pixels < pixels_of(MIN_MP):  # a size must say it is an image's (`is_image_size`)
+        raise UserError(
+            f"image {path}: {pixels} pixels", f"give an image of at least {pixels_of(MIN_MP)} pixels"
+        )
+    return tuple(sorted({*sizes, pixels}))
+
+
 def image_grid_problem(ops, sizes, methods, servers) -> str | None:
     """What is wrong with a grid's image ops (None: nothing): each op needs a size of its kind, image ops
     offload over gRPC (the sweep's client sends images only there), to servers that have them."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -207,6 +208,15 @@ def gray_reference(img: np.ndarray) -> np.ndarray:
     """OpenCV's gray in NumPy (the fixed point the Go and Ruby servers use): for the cross checks."""
     b, g, r = (img[..., i].astype(np.int64) for i in range(3))
     return ((4899 * r + 9617 * g + 1868 * b + 8192) >> 14).astype(np.uint8)
+
+
+def file_pixels(path: str) -> int:
+    """The pixel count of an image file, from its header (the size its trials are recorded at)."""
+    try:
+        header = read_header(Path(path).read_bytes())
+    except (OSError, ImageError) as exc:
+        raise UserError(f"image {path}: {exc}", "give a PNG or JPEG file") from None
+    return header.rows * header.cols
 
 
 def load(path: str) -> np.ndarray:

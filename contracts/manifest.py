@@ -88,6 +88,9 @@ class Experiment:
     # a manifest before format 10 reads as what it ran, None and compact
     int_range: tuple[int, int] | None = None
     codec_text: str = COMPACT
+    # an image file the image ops run on (`contracts.images`), its pixel count among `sizes`; None:
+    # generated images only (a manifest before format 11 reads as None, which is what it ran)
+    image: str | None = None
 
     def as_dict(self) -> dict:
         return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)

@@ -58,6 +58,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   range). Older runs load with the column empty and the experiment's `codec_text` `compact` and
   `int_range` null, which is what they ran; resuming one rewrites its trials.csv in version 10's
   columns.
+- 11: the experiment's `image` (a file the image ops ran on, whose pixel count is among the sizes;
+  null: generated images only), and rows of the image ops (`gray`, `bilateral`, `cartoon`,
+  `filters3`), whose `size` is the image's pixel count (0.3MP: 307200; every matrix size is at most
+  20000). The columns are version 10's. Older runs load with `image` null, which is what they ran.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 
-FORMAT_VERSION = 10
+FORMAT_VERSION = 11
 
 
 def check_version(version: int, path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from contracts.config import Section, load_yaml
 from contracts.device import MODES, Mode
 from contracts.errors import UserError
-from contracts.grid import image_grid_problem, parse_rates, parse_sizes, sizes_for
+from contracts.grid import image_grid_problem, parse_rates, parse_sizes, sizes_for, with_image
 from contracts.operands import FIX as OPERANDS_FIX
 from contracts.operands import check_int_range, parse_int_range
 from contracts.run import Experiment, Validation
@@ -99,6 +99,7 @@ FLAGS = (
     "replicas",
     "server_stack",
     "servers",
+    "image",
     "name",
 )
 
@@ -130,6 +131,7 @@ def load_experiment(path: Path) -> Experiment:
         dtype=_dtype(doc),
         int_range=wrap("int_range", parse_int_range) if doc.has("int_range") else None,
         codec_text=doc.get("codec_text", str, COMPACT),
+        image=doc.get("image", str, None),
         seed=doc.get("seed", int, 1),
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
         client_device=device or _device(doc),
@@ -223,6 +225,8 @@ def check(exp: Experiment) -> Experiment:
             f"servers {', '.join(exp.servers)} serve only the method {GRPC}, which is not in methods",
             f"add {GRPC} to methods, or drop servers (the HTTP methods always run on the Python server)",
         )
+    if exp.image:  # the image ops run on this file, at its pixel count
+        exp = replace(exp, image=str(Path(exp.image).resolve()), sizes=with_image(exp.sizes, exp.image))
     if problem := image_grid_problem(exp.ops, exp.sizes, exp.methods, exp.servers):
         raise InvalidValue(
             "sizes", problem, "give matrix sizes for matrix ops, 0.3MP-style ones for image ops"

@@ -58,6 +58,8 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["dtype"] = flags["dtype"]
     if flags.get("int_range") is not None:
         changes["int_range"] = parse_int_range(flags["int_range"], "--int-range")  # fit: `check`
+    if flags.get("image") is not None:
+        changes["image"] = flags["image"]  # read, and its size added, in `check`
     if flags.get("codec_text") is not None:
         changes["codec_text"] = flags["codec_text"]  # checked in `check`, as a file's
     if flags.get("cpu_quota") is not None:

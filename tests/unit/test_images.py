@@ -126,3 +126,24 @@ def test_http_carries_raw_bytes_and_base64_json_and_matrix_codecs_none():
             ImageWire("json").decode(bad, {}, MIB, "x")
     with pytest.raises(CodecError, match="codec has no images"):
         ImageWire("msgpack")
+
+
+def test_an_image_file_joins_the_sizes_at_its_pixel_count_and_the_worker_runs_on_it(tmp_path):
+    from client.worker import TrialWorker
+    from contracts.manifest import Experiment
+    from testbed.overrides import override
+
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(encode(PHOTO[:300, :400], "jpeg"))
+    flags = {"ops": "gray", "sizes": "0.3MP", "rates": "100", "methods": "grpc", "reps": "3"}
+    exp = override(None, {**flags, "image": str(path)})
+    assert exp.sizes == (120000, 307200) and exp.image == str(path.resolve())
+    assert Experiment.from_dict(exp.as_dict()) == exp  # the manifest's experiment keeps it
+    assert Experiment.from_dict({k: v for k, v in exp.as_dict().items() if k != "image"}).image is None
+    with pytest.raises(UserError, match="give a PNG or JPEG file"):
+        override(None, {**flags, "image": str(tmp_path / "missing.png")})
+    worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5)
+    worker.image = exp.image
+    (from_file,) = worker.operands("gray", 120000, "float64")
+    assert from_file.shape == (300, 400, 3)
+    assert worker.operands("gray", 307200, "float64")[0].shape == (480, 640, 3)  # generated
