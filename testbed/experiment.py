@@ -227,10 +227,9 @@ def check(exp: Experiment) -> Experiment:
         )
     if exp.image:  # the image ops run on this file, at its pixel count
         exp = replace(exp, image=str(Path(exp.image).resolve()), sizes=with_image(exp.sizes, exp.image))
-    if problem := image_grid_problem(exp.ops, exp.sizes, exp.methods, exp.servers):
-        raise InvalidValue(
-            "sizes", problem, "give matrix sizes for matrix ops, 0.3MP-style ones for image ops"
-        )
+    devices = (exp.client_device, exp.server_device, *exp.client_devices)
+    if problem := image_grid_problem(exp.ops, exp.sizes, exp.methods, exp.servers, devices):
+        raise InvalidValue("ops", problem, "what image ops need: docs/server.md, 'Image filters as ops'")
     _check_operands(exp)
     _check_clients(exp)
     _check_settings(exp)
