@@ -13,6 +13,7 @@ PyPI's). Go and Ruby have gray only (their own code), and refuse the others in o
 from __future__ import annotations
 
 import base64
+import json
 
 import grpc
 import numpy as np
@@ -169,3 +170,20 @@ def test_an_old_client_request_without_images_still_gets_its_matrix(served):
     with grpc.insecure_channel(target) as channel:
         reply = pb.OpReply.FromString(channel.unary_unary(EXECUTE)(old, timeout=30))
     assert list(reply.result.values) == [0.0] and not reply.images
+
+
+def test_the_client_cli_offloads_an_image_op_from_a_size_or_a_file(served, request, capsys, tmp_path):
+    from client.__main__ import main as client_main
+
+    _, target = served
+    argv = ["offload", "--codec", "grpc", "--grpc-target", target, "--op", "gray", "--check"]
+    assert client_main([*argv, "--size", "0.1MP"]) == 0
+    assert capsys.readouterr().out.startswith(f"gray 0.1MP via grpc -> {target}")
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(encode(PHOTO[:200, :300]))
+    assert client_main([*argv, "--size", "0.1MP", "--image", str(photo), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["check"] == "ok" and out["t_server_compute"] > 0
+    assert 0.5 < out["bytes_up"] / len(encode(PHOTO[:200, :300])) < 1.1  # the file's image, not 0.1MP's
+    assert client_main(["offload", "--op", "gray", "--size", "0.1MP", "--codec", "raw"]) == 2
+    assert "offloads over grpc here" in capsys.readouterr().err
