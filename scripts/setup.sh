@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the testbed needs on a fresh Debian machine, as root: system packages
 # (Open vSwitch, iperf3 and libiperf, ethtool, iproute2, Python venv, the gRPC toolchains of C++ and
-# Go, the stock kernel, QEMU and busybox of `testbed guest`) and the project's virtualenv in .venv,
+# Go, Debian's OpenCV for the C++ and Java servers' image ops, the stock kernel, QEMU and busybox of
+# `testbed guest`) and the project's virtualenv in .venv,
 # then builds the C++, Go and Java gRPC servers and generates the Ruby one's messages. Safe to run
 # again: it only installs and builds what is missing.
 set -euo pipefail

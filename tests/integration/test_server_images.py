@@ -187,3 +187,21 @@ def test_the_client_cli_offloads_an_image_op_from_a_size_or_a_file(served, reque
     assert 0.5 < out["bytes_up"] / len(encode(PHOTO[:200, :300])) < 1.1  # the file's image, not 0.1MP's
     assert client_main(["offload", "--op", "gray", "--size", "0.1MP", "--codec", "raw"]) == 2
     assert "offloads over grpc here" in capsys.readouterr().err
+
+
+def test_a_jpeg_comes_back_as_a_jpeg_where_the_server_reads_one(served, request):
+    """JPEG is lossy both ways (quality 95 back), so only the mean is compared; Ruby reads PNG only."""
+    _, target = served
+    jpeg = encode(PHOTO, "jpeg")
+    body = pb.OpRequest(op="gray", images=[pb.Image(format="jpeg", data=jpeg)]).SerializeToString()
+    with grpc.insecure_channel(target) as channel:
+        if language(request) == "ruby":
+            with pytest.raises(grpc.RpcError) as exc:
+                channel.unary_unary(EXECUTE)(body, timeout=60)
+            assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert exc.value.details().startswith("unsupported image: the Ruby server decodes PNG only")
+            return
+        (image,) = pb.OpReply.FromString(channel.unary_unary(EXECUTE)(body, timeout=60)).images
+    assert image.format == "jpeg" and image.data[:2] == b"\xff\xd8"
+    want = apply("gray", decode_any(jpeg))[0]
+    assert_close(decode_any(image.data), want, 1.0, None, "jpeg gray")
