@@ -26,6 +26,7 @@ from analysis.emulation_error import emulation_error
 from analysis.load import at_point, main_point, row_devices
 from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
+from contracts.grid import sizes_for
 from contracts.run import Manifest
 from contracts.stages import LOCAL, STAGES, label_clients, label_device, label_without_device, on_device
 
@@ -169,7 +170,7 @@ def _grid(trials: pd.DataFrame, manifest: Manifest | None) -> pd.MultiIndex:
     plan = planned_grid(manifest)
     if plan:
         ops, sizes, plan_rates, plan_methods = plan
-        pairs |= {(op, size) for op in ops for size in sizes}
+        pairs |= {(op, size) for op in ops for size in sizes_for(op, sizes)}
         rates |= set(plan_rates)
         methods |= set(plan_methods)
     tuples = [

@@ -15,6 +15,7 @@ from matplotlib.patches import Patch
 
 from analysis.decisions import MISSING, OFFLOAD, STAY, UNCERTAIN, UNDECIDED, decision_marks, uncertain
 from analysis.style import UNDECIDED_COLOR, UNDECIDED_LABEL, method_styles, rate_label
+from contracts.grid import size_label
 
 # decision map categories, in colour order, and the decision vector mark of each
 CATEGORIES = [
@@ -127,7 +128,7 @@ def _penalty_axes(ax, sizes: list, incomplete: bool) -> None:
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_ylabel("cumulative penalty (s)\n< 0: offloading saves time")
     ax.set_xlabel("matrix size")
-    ax.set_xticks(np.arange(len(sizes)), [str(s) for s in sizes])
+    ax.set_xticks(np.arange(len(sizes)), [size_label(s) for s in sizes])
     if incomplete:
         ax.legend(
             handles=[
@@ -171,7 +172,7 @@ def decision_map(cells: pd.DataFrame, op: str, method: str) -> Figure:
     ax.grid(which="minor", color="#888888", linewidth=0.5)
     ax.tick_params(which="minor", length=0)
     ax.set_xticks(np.arange(len(rates)), [rate_label(r) for r in rates])
-    ax.set_yticks(np.arange(len(sizes)), [str(s) for s in sizes])
+    ax.set_yticks(np.arange(len(sizes)), [size_label(s) for s in sizes])
     ax.set_xlabel("link rate (Mbit/s)")
     ax.set_ylabel("matrix size")
     told = f"; {UNCERTAIN} = the emulation's error could flip it" if flip.any() else ""

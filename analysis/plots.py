@@ -27,6 +27,7 @@ from analysis.ratio_plots import ratios_figure
 from analysis.server_plots import server_labels, servers_figure
 from analysis.stage_plots import stage_figure
 from analysis.style import STYLE
+from contracts.grid import size_label
 from contracts.run import Manifest
 
 PNG_DPI = 150
@@ -155,7 +156,7 @@ def plan_figures(cells: pd.DataFrame, vectors: pd.DataFrame, penalties: pd.DataF
                 "stages",
                 (g, op, size, methods),
                 f"stages-{op}-{size}" + (f"-{device}" if device else ""),
-                f"{op}, size {size}{_on(device)}: completion time by stage",
+                f"{op}, size {size_label(size)}{_on(device)}: completion time by stage",
                 "stages",
                 (op, size, device),
             )

@@ -12,6 +12,7 @@ import pandas as pd
 from analysis.decisions import format_mbps, undecided_cells
 from analysis.devices import device_lines
 from analysis.emulation_error import uncertain_line
+from contracts.grid import size_label
 from contracts.run import Manifest
 
 
@@ -53,7 +54,7 @@ def summary_text(
             for r in v.itertuples(index=False)
         ]
         penalty = ", ".join(f"{m} {_penalty(p.loc[m])}" for m in v["method"])
-        lines.append(f"{op} {size}: {'  '.join(parts)} | cumulative penalty [{penalty}]")
+        lines.append(f"{op} {size_label(size)}: {'  '.join(parts)} | cumulative penalty [{penalty}]")
         here = undecided[(undecided["op"] == op) & (undecided["size"] == size)]
         if len(here):
             told = "; ".join(_undecided(c) for c in here.itertuples())

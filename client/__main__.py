@@ -26,6 +26,8 @@ from client.offload import (
 )
 from contracts.codecs import CODECS, DEFAULT_CODEC
 from contracts.errors import UserError
+from contracts.grid import parse_sizes, size_label
+from contracts.images import IMAGE_OPS, generate, is_image_op, load
 from contracts.ops import OPS
 from contracts.stages import DTYPES, GRPC
 
@@ -34,14 +36,24 @@ DEFAULT_GRPC = "127.0.0.1:50051"
 
 
 def _operand_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--op", required=True, choices=list(OPS))
-    p.add_argument("--size", type=int, required=True, help="matrix dimension (size x size)")
+    p.add_argument("--op", required=True, choices=[*OPS, *IMAGE_OPS])
+    p.add_argument(
+        "--size", type=_size, required=True, help="matrix dimension (size x size), or an image's: 0.3MP"
+    )
+    p.add_argument("--image", help="image ops: an image file instead of a generated image")
     p.add_argument("--dtype", default="float64", choices=list(DTYPES))
     p.add_argument("--seed", type=int, default=1, help="seed of the random operands")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def _size(text: str) -> int:
+    (size,) = parse_sizes(text, "--size")  # a matrix's n, or an image's pixels (contracts.grid)
+    return size
+
+
 def _operands(args: argparse.Namespace) -> list[np.ndarray]:
+    if is_image_op(args.op):
+        return [load(args.image) if args.image else generate(args.size, args.seed)]
     return make_operands(args.op, args.size, args.dtype, np.random.default_rng(args.seed))
 
 
@@ -157,6 +169,8 @@ def stage_table(stages: StageTimes) -> str:
 
 def cmd_offload(args: argparse.Namespace) -> int:
     operands = _operands(args)
+    if is_image_op(args.op) and args.codec != GRPC:
+        raise UserError(f"{args.op} offloads over grpc here", "over HTTP: curl (docs/server.md)")
     if args.codec == GRPC:
         with GrpcOffloadClient(args.grpc_target, timeout=args.timeout) as grpc_client:
             result, stages = grpc_client.offload(args.op, operands)
@@ -165,14 +179,22 @@ def cmd_offload(args: argparse.Namespace) -> int:
         with OffloadClient(args.url, timeout=args.timeout) as client:
             result, stages = client.offload(args.op, operands, args.codec)
     check = None
-    if args.check:
+    if args.check and is_image_op(args.op):  # each filtered image within 2 levels of the local one
+        for got, want in zip(result, local(args.op, operands)[0], strict=True):
+            if np.abs(got.astype(np.int16) - want.astype(np.int16)).max() > 2:
+                raise UserError(
+                    f"{args.op}: the server's image differs from the local one by more than 2 levels"
+                )
+        check = "ok"
+    elif args.check:
         check_result(result, local(args.op, operands)[0])  # raises ResultMismatch
         check = "ok"
     if args.json:
         head = {"op": args.op, "size": args.size, "dtype": args.dtype, "codec": args.codec, "url": args.url}
         print(json.dumps({**head, **stages.as_dict(), **({"check": check} if check else {})}))
     else:
-        print(f"{args.op} {args.size}x{args.size} {args.dtype} via {args.codec} -> {args.url}")
+        what = size_label(args.size) if is_image_op(args.op) else f"{args.size}x{args.size} {args.dtype}"
+        print(f"{args.op} {what} via {args.codec} -> {args.url}")
         print(stage_table(stages))
         if check:
             print(f"{'check':<18}{'ok (matches the local result)':>12}")
@@ -184,7 +206,8 @@ def cmd_local(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"op": args.op, "size": args.size, "dtype": args.dtype, "t_total": seconds}))
     else:
-        print(f"local {args.op} {args.size}x{args.size} {args.dtype}: {seconds:.6f} s")
+        what = size_label(args.size) if is_image_op(args.op) else f"{args.size}x{args.size} {args.dtype}"
+        print(f"local {args.op} {what}: {seconds:.6f} s")
     return 0
 
 

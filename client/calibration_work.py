@@ -24,6 +24,7 @@ from client.sampling import SelfTimed, Work
 from contracts.codecs import CODEC_TEXT_HEADER, get_codec
 from contracts.device import DeviceProfile, Grid
 from contracts.hosts import Role
+from contracts.images import generate, is_image_op
 from contracts.operands import IntRange
 from contracts.ops import execute
 from contracts.stages import COMPACT, GRPC, RETIME_HEADER, SERVER_START, method_codec, parse_server_timing
@@ -37,6 +38,8 @@ def trial_operands(
     `int_range`: `contracts.operands`; None, the ops' own ranges)."""
     from client.offload import make_operands
 
+    if is_image_op(op):  # one colour image of `size` pixels (contracts.images), the same for a seed
+        return [generate(size, seed)]
     rng = np.random.default_rng([seed, size, zlib.crc32(op.encode()), zlib.crc32(dtype.encode())])
     return make_operands(op, size, dtype, rng, int_range)
 

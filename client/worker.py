@@ -37,6 +37,7 @@ from contracts.codecs import get_codec
 from contracts.cpu_lock import references_path
 from contracts.datasets import FETCH
 from contracts.errors import UserError
+from contracts.images import file_pixels, is_image_op, load
 from contracts.operands import IntRange, parse_int_range
 from contracts.ops import execute
 from contracts.stages import (
@@ -107,6 +108,7 @@ class TrialWorker:
             for server, target in targets.items()
         }
         self.seed = seed
+        self.image: str | None = None  # an image file the image ops run on (`--image`)
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
         self._operands: dict[tuple, list[np.ndarray]] = {}
         self._met: set[tuple] = set()  # the (op, size, dtype, method) this worker has run (`meet`)
@@ -114,6 +116,8 @@ class TrialWorker:
 
     def operands(self, op: str, size: int, dtype: str) -> list[np.ndarray]:
         key = (op, size, dtype)
+        if key not in self._operands and self.image and is_image_op(op) and size == file_pixels(self.image):
+            self._operands[key] = [load(self.image)]  # the experiment's image file, at its own size
         if key not in self._operands:
             self._operands[key] = trial_operands(op, size, dtype, self.seed, self.int_range)
         return self._operands[key]
@@ -131,7 +135,7 @@ class TrialWorker:
         self._met.add(key)
         with CPU_LOCK.held():  # untimed, but no other worker's timed stage runs beside it
             result = execute(op, operands)
-            if method == LOCAL:
+            if method == LOCAL or is_image_op(op):  # an image's encode and decode: not scaled (yet)
                 return
             codec = get_codec(method_codec(method), self.codec_text)
             if method == GRPC:
@@ -262,6 +266,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--int-range", help="the integer operands' LOW,HIGH (numpy.random.randint's; default: each op's)"
     )
+    parser.add_argument("--image", help="an image file the image ops run on, at its pixel count")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
         "--connection",
@@ -324,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         codec_text=args.codec_text,
         int_range=int_range,
     )
+    worker.image = args.image
     if quotas:
         try:  # fails here, before any trial, if the cgroup is not writable
             worker.align.put(quotas["base"])

@@ -40,12 +40,19 @@ DIRECTIONS = ("encode", "decode")
 STACK_COSTS = (SERVER_START,)  # a server stack's own costs, seconds on the device (DeviceProfile.stack)
 
 
+# floating-point operations per pixel of each image op, roughly (gray: 3 multiply-adds; bilateral: a
+# 9x9 window of 3 channels with its weights; cartoon: that and a median and a threshold)
+IMAGE_WORK = {"gray": 6.0, "bilateral": 1500.0, "cartoon": 1600.0, "filters3": 3100.0}
+
+
 def work(op: str, size: int) -> float:
     """The operation's work on an n x n input, in floating-point operations (log: evaluations)."""
     if op in ("mul", "inv"):  # matmul 2n^3; inverse by LU and triangular solves, about 2n^3
         return 2.0 * size**3
     if op == "log":
         return float(size * size)
+    if op in IMAGE_WORK:  # an image op at `size` pixels (contracts.images): a rough count per pixel
+        return IMAGE_WORK[op] * size
     raise KeyError(op)
 
 
@@ -62,13 +69,17 @@ def stack_key(cost: str) -> str:
 
 
 def operand_bytes(op: str, size: int, itemsize: int = 8) -> int:
-    """Matrix data in a request: the operands' elements times their item size."""
+    """Matrix data in a request: the operands' elements times their item size (an image: its pixels)."""
+    if op in IMAGE_WORK:
+        return 3 * size
     arity = 2 if op == "mul" else 1
     return arity * size * size * itemsize
 
 
 def result_bytes(op: str, size: int, itemsize: int = 8) -> int:
-    """Matrix data in a response (inv and log answer float64 whatever the input)."""
+    """Matrix data in a response (inv and log answer float64 whatever the input; images: their pixels)."""
+    if op in IMAGE_WORK:
+        return {"gray": 1, "filters3": 7}.get(op, 3) * size
     return size * size * (itemsize if op == "mul" else 8)
 
 

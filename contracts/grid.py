@@ -1,7 +1,14 @@
 """The lists a grid is written as, in an experiment file, a task stream or on the command line:
-matrix sizes ('400,800' or the range '400-1200:100'), link rates ('10,20mbit,500kbit', a bare number
-in Mbit/s), one-way delays ('0,25,50', ms) and losses ('0,1,5', % per direction); and `LinkPoint`, one
-point of a sweep's link. One parser each, so that every command and file reads them alike."""
+matrix sizes ('400,800' or the range '400-1200:100'), image sizes in megapixels ('0.3MP,4MP,8MP', for
+the image ops of `contracts.images`), link rates ('10,20mbit,500kbit', a bare number in Mbit/s),
+one-way delays ('0,25,50', ms) and losses ('0,1,5', % per direction); and `LinkPoint`, one point of a
+sweep's link. One parser each, so that every command and file reads them alike.
+
+A size in megapixels is held, and written to trials.csv and the manifest, as the pixel count of the
+image the sweep generates at it (0.3MP: 640x480 = 307200, `contracts.images.dimensions`); image sizes
+start at 0.05MP (49152 pixels), above every matrix size (at most 20000), so a size says which it is
+(`is_image_size`). Matrix ops run at the matrix sizes of a grid, image ops at its image sizes
+(`sizes_for`)."""
 
 from __future__ import annotations
 
@@ -13,7 +20,39 @@ from contracts.errors import UserError
 from contracts.units import parse_rate
 
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+))?\s*$")
+_MP = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*MP\s*$", re.IGNORECASE)
 MIN_SIZE, MAX_SIZE = 2, 20000
+MIN_MP, MAX_MP = 0.05, 64.0  # 0.05MP is 256x192 = 49152 pixels: above MAX_SIZE
+
+
+def is_image_size(size: int) -> bool:
+    """Whether a size of a grid is an image's pixel count (else a matrix's n)."""
+    return size > MAX_SIZE
+
+
+def sizes_for(op: str, sizes) -> tuple[int, ...]:
+    """The sizes of a grid that `op` runs at: image sizes for an image op, matrix sizes for the others."""
+    from contracts.images import is_image_op
+
+    return tuple(s for s in sizes if is_image_size(s) == is_image_op(op))
+
+
+def size_label(size: int) -> str:
+    """How a size is shown: '400' for a matrix, '0.3MP' for an image."""
+    from contracts.images import mp_label
+
+    return mp_label(size) if is_image_size(size) else str(size)
+
+
+def _megapixels(part: str, where: str) -> int | None:
+    if not (m := _MP.match(part)):
+        return None
+    from contracts.images import pixels_of
+
+    mp = float(m.group(1))
+    if not MIN_MP <= mp <= MAX_MP:
+        raise UserError(f"{where}: {part!r} is out of range", f"give images of {MIN_MP} to {MAX_MP:g}MP")
+    return pixels_of(mp)
 
 
 def _items(value) -> list:
@@ -22,9 +61,13 @@ def _items(value) -> list:
 
 def parse_sizes(value, where: str = "sizes") -> tuple[int, ...]:
     """Sorted distinct sizes from a list, or from text of sizes and ranges 'FROM-TO:STEP' (inclusive,
-    step 100 when omitted), e.g. 400-1200:100."""
+    step 100 when omitted), e.g. 400-1200:100, and image sizes in megapixels, e.g. 0.3MP (as pixels)."""
     items: list[int] = []
+    images: list[int] = []
     for part in _items(value):
+        if isinstance(part, str) and (pixels := _megapixels(part, where)) is not None:
+            images.append(pixels)
+            continue
         if isinstance(part, str) and (m := _RANGE.match(part)):
             lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 100)
             if lo > hi or step < 1:
@@ -35,16 +78,16 @@ def parse_sizes(value, where: str = "sizes") -> tuple[int, ...]:
             items.append(int(str(part).strip()))
         except ValueError:
             raise UserError(
-                f"{where}: {part!r} is not a matrix size", "give integers or FROM-TO:STEP"
+                f"{where}: {part!r} is not a matrix size", "give integers, FROM-TO:STEP or megapixels (0.3MP)"
             ) from None
-    if not items:
-        raise UserError(f"{where}: no sizes given", "give e.g. 400,800 or 400-1200:100")
+    if not items and not images:
+        raise UserError(f"{where}: no sizes given", "give e.g. 400,800 or 400-1200:100 or 0.3MP,4MP")
     bad = [n for n in items if not MIN_SIZE <= n <= MAX_SIZE]
     if bad:
         raise UserError(
             f"{where}: size {bad[0]} is out of range", f"give sizes between {MIN_SIZE} and {MAX_SIZE}"
         )
-    return tuple(sorted(set(items)))
+    return tuple(sorted(set(items))) + tuple(sorted(set(images)))
 
 
 def parse_rates(value, where: str = "rates") -> tuple[float, ...]:
@@ -118,3 +161,39 @@ class LinkPoint:
 
     def sort_key(self) -> tuple[float, float, float]:
         return (self.rate_mbps, self.delay_ms or 0.0, self.loss_pct or 0.0)
+
+
+def with_image(sizes, path: str) -> tuple[int, ...]:
+    """The sizes with an image file's pixel count among them (`image:` in an experiment)."""
+    from contracts.images import file_pixels, pixels_of
+
+    pixels = file_pixels(path)
+    if pixels < pixels_of(MIN_MP):  # a size must say it is an image's (`is_image_size`)
+        raise UserError(
+            f"image {path}: {pixels} pixels", f"give an image of at least {pixels_of(MIN_MP)} pixels"
+        )
+    return tuple(sorted({*sizes, pixels}))
+
+
+def image_grid_problem(ops, sizes, methods, servers, devices=()) -> str | None:
+    """What is wrong with a grid's image ops (None: nothing): each op needs a size of its kind, image ops
+    offload over gRPC (the sweep's client sends images only there), to servers that have them, and
+    no device profile knows image work yet (issue 47, item 3: `devices`, the experiment's)."""
+    from contracts.images import IMAGE_METHODS, SERVER_OPS, is_image_op
+
+    if (images := [op for op in ops if is_image_op(op)]) and (named := [d for d in devices if d]):
+        return (
+            f"the device {named[0]} has no figures for image ops ({', '.join(images)}); run them without one"
+        )
+
+    for op in ops:
+        if not sizes_for(op, sizes):
+            kind = "an image size in megapixels (0.3MP)" if is_image_op(op) else "a matrix size (400)"
+            return f"{op} needs {kind} in sizes"
+    images = [op for op in ops if is_image_op(op)]
+    if images and (http := [m for m in methods if m not in IMAGE_METHODS]):
+        return f"image ops ({', '.join(images)}) are offloaded over grpc; not over {', '.join(http)}"
+    for server in servers if images and "grpc" in methods else ():
+        if lacking := [op for op in images if op not in SERVER_OPS.get(server, ())]:
+            return f"the {server} gRPC server has no {', '.join(lacking)} (it has {', '.join(SERVER_OPS[server])})"
+    return None

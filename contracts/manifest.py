@@ -97,6 +97,9 @@ class Experiment:
     # the energy study's datasets a transfer sweep fetches (`contracts.datasets`; op fetch, each
     # dataset's size its number of files); empty: an offload sweep. Before format 12: empty
     datasets: tuple[str, ...] = ()
+    # an image file the image ops run on (`contracts.images`), its pixel count among `sizes`; None:
+    # generated images only (a manifest before format 11 reads as None, which is what it ran)
+    image: str | None = None
 
     def as_dict(self) -> dict:
         return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63ontracts/offload.proto\x12\noffload.v1\"Q\n\x06Matrix\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\x0c\n\x04\x63ols\x18\x02 \x01(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x0e\n\x06values\x18\x04 \x03(\x01\x12\x0c\n\x04ints\x18\x05 \x03(\x12\"=\n\tOpRequest\x12\n\n\x02op\x18\x01 \x01(\t\x12$\n\x08operands\x18\x02 \x03(\x0b\x32\x12.offload.v1.Matrix\"-\n\x07OpReply\x12\"\n\x06result\x18\x01 \x01(\x0b\x32\x12.offload.v1.Matrix2@\n\x07Offload\x12\x35\n\x07\x45xecute\x12\x15.offload.v1.OpRequest\x1a\x13.offload.v1.OpReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63ontracts/offload.proto\x12\noffload.v1\"Q\n\x06Matrix\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\x0c\n\x04\x63ols\x18\x02 \x01(\r\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12\x0e\n\x06values\x18\x04 \x03(\x01\x12\x0c\n\x04ints\x18\x05 \x03(\x12\"%\n\x05Image\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"`\n\tOpRequest\x12\n\n\x02op\x18\x01 \x01(\t\x12$\n\x08operands\x18\x02 \x03(\x0b\x32\x12.offload.v1.Matrix\x12!\n\x06images\x18\x03 \x03(\x0b\x32\x11.offload.v1.Image\"P\n\x07OpReply\x12\"\n\x06result\x18\x01 \x01(\x0b\x32\x12.offload.v1.Matrix\x12!\n\x06images\x18\x02 \x03(\x0b\x32\x11.offload.v1.Image2@\n\x07Offload\x12\x35\n\x07\x45xecute\x12\x15.offload.v1.OpRequest\x1a\x13.offload.v1.OpReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MATRIX']._serialized_start=39
   _globals['_MATRIX']._serialized_end=120
-  _globals['_OPREQUEST']._serialized_start=122
-  _globals['_OPREQUEST']._serialized_end=183
-  _globals['_OPREPLY']._serialized_start=185
-  _globals['_OPREPLY']._serialized_end=230
-  _globals['_OFFLOAD']._serialized_start=232
-  _globals['_OFFLOAD']._serialized_end=296
+  _globals['_IMAGE']._serialized_start=122
+  _globals['_IMAGE']._serialized_end=159
+  _globals['_OPREQUEST']._serialized_start=161
+  _globals['_OPREQUEST']._serialized_end=257
+  _globals['_OPREPLY']._serialized_start=259
+  _globals['_OPREPLY']._serialized_end=339
+  _globals['_OFFLOAD']._serialized_start=341
+  _globals['_OFFLOAD']._serialized_end=405
 # @@protoc_insertion_point(module_scope)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contracts.images import apply, is_image_op
 from contracts.stages import DTYPES
 
 MAX_RESULT_ELEMENTS = 1 << 28  # 2 GiB of float64: a small (n x 1) @ (1 x n) must not ask for terabytes
@@ -142,6 +143,8 @@ def execute(name: str, operands: Sequence[np.ndarray]) -> np.ndarray:
     Codecs already guarantee 2-D matrices of an allowed dtype with positive dimensions; the arity and
     the op-specific checks live here so that local and remote runs reject the same inputs.
     """
+    if is_image_op(name):  # an image op (contracts.images): the image's filters, a list of images
+        return apply(name, operands[0])
     op = get_op(name)
     if len(operands) != op.arity:
         raise OpError("wrong number of operands", f"{name} takes {op.arity}, got {len(operands)}")

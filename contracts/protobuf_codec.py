@@ -15,6 +15,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from contracts import offload_pb2 as pb
+from contracts.image_wire import image_request, reply_images
+from contracts.images import is_image_op
 from contracts.wire import MAX_OPERANDS, Body, Codec, CodecError, Headers, prepare, resolve_dtype
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Offload"].full_name  # offload.v1.Offload
@@ -65,6 +67,8 @@ class ProtobufCodec(Codec):
     content_type = "application/x-protobuf"
 
     def encode_op_request(self, op: str, operands: Sequence[np.ndarray], dtype: str | None = None) -> bytes:
+        if is_image_op(op):  # one image, encoded (contracts.image_wire)
+            return image_request(op, operands[0])
         ops = prepare(operands, dtype)
         return pb.OpRequest(op=op, operands=[matrix_message(a) for a in ops]).SerializeToString()
 
@@ -94,6 +98,8 @@ class ProtobufCodec(Codec):
 
     def decode_response(self, body: bytes, headers: Mapping[str, str]) -> np.ndarray:
         msg = _parse(pb.OpReply, body, "response")
+        if msg.images:  # an image op's reply: its images, decoded (a list of one or three)
+            return reply_images(body)
         if not msg.HasField("result"):
             raise CodecError("malformed body", "the reply has no result")
         return matrix_array(msg.result, "result")

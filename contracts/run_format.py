@@ -69,6 +69,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   `contracts.datasets`; its `size` is the dataset's number of files) and the experiment's `datasets`.
   Older runs load with the column empty and no datasets, which is what they ran; resuming one
   rewrites its trials.csv in version 12's columns.
+- 13: the experiment's `image` (a file the image ops ran on, whose pixel count is among the sizes;
+  null: generated images only), and rows of the image ops (`gray`, `bilateral`, `cartoon`,
+  `filters3`), whose `size` is the image's pixel count (0.3MP: 307200; every matrix size is at most
+  20000). The columns are version 12's. Older runs load with `image` null, which is what they ran.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 
-FORMAT_VERSION = 12
+FORMAT_VERSION = 13
 
 
 def check_version(version: int, path: Path) -> None:

@@ -1,7 +1,7 @@
 """A run's trials.csv: `TrialRecord` (a row), its columns, `TrialWriter` and `read_trials`, the one
 reader (resume, the stopping rule and the analysis all read through it).
 
-The file's first line is its format mark (`# offload-testbed trials format 11`; none in version 1),
+The file's first line is its format mark (`# offload-testbed trials format 13`; none in version 1),
 then a header of the record's fields and a row per trial; the versions are `contracts.run_format`'s.
 """
 

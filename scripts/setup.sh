@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the testbed needs on a fresh Debian machine, as root: system packages
 # (Open vSwitch, iperf3 and libiperf, ethtool, iproute2, Python venv, the gRPC toolchains of C++ and
-# Go, the stock kernel, QEMU and busybox of `testbed guest`) and the project's virtualenv in .venv,
+# Go, Debian's OpenCV for the C++ and Java servers' image ops, the stock kernel, QEMU and busybox of
+# `testbed guest`) and the project's virtualenv in .venv,
 # then builds the C++, Go and Java gRPC servers and generates the Ruby one's messages. Safe to run
 # again: it only installs and builds what is missing.
 set -euo pipefail
@@ -24,6 +25,10 @@ APT_PACKAGES=(openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool ipr
               libnetty-java libperfmark-java libgoogle-gson-java libguava-java libjna-java
               libcommons-math3-java libgeronimo-annotation-1.3-spec-java
               ruby ruby-grpc ruby-google-protobuf
+              # the image ops' OpenCV (contracts/images.py): the C++ server's and the Java server's (4.6);
+              # Python's comes from PyPI (opencv-python-headless, pyproject.toml); Go and Ruby filter gray
+              # with their own code
+              libopencv-dev libopencv-java
               # `testbed guest`: a stock Debian kernel under QEMU, for netem, fq and the OVS module
               # where this machine's own kernel lacks them (testbed/guest.py)
               linux-image-amd64 qemu-system-x86 busybox-static)

@@ -27,21 +27,27 @@ from concurrent import futures
 import grpc
 
 from contracts.codecs import get_codec
+from contracts.image_wire import ImageWire, peek_op
+from contracts.images import is_image_op
 from contracts.limits import Limits
 from contracts.protobuf_codec import EXECUTE, SERVICE
 from contracts.stages import asks_retime
+from server.image_stages import run_image_stages
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
 from server.timing import StageClock
 
 log = logging.getLogger("offload-grpc")
 CODEC = get_codec("protobuf")
+IMAGES = ImageWire("protobuf")
 
 
 def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes:
     """One Execute call: serialized OpRequest in, serialized OpReply out."""
     clock = StageClock(retime=asks_retime(dict(context.invocation_metadata() or ())))
     try:
+        if is_image_op(peek_op(body)):  # an image op: its own stages (server.image_stages)
+            return run_image_stages(IMAGES, [body], {}, clock, limits)[1]
         _, out, _ = run_stages(CODEC, [body], {}, clock, limits)
         return out
     except REFUSED as exc:  # the code of each: server.refusals

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 
 from contracts import __version__
 from contracts.codecs import CODEC_TEXT_HEADER, CODECS, get_codec
+from contracts.image_wire import ImageWire
+from contracts.images import IMAGE_OPS, is_image_op
 from contracts.limits import Limits, check_request
 from contracts.ops import OPS, get_op
 from contracts.stages import COMPACT, DTYPES
 from contracts.wire import Codec, CodecError
+from server.image_stages import run_image_stages
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
 from server.timing import StageClock
@@ -76,6 +79,7 @@ def health(
         "work_slots": work_slots,
         "pace": pace,
         "operations": {name: {"arity": op.arity, "doc": op.doc} for name, op in OPS.items()},
+        "image_operations": {name: list(outputs) for name, outputs in IMAGE_OPS.items()},
         "codecs": list(CODECS),
         "dtypes": list(DTYPES),
         "max_body_bytes": limits.max_body,
@@ -102,6 +106,8 @@ def handle_op(
     requests work at once, and the wait for it is the `queue` entry of the request's timing. A bug (any other
     exception) is the caller's to answer with 500.
     """
+    if is_image_op(op):
+        return handle_image_op(op, headers, read_body, limits, clock, drain, one_at_a_time)
     try:
         get_op(op)
         # X-Codec-Text: the text of the reply (the era's, issue 45); the request decodes either way
@@ -121,5 +127,34 @@ def handle_op(
     reply_headers = {**out_headers, "X-Codec": codec.name, PID_HEADER: str(os.getpid())}
     if getattr(codec, "text", COMPACT) != COMPACT:  # what it wrote, so a client can tell
         reply_headers[CODEC_TEXT_HEADER] = codec.text
+    reply_headers["Server-Timing"] = clock.header()
+    return Reply(200, out, reply_headers)
+
+
+def handle_image_op(
+    op: str,
+    headers: Mapping[str, str],
+    read_body: Callable[[], bytes],
+    limits: Limits,
+    clock: StageClock,
+    drain: Callable[[], None],
+    one_at_a_time: AbstractContextManager | None,
+) -> Reply:
+    """POST /v1/ops/<image op>: the image in the body as `X-Codec` carries it (`contracts.image_wire`:
+    raw, JSON with base64, protobuf), the filtered image or images back in the same format."""
+    try:
+        wire = ImageWire(headers.get("X-Codec", "").strip().lower() or "json")
+        body = [read_body()]
+        with clock.queued(one_at_a_time):
+            _, out, out_headers = run_image_stages(wire, body, headers, clock, limits, op)
+    except REFUSED as exc:
+        if "decode" not in clock.ms:
+            drain()
+        refusal = refusal_of(exc)
+        return error_reply(refusal.http, *refusal.error_and_detail(exc), clock)
+    except BodyTooLarge:
+        drain()
+        return error_reply(413, "body too large", too_large_detail(limits.max_body))
+    reply_headers = {**out_headers, "X-Codec": wire.name, PID_HEADER: str(os.getpid())}
     reply_headers["Server-Timing"] = clock.header()
     return Reply(200, out, reply_headers)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contracts.codecs import UnknownCodec
+from contracts.images import ImageError, ImageTooLarge
 from contracts.limits import LimitError
 from contracts.ops import OpError, UnknownOp
 from contracts.wire import CodecError
@@ -48,6 +49,8 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal(UnknownOp, 404, "UNIMPLEMENTED"),  # an OpError
     Refusal(UnknownCodec, 415, "INVALID_ARGUMENT", "unknown codec"),  # HTTP's X-Codec; gRPC has one codec
     Refusal(LimitError, 413, "RESOURCE_EXHAUSTED"),
+    Refusal(ImageTooLarge, 413, "RESOURCE_EXHAUSTED"),  # an ImageError: a decompression bomb
+    Refusal(ImageError, 400, "INVALID_ARGUMENT"),  # a corrupt image, or not one
     # a limit on the operand count, raised while decoding; HTTP has always answered it as bad input
     Refusal(CodecError, 400, "RESOURCE_EXHAUSTED", "too many operands"),
     Refusal(CodecError, 400, "INVALID_ARGUMENT"),

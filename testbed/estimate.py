@@ -32,6 +32,7 @@ import numpy as np
 
 from contracts.datasets import FETCH, FETCH_METHOD, lookup
 from contracts.device import DeviceProfile, Mode, operand_bytes, result_bytes, work
+from contracts.grid import sizes_for
 from contracts.stages import GRPC, LOCAL, Stack, method_codec, offloads
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
@@ -225,17 +226,21 @@ class DurationModel:
         total = len(exp.link_points()) * (validation + (5 if exp.needs_netem and validation else 0))
         for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
             methods = [LOCAL] if rate is None else [m for m, _ in offloads(exp.methods, exp.servers)]
-            total += exp.warmup * sum(self.wall_s(op, smallest, rate, m) for op in exp.ops for m in methods)
+            total += exp.warmup * sum(
+                self.wall_s(op, min(sizes_for(op, exp.sizes), default=smallest), rate, m)
+                for op in exp.ops
+                for m in methods
+            )
         return total
 
     def _cells(self) -> list[tuple]:
         exp = self.exp
-        cells = [(op, size, None, LOCAL, "") for op in exp.ops for size in exp.sizes] if exp.local else []
+        grid = [(op, size) for op in exp.ops for size in sizes_for(op, exp.sizes)]
+        cells = [(op, size, None, LOCAL, "") for op, size in grid] if exp.local else []
         ways = offloads(exp.methods, exp.servers)
         return cells + [
             (o, s, p.rate_mbps, m, v, *(("delay", p.delay_ms),) * (p.delay_ms is not None))
-            for o in exp.ops
-            for s in exp.sizes
+            for o, s in grid
             for p in exp.link_points()
             for m, v in ways
         ]

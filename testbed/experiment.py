@@ -7,19 +7,26 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from contracts.config import Section, load_yaml
+from contracts.config import load_yaml
 from contracts.datasets import DATASETS, FETCH, FETCH_METHOD
 from contracts.device import MODES, Mode
 from contracts.errors import UserError
-from contracts.grid import parse_delays, parse_losses, parse_rates, parse_sizes
+from contracts.grid import (
+    image_grid_problem,
+    parse_delays,
+    parse_losses,
+    parse_rates,
+    parse_sizes,
+    sizes_for,
+    with_image,
+)
 from contracts.operands import FIX as OPERANDS_FIX
 from contracts.operands import check_int_range, parse_int_range
-from contracts.run import Experiment, Validation
+from contracts.run import Experiment, Validation  # noqa: F401 (Validation: the experiment's, as importers take it)
 from contracts.stages import (
     CODEC_TEXTS,
     COMPACT,
     CONNECTIONS,
-    DTYPES,
     GRPC,
     GRPC_SERVERS,
     PER_TRIAL,
@@ -30,15 +37,25 @@ from contracts.stages import (
 )
 from contracts.tolerance import DEFAULT_MS, DEFAULT_PCT
 from contracts.transfer import MAX_PARALLELISM
-from testbed.devices import load_device
+from testbed.experiment_fields import (
+    read_clients,
+    read_contention,
+    read_counts,
+    read_device,
+    read_dtype,
+    read_reps,
+    read_validation,
+    read_workload,
+)
 from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
 from testbed.transfer_doc import transfer_doc
 
 
 def known_ops() -> tuple[str, ...]:
+    from contracts.images import IMAGE_OPS
     from contracts.ops import OPS
 
-    return (*OPS, FETCH)
+    return (*OPS, *IMAGE_OPS, FETCH)
 
 
 def known_methods() -> tuple[str, ...]:
@@ -47,26 +64,6 @@ def known_methods() -> tuple[str, ...]:
     from contracts.stages import TRANSPORTS
 
     return (*CODECS, *TRANSPORTS, FETCH_METHOD)
-
-
-_REPS = re.compile(r"^\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?$")
-
-
-def parse_reps(value, where: str = "reps") -> tuple[int | None, int]:
-    """(min, max) repetitions: a number N is a fixed count (None, N); 'N..M' is adaptive (N, M).
-
-    Ranges are checked by `check`, for files and flags alike."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return None, value
-    m = _REPS.match(str(value)) if isinstance(value, str) else None
-    if not m:
-        raise UserError(
-            f"{where}: {value!r} is not a number of repetitions",
-            "give a number (fixed) or MIN..MAX (adaptive), e.g. 40 or 5..40",
-        )
-    if m.group(2) is None:
-        return None, int(m.group(1))
-    return int(m.group(1)), int(m.group(2))
 
 
 def parse_names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -102,6 +99,7 @@ FLAGS = (
     "replicas",
     "server_stack",
     "servers",
+    "image",
     "name",
 )
 
@@ -123,7 +121,7 @@ def load_experiment(path: Path) -> Experiment:
         except UserError as exc:
             raise doc.error(key, exc.message.split(": ", 1)[-1], exc.fix) from None
 
-    clients, device, client_devices = _clients(doc)
+    clients, device, client_devices = read_clients(doc)
     exp = Experiment(
         name=doc.get("name", str, Path(path).stem),
         ops=wrap("ops", parse_names, "ops", known_ops(), "op"),
@@ -132,17 +130,18 @@ def load_experiment(path: Path) -> Experiment:
         delays_ms=wrap("delays", parse_delays) if doc.has("delays") else (),
         losses_pct=wrap("losses", parse_losses) if doc.has("losses") else (),
         methods=wrap("methods", parse_names, "methods", known_methods(), "method"),
-        **_reps(doc),
+        **read_reps(doc),
         warmup=doc.get("warmup", int, 1),
-        dtype=_dtype(doc),
+        dtype=read_dtype(doc),
         int_range=wrap("int_range", parse_int_range) if doc.has("int_range") else None,
         codec_text=doc.get("codec_text", str, COMPACT),
+        image=doc.get("image", str, None),
         seed=doc.get("seed", int, 1),
         client_cpu=parse_cpu_profile(doc.section("client_cpu")) if doc.has("client_cpu") else None,
-        client_device=device or _device(doc),
-        server_device=_device(doc, "server_device"),
+        client_device=device or read_device(doc),
+        server_device=read_device(doc, "server_device"),
         mode=parse_mode(doc.get("mode", str, "scaled"), lambda problem, fix: doc.error("mode", problem, fix)),
-        validation=_validation(doc.section("validation", default_empty=True)),
+        validation=read_validation(doc.section("validation", default_empty=True)),
         local=doc.get("local", bool, True),
         trial_timeout=float(doc.get("trial_timeout", float, 600.0)),
         connection=doc.get("connection", str, PER_TRIAL),
@@ -152,12 +151,12 @@ def load_experiment(path: Path) -> Experiment:
         if doc.has("servers")
         else (PYTHON,),
         clients=clients,
-        contention=_contention(doc, clients),
+        contention=read_contention(doc, clients),
         server_workers=doc.get("server_workers", int, 1),
-        arrivals_hz=_workload(doc),
-        parallelism=_counts(doc, "parallelism"),
-        io_kb=_counts(doc, "io_kb"),
-        concurrency=_counts(doc, "concurrency"),
+        arrivals_hz=read_workload(doc),
+        parallelism=read_counts(doc, "parallelism"),
+        io_kb=read_counts(doc, "io_kb"),
+        concurrency=read_counts(doc, "concurrency"),
         client_devices=client_devices,
         device_tolerance_pct=float(doc.get("device_tolerance_pct", float, DEFAULT_PCT)),
         device_tolerance_ms=float(doc.get("device_tolerance_ms", float, DEFAULT_MS)),
@@ -189,7 +188,7 @@ def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
     Each point of the link (a rate, with each delay and loss varied) is a group of cells. With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
     c requests outstanding per client k x c; with clients of several devices, a local baseline each."""
-    cells = len(exp.ops) * len(exp.sizes)
+    cells = sum(len(sizes_for(op, exp.sizes)) for op in exp.ops)
     remote = (
         len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
     )
@@ -233,6 +232,11 @@ def check(exp: Experiment) -> Experiment:
             f"servers {', '.join(exp.servers)} serve only the method {GRPC}, which is not in methods",
             f"add {GRPC} to methods, or drop servers (the HTTP methods always run on the Python server)",
         )
+    if exp.image:  # the image ops run on this file, at its pixel count
+        exp = replace(exp, image=str(Path(exp.image).resolve()), sizes=with_image(exp.sizes, exp.image))
+    devices = (exp.client_device, exp.server_device, *exp.client_devices)
+    if problem := image_grid_problem(exp.ops, exp.sizes, exp.methods, exp.servers, devices):
+        raise InvalidValue("ops", problem, "what image ops need: docs/server.md, 'Image filters as ops'")
     _check_operands(exp)
     _check_datasets(exp)
     _check_clients(exp)
@@ -349,65 +353,6 @@ def _check_clients(exp: Experiment) -> None:
             raise InvalidValue(key, problem, fix)
 
 
-def _clients(doc: Section) -> tuple[int, str | None, tuple[str, ...]]:
-    """`clients: [{device: NAME, count: N}, ...]`: how many client hosts, client 1's device, and with
-    groups of several devices each client host's device, in the order given (client 1 first)."""
-    if not doc.has("clients"):
-        return 1, None, ()
-    groups = doc.sections("clients")
-    each: list[str] = []
-    for group in groups:
-        group.reject_unknown({"device", "count"})
-        device = _device(group, "device")
-        count = group.get("count", int, 1)
-        if count < 1:
-            raise group.error("count", f"{count} clients", "give at least 1")
-        each += [device] * count
-    if not each:
-        raise doc.error("clients", "no client group", "give e.g. [{device: paper-p4, count: 2}]")
-    if doc.has("client_device") or doc.has("client_cpu"):
-        raise doc.error(
-            "clients", "clients and client_device (or client_cpu) both describe the client", "keep clients"
-        )
-    names = [load_device(ref).name for ref in each]
-    several = len(set(names)) > 1
-    if several and len({(n, r) for n, r in zip(names, each, strict=True)}) != len(set(names)):
-        raise doc.error("clients", "two different profiles share a device name", "rename one of the profiles")
-    return len(each), each[0], tuple(each) if several else ()
-
-
-def _workload(doc: Section) -> float | None:
-    """`workload: closed` (the default: each client's next trial when its last one ends) or
-    `workload: {open: RATE}` (a seeded Poisson process of RATE trials per second per client)."""
-    value = doc.raw("workload", "closed")
-    if value == "closed":
-        return None
-    if isinstance(value, dict) and set(value) == {"open"}:
-        rate = value["open"]
-        if isinstance(rate, int | float) and not isinstance(rate, bool) and rate > 0:
-            return float(rate)
-    raise doc.error(
-        "workload",
-        f"{value!r} is not a workload",
-        "write closed, or {open: RATE} (trials per second per client)",
-    )
-
-
-def _contention(doc: Section, clients: int) -> tuple[int, ...]:
-    """`contention: [1, 2, 4, 8]`: the numbers of clients that offload each cell at once (default: all)."""
-    return _counts(doc, "contention", [clients] if clients > 1 else [])
-
-
-def _counts(doc: Section, key: str, default: list | None = None) -> tuple[int, ...]:
-    """A list of positive whole numbers (`contention`, `parallelism`, `io_kb`), each once."""
-    value = doc.raw(key, default or [])
-    if not isinstance(value, list) or not all(
-        isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in value
-    ):
-        raise doc.error(key, f"{value!r} is not a list of positive numbers", "write e.g. [1, 2, 4]")
-    return tuple(value)
-
-
 def _check_adaptive(exp: Experiment) -> None:
     if exp.adaptive:
         if not MIN_ADAPTIVE <= exp.min_reps <= exp.reps:
@@ -437,64 +382,7 @@ def _check_adaptive(exp: Experiment) -> None:
             )
 
 
-def _reps(doc: Section) -> dict:
-    """reps: N (fixed), 'N..M', or {min: N, max: M, precision: F}; ranges are `check`'s."""
-    if isinstance(doc.raw("reps"), dict):
-        sec = doc.section("reps")
-        sec.reject_unknown({"min", "max", "precision"})
-        precision = sec.get("precision", float, None)
-        return {
-            "min_reps": sec.get("min", int),
-            "reps": sec.get("max", int),
-            "precision": None if precision is None else float(precision),
-        }
-    try:
-        low, high = parse_reps(doc.raw("reps"))
-    except UserError as exc:
-        raise doc.error("reps", exc.message.split(": ", 1)[-1], exc.fix) from None
-    return {"min_reps": low, "reps": high}
-
-
-def _device(doc: Section, key: str = "client_device") -> str | None:
-    """The device's name or path (`client_device` or `server_device`), checked now so that a bad
-    profile is reported before any sweep."""
-    if not doc.has(key):
-        return None
-    if key == "client_device" and doc.has("client_cpu"):
-        raise doc.error(
-            "client_device", "client_device and client_cpu both describe the client", "keep one of them"
-        )
-    ref = doc.get(key, str)
-    if ref.endswith((".yaml", ".yml")):  # a path: relative to the experiment file
-        ref = str((Path(doc.path).parent / ref).resolve())
-    try:
-        load_device(ref)
-    except UserError as exc:
-        raise doc.error(key, exc.message, exc.fix) from None
-    return ref
-
-
 def parse_mode(mode: str, error) -> str:
     if mode not in MODES:
         raise error(f"unknown mode {mode!r}", f"use one of: {', '.join(MODES)}")
     return mode
-
-
-def _dtype(doc: Section) -> str:
-    dtype = doc.get("dtype", str, "float64")
-    if dtype not in DTYPES:
-        raise doc.error("dtype", f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
-    return dtype
-
-
-def _validation(sec: Section) -> Validation:
-    sec.reject_unknown({"enabled", "tolerance_pct", "duration", "retries"})
-    v = Validation(
-        enabled=sec.get("enabled", bool, True),
-        tolerance_pct=float(sec.get("tolerance_pct", float, 5.0)),
-        duration=sec.get("duration", int, 2),
-        retries=sec.get("retries", int, 1),
-    )
-    if v.tolerance_pct <= 0 or v.duration < 1 or v.retries < 0:
-        raise sec.error(None, "tolerance_pct must be > 0, duration >= 1 and retries >= 0")
-    return v

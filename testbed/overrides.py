@@ -15,7 +15,8 @@ from contracts.stages import (
     GRPC_SERVERS,
 )
 from testbed.devices import load_device
-from testbed.experiment import check, known_methods, known_ops, parse_mode, parse_names, parse_reps
+from testbed.experiment import check, known_methods, known_ops, parse_mode, parse_names
+from testbed.experiment_fields import parse_reps
 
 
 def override(exp: Experiment | None, flags: dict) -> Experiment:
@@ -62,6 +63,8 @@ def override(exp: Experiment | None, flags: dict) -> Experiment:
         changes["dtype"] = flags["dtype"]
     if flags.get("int_range") is not None:
         changes["int_range"] = parse_int_range(flags["int_range"], "--int-range")  # fit: `check`
+    if flags.get("image") is not None:
+        changes["image"] = flags["image"]  # read, and its size added, in `check`
     if flags.get("codec_text") is not None:
         changes["codec_text"] = flags["codec_text"]  # checked in `check`, as a file's
     if flags.get("cpu_quota") is not None:

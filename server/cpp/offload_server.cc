@@ -35,6 +35,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "images.h"
 #include "offload.grpc.pb.h"
 #include "offload.pb.h"
 
@@ -342,28 +343,84 @@ void fill(Matrix* m, const Result& r) {
 
 const std::map<std::string, int> kOps = {{"mul", 2}, {"inv", 1}, {"log", 1}};
 
+// An image op (server/image_stages.py): decode the image (its header checked first), filter, encode.
+std::string run_image_stages(OpRequest& msg, StageClock& clock, const Limits& limits, const std::string& op) {
+  cv::Mat img;
+  std::string format;
+  clock.stage("decode", [&] {
+    if (msg.operands_size()) throw bad_input("malformed body", "'" + op + "' is an image op: send images, not operands");
+    if (msg.images_size() != 1)
+      throw bad_input("wrong number of images",
+                      "the request carries " + std::to_string(msg.images_size()) + " images; an image op takes 1");
+    const std::string& data = msg.images(0).data();
+    images::Header h = images::read_header(data);
+    if (!h.ok) {
+      auto colon = h.problem.find(": ");
+      throw bad_input(h.problem.substr(0, colon), h.problem.substr(colon + 2));
+    }
+    format = h.format;
+    int64_t decoded = h.rows * h.cols * 3;
+    if (h.rows < 1 || h.cols < 1) throw bad_input("corrupt image", std::to_string(h.cols) + "x" + std::to_string(h.rows) + " pixels");
+    if (decoded > limits.max_body)
+      throw over_limit("image too large", "a " + std::to_string(h.cols) + "x" + std::to_string(h.rows) + " " + format +
+                                              " decodes to " + std::to_string(decoded) + " bytes; the server holds at most " +
+                                              std::to_string(limits.max_body) + " (" + kFix + " " + mb(decoded) + " or more)");
+    cv::Mat raw(1, static_cast<int>(data.size()), CV_8UC1, const_cast<char*>(data.data()));
+    try {
+      img = cv::imdecode(raw, cv::IMREAD_COLOR);
+    } catch (const cv::Exception&) {
+      img = cv::Mat();
+    }
+    if (img.empty() || img.rows != h.rows || img.cols != h.cols)
+      throw bad_input("corrupt image", "the " + format + " does not decode");
+    msg.Clear();
+  });
+  std::vector<cv::Mat> outputs = clock.stage("compute", [&] {
+    std::vector<cv::Mat> out;
+    for (const std::string& name : images::filters_of(op)) out.push_back(images::filter(name, img));
+    return out;
+  });
+  img.release();
+  return clock.stage("encode", [&] {
+    OpReply reply;
+    for (const cv::Mat& o : outputs) {
+      auto* image = reply.add_images();
+      image->set_format(format);
+      image->set_data(images::encode(o, format));
+    }
+    return reply.SerializeAsString();
+  });
+}
+
+const std::map<std::string, int> kImageOps = {{"gray", 1}, {"bilateral", 1}, {"cartoon", 1}, {"filters3", 3}};
+
 // One Execute call: server/stages.py run_stages over raw bytes.
 std::string run_stages(const grpc::ByteBuffer& request, StageClock& clock, const Limits& limits) {
   std::string op;
   std::vector<Operand> ops;
+  OpRequest msg;
+  bool image = false;
   clock.stage("decode", [&] {
     std::vector<grpc::Slice> slices;
     request.Dump(&slices);
     std::string body;
     body.reserve(request.Length());
     for (const auto& s : slices) body.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    OpRequest msg;
     if (!msg.ParseFromString(body)) throw bad_input("malformed protobuf", "request is not an OpRequest");
     body = std::string();  // no longer needed once parsed
+    op = msg.op();
+    image = kImageOps.count(op) > 0;
+    if (image) return;  // the image's own decode follows, in this stage's time (run_image_stages)
     if (msg.operands_size() > kMaxOperands)
       throw over_limit("too many operands", std::to_string(msg.operands_size()) + " operands; at most " +
                                                 std::to_string(kMaxOperands));
     for (int i = 0; i < msg.operands_size(); ++i)
       ops.push_back(operand_of(msg.operands(i), "operand " + std::to_string(i)));
-    op = msg.op();
     if (!kOps.count(op))
-      throw Refused(grpc::StatusCode::UNIMPLEMENTED, "unknown operation", "'" + op + "'; known: mul, inv, log");
+      throw Refused(grpc::StatusCode::UNIMPLEMENTED, "unknown operation",
+                    "'" + op + "'; known: mul, inv, log, gray, bilateral, cartoon, filters3");
   });
+  if (image) return run_image_stages(msg, clock, limits, op);
   if (!ops.empty()) check_request(op, ops, limits);
   Result result = clock.stage("compute", [&] { return execute(op, ops); });
   ops.clear();

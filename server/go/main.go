@@ -547,6 +547,10 @@ func (c *stageClock) stage(name string, body func() error) error {
 
 // runStages is server/stages.py run_stages over the request's raw bytes.
 func runStages(body []byte, clock *stageClock, maxBody int64) ([]byte, error) {
+	// an image op runs its own stages (images.go); naming the op only slices the message, untimed
+	if name, matrices, err := parseRequest(body); err == nil && allImageOps[name] {
+		return runImageStages(body, name, len(matrices), clock, maxBody)
+	}
 	var op string
 	var ops []operand
 	err := clock.stage("decode", func() error {
@@ -569,7 +573,7 @@ func runStages(body []byte, clock *stageClock, maxBody int64) ([]byte, error) {
 			ops = append(ops, a)
 		}
 		if _, known := arity[name]; !known {
-			return refuse(codes.Unimplemented, "unknown operation", fmt.Sprintf("'%s'; known: mul, inv, log", name))
+			return refuse(codes.Unimplemented, "unknown operation", fmt.Sprintf("'%s'; known: mul, inv, log, gray", name))
 		}
 		op = name
 		return nil

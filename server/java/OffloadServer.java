@@ -420,6 +420,7 @@ public final class OffloadServer {
   // One Execute call: server/stages.py run_stages over the request's raw bytes.
   static byte[] runStages(byte[] body, StageClock clock, long maxBody) throws Refused {
     List<Operand> ops = new ArrayList<>();
+    Images.Decoded[] image = new Images.Decoded[1]; // an image op's image (Images.java)
     String op = clock.stage("decode", () -> {
       OpRequest msg;
       try {
@@ -427,16 +428,21 @@ public final class OffloadServer {
       } catch (InvalidProtocolBufferException exc) {
         throw badInput("malformed protobuf", "request is not an OpRequest: " + exc.getMessage());
       }
+      if (Images.OPS.contains(msg.getOp())) {
+        image[0] = Images.decode(msg, maxBody);
+        return msg.getOp();
+      }
       if (msg.getOperandsCount() > MAX_OPERANDS) {
         throw overLimit("too many operands", msg.getOperandsCount() + " operands; at most " + MAX_OPERANDS);
       }
       for (int k = 0; k < msg.getOperandsCount(); k++) ops.add(operandOf(msg.getOperands(k), "operand " + k));
       String name = msg.getOp();
       if (!name.equals("mul") && !name.equals("inv") && !name.equals("log")) {
-        throw new Refused(Status.Code.UNIMPLEMENTED, "unknown operation", "'" + name + "'; known: mul, inv, log");
+        throw new Refused(Status.Code.UNIMPLEMENTED, "unknown operation", "'" + name + "'; known: mul, inv, log, gray, bilateral, cartoon, filters3");
       }
       return name;
     });
+    if (image[0] != null) return Images.run(op, image[0], clock);
     if (!ops.isEmpty()) checkRequest(op, ops, maxBody);
     Result result = clock.stage("compute", () -> execute(op, ops));
     ops.clear();

@@ -22,6 +22,7 @@
 $LOAD_PATH.unshift(File.join(__dir__, 'build'))
 require 'matrix'
 require 'offload_services_pb'
+require_relative 'images'
 
 module OffloadServer
   MAX_OPERANDS = 16 # contracts/wire.py MAX_OPERANDS
@@ -242,19 +243,25 @@ module OffloadServer
   def self.run_stages(body, clock, max_body)
     op = nil
     ops = []
+    image = nil
     clock.stage('decode') do
       begin
         msg = Offload::V1::OpRequest.decode(body)
       rescue Google::Protobuf::ParseError => e
         raise bad_input('malformed protobuf', "request is not an OpRequest: #{e.message}")
       end
+      if Images::ALL_OPS.include?(msg.op) # an image op (images.rb): its image decoded in this stage
+        image = Images.decode_request(msg, max_body)
+        next
+      end
       count = msg.operands.size
       raise over_limit('too many operands', "#{count} operands; at most #{MAX_OPERANDS}") if count > MAX_OPERANDS
 
       msg.operands.each_with_index { |m, k| ops << operand_of(m, "operand #{k}") }
       op = msg.op
-      raise Refused.new(Codes::UNIMPLEMENTED, 'unknown operation', "'#{op}'; known: mul, inv, log") unless ARITY.key?(op)
+      raise Refused.new(Codes::UNIMPLEMENTED, 'unknown operation', "'#{op}'; known: mul, inv, log, gray") unless ARITY.key?(op)
     end
+    return Images.finish(image, clock) if image
     check_request(op, ops, max_body) unless ops.empty?
     dtype, result = clock.stage('compute') { execute(op, ops) }
     ops.clear

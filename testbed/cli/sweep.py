@@ -35,7 +35,7 @@ def register(sub) -> None:
     )
     p.add_argument("experiment", nargs="?", type=Path, help="experiment file, e.g. experiments/smoke.yaml")
     p.add_argument("--ops", help="comma-separated, e.g. mul,inv,log")
-    p.add_argument("--sizes", help="e.g. 400,800 or 400-1200:100")
+    p.add_argument("--sizes", help="e.g. 400,800 or 400-1200:100; images in megapixels: 0.3MP,4MP,8MP")
     p.add_argument("--rates", help="Mbit/s, e.g. 10,20,40")
     p.add_argument(
         "--delays",
@@ -55,6 +55,7 @@ def register(sub) -> None:
         "--int-range",
         help="integer operands' LOW,HIGH as numpy.random.randint draws them (HIGH excluded), e.g. 0,10",
     )
+    p.add_argument("--image", help="an image file (PNG or JPEG) the image ops run on, besides --sizes in MP")
     p.add_argument("--codec-text", help="the JSON codecs' text: compact (default) or era (the paper's)")
     p.add_argument("--seed", type=int)
     p.add_argument("--cpu-quota", type=float, help="client CPU limit, fraction of one core")

@@ -67,6 +67,7 @@ class WorkerLink:
                 "--codec-text",
                 exp.codec_text,
                 *(["--int-range", ",".join(map(str, exp.int_range))] if exp.int_range else []),
+                *(["--image", exp.image] if exp.image else []),
                 *emulation,
             ),
             stdin=subprocess.PIPE,

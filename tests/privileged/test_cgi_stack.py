@@ -12,12 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contracts.image_wire import decode_any
+from contracts.images import apply, encode
 from contracts.run import FORMAT_VERSION
 from contracts.stages import parse_server_timing
 from server.app import create_app
 from server.handler import PID_HEADER
 from testbed.backends.lab import STATE_ROOT
 from tests.helpers import followed_slowdowns, rows, run_cli
+from tests.image_samples import PHOTO, bomb_png, corrupt_png
 from tests.isolation import leftovers
 
 pytestmark = pytest.mark.privileged
@@ -76,6 +79,17 @@ def test_curl_through_the_cgi_stack_new_process_per_request_hostile_refused_down
     _, again, _ = mul(lease)
     pid = PID_HEADER.lower()
     assert headers[pid] != again[pid], "each request is a process of its own"
+    # an image op (issue 47): the PNG as the body, its gray back, each stage timed in the CGI process
+    code, headers, body = curl(lease, "/v1/ops/gray", "-H", "X-Codec: raw", data=encode(PHOTO))
+    assert code == 200 and headers["content-type"] == "image/png", body[:200]
+    assert list(parse_server_timing(headers["server-timing"])) == [
+        "server_start",
+        "queue",
+        "decode",
+        "compute",
+        "encode",
+    ]
+    assert np.abs(decode_any(body).astype(int) - apply("gray", PHOTO)[0]).max() == 0
 
     wsgi = create_app().test_client()  # the wsgi stack's answers, with the testbed server's limits
     huge = tmp_path / "huge.bin"
@@ -86,6 +100,8 @@ def test_curl_through_the_cgi_stack_new_process_per_request_hostile_refused_down
         "unknown op": (["-H", "X-Codec: json"], "/v1/ops/nope", MUL),
         "bad codec": (["-H", "X-Codec: bogus"], None, MUL),
         "malformed matrix": (["-H", "X-Codec: json"], None, b'{"operands": [[[1, 2], [3]], [[1]]]}'),
+        "image bomb": (["-H", "X-Codec: raw"], "/v1/ops/gray", bomb_png()),
+        "corrupt image": (["-H", "X-Codec: raw"], "/v1/ops/gray", corrupt_png()),
         "declared too large": (
             ["-H", "X-Codec: raw", "-H", "X-Shape: 9000x9000,9000x9000", "-H", "X-Dtype: float64"],
             None,

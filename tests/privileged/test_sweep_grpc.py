@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from contracts.images import encode, generate
+from contracts.run_format import FORMAT_VERSION
 from contracts.stages import GRPC_SERVERS
 from tests.helpers import run_cli
 from tests.isolation import leftovers
@@ -116,3 +118,35 @@ def test_a_sweep_over_the_grpc_servers_of_each_language(inventory, tmp_path):
     assert sorted({c["method"] for c in cells}) == ["grpc", "grpc@cpp", "grpc@go", "grpc@java", "grpc@ruby"]
     assert (run_dir / "analysis" / "servers-mul.png").is_file()
     run_cli(inventory, "down")
+
+
+def test_a_gray_sweep_over_the_grpc_servers_of_each_language(inventory, lease, tmp_path):
+    """Issue 47's image workload: `gray` at sizes in megapixels over every server, the local baseline
+    on the client (the Python filter), and the analysis keeping the servers apart."""
+    results = tmp_path / "results"
+    photo = tmp_path / "photo.png"  # a file as well: 300x200, as the embedded study's one image
+    photo.write_bytes(encode(generate(101_568, seed=3)[:200, :300]))
+    out = run_cli(
+        inventory, "sweep", "--ops", "gray", "--sizes", "0.05MP,0.1MP", "--rates", "100", "--methods", "grpc",
+        "--servers", ",".join(GRPC_SERVERS), "--reps", "3", "--warmup", "1", "--no-validate",
+        "--results", str(results), "--name", "gray", "--image", str(photo),
+    ).stdout  # fmt: skip
+    assert "analysis:" in out
+    (run_dir,) = results.iterdir()
+    trials = read_csv(run_dir / "trials.csv")
+    assert all(t["ok"] == "true" for t in trials), [t["error"] for t in trials if t["ok"] != "true"]
+    # the pixels of 256x192, 368x276 and the file's 300x200
+    assert {t["size"] for t in trials} == {"49152", "101568", "60000"}
+    local = [t for t in trials if t["method"] == "local"]
+    assert len(local) == 3 * 3 and all(float(t["t_total"]) > 0 for t in local)
+    remote = [t for t in trials if t["method"] != "local"]
+    assert sorted(t["server"] for t in remote) == sorted([*GRPC_SERVERS] * 3 * 3)
+    for t in remote:
+        assert all(float(t[f"t_server_{s}"]) > 0 for s in ("decode", "compute", "encode")), t
+        assert int(t["bytes_up"]) > 10_000 and int(t["bytes_down"]) > 1000  # a PNG up, a gray PNG down
+    cells = read_csv(run_dir / "analysis" / "cells.csv")
+    assert sorted({c["method"] for c in cells}) == ["grpc", "grpc@cpp", "grpc@go", "grpc@java", "grpc@ruby"]
+    assert len(cells) == 3 * len(GRPC_SERVERS) and all(int(c["n"]) == 3 for c in cells)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["experiment"]["image"] == str(photo) and manifest["format_version"] == FORMAT_VERSION
+    assert leftovers(lease.prefix) == []  # the sweep brought the testbed up, and took it down

@@ -25,6 +25,7 @@ from server import cgi
 from server.app import create_app
 from server.handler import PID_HEADER
 from server.timing import StageClock
+from tests.image_samples import NOT_AN_IMAGE, PHOTO, bomb_png, corrupt_png
 
 MAX_BODY_MB = 1.0
 REPO = Path(__file__).resolve().parents[2]
@@ -171,6 +172,11 @@ HOSTILE = {
         {"X-Codec": "raw", "X-Dtype": "float64", "X-Shape": "2x2,2x2"},
     ),
     "GET an op": ("GET", "/v1/ops/mul", b"", {}),
+    # the image ops (issue 47): a decompression bomb, a corrupt image, no image, a codec without images
+    "image bomb": ("POST", "/v1/ops/gray", bomb_png(), {"X-Codec": "raw"}),
+    "corrupt image": ("POST", "/v1/ops/gray", corrupt_png(), {"X-Codec": "raw"}),
+    "not an image": ("POST", "/v1/ops/bilateral", NOT_AN_IMAGE, {"X-Codec": "raw"}),
+    "image in a matrix codec": ("POST", "/v1/ops/gray", NOT_AN_IMAGE, {"X-Codec": "msgpack"}),
 }
 
 
@@ -185,6 +191,22 @@ def test_hostile_requests_get_the_wsgi_stacks_status_and_json(case, wsgi):
     assert mine["error"] == theirs["error"], case
     if status != 405:  # the detail of a method not allowed is each stack's own wording
         assert mine["detail"] == theirs["detail"], case
+
+
+STAGES = ["decode", "compute", "encode"]
+
+
+def test_an_image_op_gets_the_same_filtered_image_on_both_stacks(wsgi):
+    from contracts.image_wire import decode_any
+    from contracts.images import apply, encode
+
+    small = PHOTO[:240, :320]  # under the 1 MiB limit decoded
+    status, headers, out = run_cgi("POST", "/v1/ops/gray", encode(small), **{"X-Codec": "raw"})
+    theirs = wsgi.post("/v1/ops/gray", data=encode(small), headers={"X-Codec": "raw"})
+    assert status == theirs.status_code == 200 and headers["Content-Type"] == "image/png"
+    assert list(parse_server_timing(headers["Server-Timing"])) == ["server_start", "queue", *STAGES]
+    assert np.array_equal(decode_any(out), decode_any(theirs.data))
+    assert np.array_equal(decode_any(out), apply("gray", small)[0])
 
 
 def test_a_path_outside_the_api_is_a_json_404_and_health_names_the_stack():

@@ -15,6 +15,7 @@ from contracts.errors import UserError
 from contracts.grid import LinkPoint, parse_delays, parse_losses
 from contracts.profiles import NETEM_FIX, NETEM_MISSING, LinkSpec
 from contracts.run import TRIALS_MARK, read_manifest, read_trials
+from contracts.run_format import FORMAT_VERSION
 from testbed.cli import build_parser
 from testbed.cli import sweep as sweep_cli
 from testbed.experiment import load_experiment, planned_trials
@@ -261,7 +262,7 @@ def test_a_sweep_validates_and_records_each_point_of_the_link(lab, tmp_path, mon
     assert {(r["delay_ms"], r["loss_pct"]) for r in remote} == {("0.0", "0.0"), ("0.0", "5.0"), ("25.0", "0.0"),
                                                                 ("25.0", "5.0")}  # fmt: skip
     assert all(r["ok"] == "true" for r in rows)
-    assert (run_dir / "trials.csv").read_text().startswith(f"{TRIALS_MARK}12\n")
+    assert (run_dir / "trials.csv").read_text().startswith(f"{TRIALS_MARK}{FORMAT_VERSION}\n")
     manifest = read_manifest(run_dir / "manifest.json")
     assert manifest.experiment.delays_ms == (0.0, 25.0) and manifest.experiment.losses_pct == (0.0, 5.0)
     netem = [c for c in manifest.validation if c.measure is not None]
@@ -371,7 +372,7 @@ def test_a_run_of_format_10_reads_without_delay_or_loss_and_is_upgraded_on_resum
     writer.write(TrialRecord("mul", 100, "raw", True, trial=5, rate_mbps=10.0, t_total=0.4, delay_ms=25.0))
     writer.close()
     again = read_trials(path)
-    assert again.version == 12 and [r.delay_ms for r in again.records] == [None, 25.0]
+    assert again.version == FORMAT_VERSION and [r.delay_ms for r in again.records] == [None, 25.0]
     data = json.loads((run_dir / "manifest.json").read_text())
     data["format_version"] = 10
     for key in ("delays_ms", "losses_pct"):
