@@ -18,7 +18,8 @@ from client.offload import CPU_LOCK, OffloadError, StageTimes, no_align, stage_c
 from contracts.codecs import CodecError, get_codec
 from contracts.errors import UserError
 from contracts.protobuf_codec import EXECUTE
-from contracts.stages import RETIME_HEADER
+from contracts.short_work import NOTHING, Expected
+from contracts.stages import RETIME_HEADER, retime_value
 
 CODEC = get_codec("protobuf")
 # gRPC's default 4 MiB receive limit would refuse an 800x800 result; the server sets the real limit
@@ -58,7 +59,7 @@ class GrpcOffloadClient:
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
         self.persistent = persistent
         self.retime = retime
-        self.metadata = ((RETIME_HEADER.lower(), "1"),) if server_retime else None
+        self.server_retime = server_retime
         self.connections = 0  # channels opened so far
         self._connect()
 
@@ -88,15 +89,24 @@ class GrpcOffloadClient:
                 "is the server running with --grpc-port (services: grpc_port in the inventory)?",
             ) from None
 
-    def offload(self, op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, StageTimes]:
+    def offload(
+        self, op: str, operands: list[np.ndarray], expected: Expected = NOTHING
+    ) -> tuple[np.ndarray, StageTimes]:
+        """`expected`: what each stage's work is expected to take on this host now (scaled mode)."""
         try:
-            return self._offload(op, operands)
+            return self._offload(op, operands, expected)
         finally:
             if not self.persistent:  # the next trial's channel: created here, connected by its call
                 self.channel.close()
                 self._connect()
 
-    def _offload(self, op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, StageTimes]:
+    def metadata(self, expected: Expected = NOTHING) -> tuple[tuple[str, str], ...] | None:
+        """The call's ask of a scaled server device's server (`RETIME_HEADER`, as HTTP's)."""
+        return ((RETIME_HEADER.lower(), retime_value(expected.server)),) if self.server_retime else None
+
+    def _offload(
+        self, op: str, operands: list[np.ndarray], expected: Expected
+    ) -> tuple[np.ndarray, StageTimes]:
         with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
             self.align("encode")
             c0, t0 = time.thread_time(), time.perf_counter()
@@ -106,12 +116,14 @@ class GrpcOffloadClient:
                 raise UserError(f"protobuf cannot encode these operands: {exc}") from exc
             t1, c1 = time.perf_counter(), time.thread_time()
             c1 = c0 + stage_cpu_s(
-                self.retime, lambda: CODEC.encode_op_request(op, operands), c1 - c0, "encode"
+                self.retime, lambda: CODEC.encode_op_request(op, operands), c1 - c0, "encode", expected
             )
         self.align("request")
         tr = time.perf_counter()
         try:
-            content, call = self._execute.with_call(body, timeout=self.timeout, metadata=self.metadata)
+            content, call = self._execute.with_call(
+                body, timeout=self.timeout, metadata=self.metadata(expected)
+            )
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         t2 = time.perf_counter()
@@ -120,7 +132,9 @@ class GrpcOffloadClient:
             c3, t3 = time.thread_time(), time.perf_counter()
             result = CODEC.decode_response(content, {})
             t4, c4 = time.perf_counter(), time.thread_time()
-            c4 = c3 + stage_cpu_s(self.retime, lambda: CODEC.decode_response(content, {}), c4 - c3, "decode")
+            c4 = c3 + stage_cpu_s(
+                self.retime, lambda: CODEC.decode_response(content, {}), c4 - c3, "decode", expected
+            )
         server_timing = dict(call.trailing_metadata() or ()).get("server-timing")
         times = stage_times((t0, t1, tr, t2, t3, t4), (c0, c1, c3, c4), server_timing)
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))

@@ -24,7 +24,7 @@ from contracts.cpu_lock import CpuLock
 from contracts.errors import UserError
 from contracts.operands import FIX, MUL_INTS, IntRange, check_int_range, draw
 from contracts.ops import OPS, OpError, UnknownOp, execute
-from contracts.short_work import KERNEL, cpu_clock, per_run_cpu_s
+from contracts.short_work import KERNEL, NOTHING, Expected, cpu_clock, per_run_cpu_s
 from contracts.stages import (
     CODEC_TEXTS,
     COMPACT,
@@ -36,6 +36,7 @@ from contracts.stages import (
     SERVER_STAGES,
     SERVER_START,
     parse_server_timing,
+    retime_value,
 )
 from contracts.wire import body_bytes
 
@@ -134,7 +135,7 @@ class OffloadClient:
         self.align = align  # runs before each timed client stage (client.throttle under a CPU quota)
         self.pacer = pacer
         self.retime = retime
-        self.asks = {RETIME_HEADER: "1"} if server_retime else {}
+        self.server_retime = server_retime
         self.codec_text = codec_text
 
     def __enter__(self) -> OffloadClient:
@@ -146,6 +147,11 @@ class OffloadClient:
     def close(self) -> None:
         for session in self.sessions:
             session.close()
+
+    def asks(self, expected: Expected = NOTHING) -> dict[str, str]:
+        """The request's ask of a scaled server device's server: its stages timed again, with what
+        each is expected to take (`RETIME_HEADER`)."""
+        return {RETIME_HEADER: retime_value(expected.server)} if self.server_retime else {}
 
     def _transport_error(self, exc: Exception) -> UserError:
         """Connection refused, timed out, or cut mid-response (e.g. a worker killed by its timeout)."""
@@ -164,8 +170,11 @@ class OffloadClient:
             raise _error_from(resp.status_code, resp.content)
         return resp.json()
 
-    def offload(self, op: str, operands: list[np.ndarray], codec: str) -> tuple[np.ndarray, StageTimes]:
-        """Run `op` on the server; the operands' dtype is the request's dtype."""
+    def offload(
+        self, op: str, operands: list[np.ndarray], codec: str, expected: Expected = NOTHING
+    ) -> tuple[np.ndarray, StageTimes]:
+        """Run `op` on the server; the operands' dtype is the request's dtype. `expected`: what each
+        stage's work is expected to take on this host now (scaled mode: `contracts.short_work`)."""
         c = _codec(codec, self.codec_text)
         with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
             self.align("encode")
@@ -175,10 +184,12 @@ class OffloadClient:
             except CodecError as exc:
                 raise UserError(f"{c.name} cannot encode these operands: {exc}", "use the raw codec") from exc
             t1, c1 = time.perf_counter(), time.thread_time()
-            c1 = c0 + stage_cpu_s(self.retime, lambda: c.encode_request(operands), c1 - c0, "encode")
+            c1 = c0 + stage_cpu_s(
+                self.retime, lambda: c.encode_request(operands), c1 - c0, "encode", expected
+            )
         if self.pacer is not None:  # the device's encode, after its other requests' stages
             t1 = self.pacer.stage("encode", t0, c1 - c0)
-        url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, **self.asks, "X-Codec": c.name}
+        url, headers = f"{self.base_url}/v1/ops/{op}", {**headers, **self.asks(expected), "X-Codec": c.name}
         if self.codec_text != COMPACT:  # the reply in the same text (a server that predates it: compact)
             headers[CODEC_TEXT_HEADER] = self.codec_text
         headers.update({} if self.persistent else CLOSE)
@@ -208,7 +219,7 @@ class OffloadClient:
             result = c.decode_response(content, reply_headers)
             t4, c4 = time.perf_counter(), time.thread_time()
             c4 = c3 + stage_cpu_s(
-                self.retime, lambda: c.decode_response(content, reply_headers), c4 - c3, "decode"
+                self.retime, lambda: c.decode_response(content, reply_headers), c4 - c3, "decode", expected
             )
         if self.pacer is not None:
             t4 = self.pacer.stage("decode", t3, c4 - c3)
@@ -216,11 +227,16 @@ class OffloadClient:
         return result, StageTimes(**times, bytes_up=len(body), bytes_down=len(content))
 
 
-def stage_cpu_s(retime: bool, work: Callable[[], object], one_run_s: float, kind: str) -> float:
+def stage_cpu_s(
+    retime: bool, work: Callable[[], object], one_run_s: float, kind: str, expected: Expected = NOTHING
+) -> float:
     """A client stage's CPU seconds (its thread's for marshalling, the process's for a kernel:
     `contracts.short_work.cpu_clock`): its run's, or with `retime` (scaled mode) a short run's again
-    over repeated runs of its work; the wall time stays the real run's."""
-    return per_run_cpu_s(work, one_run_s, cpu_clock(kind)) if retime else one_run_s
+    over repeated runs of its work, and a figure far above what `expected` says of its kind again;
+    the wall time stays the real run's."""
+    if not retime:
+        return one_run_s
+    return per_run_cpu_s(work, one_run_s, cpu_clock(kind), expected.client.get(kind))
 
 
 def stage_times(wall: tuple[float, ...], cpu: tuple[float, ...], server_timing: str | None) -> dict:
@@ -290,7 +306,11 @@ def local(op: str, operands: list[np.ndarray]) -> tuple[np.ndarray, float]:
 
 
 def local_times(
-    op: str, operands: list[np.ndarray], align: Callable[[str], object] = no_align, retime: bool = False
+    op: str,
+    operands: list[np.ndarray],
+    align: Callable[[str], object] = no_align,
+    retime: bool = False,
+    expected: Expected = NOTHING,
 ) -> tuple[np.ndarray, float, float]:
     """`local`, with the CPU seconds this process spent as well as the wall-clock seconds (`retime`:
     a short kernel's over repeated runs, `stage_cpu_s`)."""
@@ -300,7 +320,7 @@ def local_times(
             cpu, start = time.process_time(), time.perf_counter()
             result = execute(op, operands)
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-            return result, wall, stage_cpu_s(retime, lambda: execute(op, operands), cpu, KERNEL)
+            return result, wall, stage_cpu_s(retime, lambda: execute(op, operands), cpu, KERNEL, expected)
     except UnknownOp as exc:
         raise UserError(f"unknown operation {op!r}", f"use one of: {', '.join(OPS)}") from exc
     except OpError as exc:

@@ -37,6 +37,7 @@ import statistics
 from collections import deque
 
 from contracts.device import key, stack_key
+from contracts.short_work import Expected
 from contracts.stages import LOCAL, PYTHON
 
 CLIENT, SERVER = "client", "server"  # whose slowdowns a reference run moves
@@ -99,6 +100,35 @@ class Scaler:
         if k not in scale:
             raise KeyError(f"no calibration for {k}: the sweep calibrates every op, size and method it runs")
         return scale[k]
+
+    def reference_s(self, whose: str, k: str) -> float | None:
+        """This host's CPU seconds for a kind of work that a device's slowdown divides by now (the
+        recent runs' mean, else the calibration's); None without a target for it."""
+        if k in self.recent[whose]:
+            return statistics.fmean(self.recent[whose][k])
+        factor = ((self.scale if whose == CLIENT else self.server_scale) or {}).get(k)
+        target = self.targets[whose].get(k)
+        return target / factor if factor and target else None
+
+    def expected(self, op: str, size: int, method: str, server: str = PYTHON) -> Expected:
+        """What a trial's stages are expected to take on this host (`contracts.short_work`: a figure
+        far above it is taken again): the client's, and the server's when its device follows the
+        Python server's stages (`runs`)."""
+        if method == LOCAL:
+            client = {"kernel": self.reference_s(CLIENT, key("kernel", op, size))}
+        else:
+            client = {
+                kind: self.reference_s(CLIENT, key(kind, op, size, method)) for _, kind in CLIENT_STAGES
+            }
+        remote = {}
+        if method != LOCAL and self.server_scale is not None and server == PYTHON:
+            remote = {
+                kind: self.reference_s(SERVER, self.server_key(kind, op, size, method))
+                for _, kind in SERVER_STAGES
+            }
+        return Expected(
+            client={k: v for k, v in client.items() if v}, server={k: v for k, v in remote.items() if v}
+        )
 
     def factor(self, kind: str, op: str, size: int, codec: str | None = None) -> float:
         """The client's slowdown for a kind of work."""

@@ -40,6 +40,7 @@ from contracts.errors import UserError
 from contracts.images import file_pixels, is_image_op, load
 from contracts.operands import IntRange, parse_int_range
 from contracts.ops import execute
+from contracts.short_work import NOTHING, Expected
 from contracts.stages import (
     CODEC_TEXTS,
     COMPACT,
@@ -196,14 +197,16 @@ class TrialWorker:
         server: str = PYTHON,
         parallelism: int | None = None,
         io_kb: int | None = None,
+        expected: Expected = NOTHING,
     ) -> tuple[np.ndarray, StageTimes]:
         """Offload over gRPC to `server`'s gRPC server for method `grpc`, else over HTTP with the
-        method's codec and the transfer settings."""
+        method's codec and the transfer settings; `expected`: what the stages' work is expected to
+        take on this host (`contracts.short_work`)."""
         if method != GRPC:
-            return self.http(parallelism, io_kb).offload(op, operands, method)
+            return self.http(parallelism, io_kb).offload(op, operands, method, expected)
         if server not in self.grpc:
             raise UserError(f"no {server} gRPC server to offload to", "give the worker --grpc-targets")
-        return self.grpc[server].offload(op, operands)
+        return self.grpc[server].offload(op, operands, expected)
 
     def fetch(self, spec: TrialSpec, out: dict) -> TrialResult:
         """A dataset fetch (`client.fetch`): its seconds are its completion and its communication."""
@@ -229,7 +232,8 @@ class TrialWorker:
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             self.align.trial(op, size, method)
             if method == LOCAL:
-                _, wall, cpu = local_times(op, operands, self.align, retime=self.retimes["retime"])
+                expected = self.scaler.expected(op, size, LOCAL) if self.scaler else NOTHING
+                _, wall, cpu = local_times(op, operands, self.align, self.retimes["retime"], expected)
                 out.update(ok=True, t_total=wall, cpu_total=cpu)
                 if self.scaler:
                     self.scaler.local(out, op, size)
@@ -238,7 +242,8 @@ class TrialWorker:
                 out["connection"] = self.connection
                 paced = self.pace(op, size, method)
                 server = spec.server or PYTHON
-                _, stages = self.remote(op, operands, method, server, spec.parallelism, spec.io_kb)
+                expected = self.scaler.expected(op, size, method, server) if self.scaler else NOTHING
+                _, stages = self.remote(op, operands, method, server, spec.parallelism, spec.io_kb, expected)
                 out.update(ok=True, **stages.as_dict())
                 if self.scaler:
                     self.scaler.remote(out, op, size, method, paced=paced)

@@ -8,6 +8,7 @@ these names; the server's stage times reach the client in the standard
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from enum import StrEnum
@@ -182,11 +183,49 @@ SERVER_RETIME = "retime"
 RETIME_HEADER = "X-Retime"
 
 
+# With it, the client may say what it expects of each kind of work (`1; decode=S; kernel=S; encode=S`:
+# this host's recent CPU seconds for the same work, the scaled server device's reference), so that
+# the server takes a figure far above it again (`contracts.short_work.per_run_cpu_s`'s `expected_s`).
+RETIME_KINDS = ("decode", "kernel", "encode")
+
+
+def retime_value(expected: Mapping[str, float] | None = None) -> str:
+    """`RETIME_HEADER`'s value: a request to time the stages again, with the CPU seconds expected of
+    each kind of work (`RETIME_KINDS`) that has them."""
+    parts = [f"{kind}={expected[kind]:.9g}" for kind in RETIME_KINDS if expected and kind in expected]
+    return "; ".join(["1", *parts])
+
+
 def asks_retime(headers: Mapping[str, str]) -> bool:
     """Whether a request's headers (HTTP's, CGI's or gRPC's metadata, looked up as given and
     lower-cased) ask the server to time its stages' work again."""
+    return _retime_parts(headers)[:1] == ["1"]
+
+
+def retime_expected(headers: Mapping[str, str]) -> dict[str, float]:
+    """The CPU seconds a request's `RETIME_HEADER` expects of each kind of work: positive, finite,
+    of `RETIME_KINDS`; nothing at all when any part is otherwise (the stages are then timed again
+    without a reference, as a bare `1` asks: a wrong figure from the wire must not make the server
+    run a stage's work more than its `RETRIES`, and never does)."""
+    parts = _retime_parts(headers)
+    if parts[:1] != ["1"] or len(parts) > 1 + len(RETIME_KINDS):
+        return {}
+    expected: dict[str, float] = {}
+    for part in parts[1:]:
+        kind, _, value = part.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            return {}
+        if kind not in RETIME_KINDS or kind in expected or not (0 < seconds < math.inf):
+            return {}
+        expected[kind] = seconds
+    return expected
+
+
+def _retime_parts(headers: Mapping[str, str]) -> list[str]:
     value = headers.get(RETIME_HEADER, headers.get(RETIME_HEADER.lower(), ""))
-    return value.strip() == "1"
+    return [part.strip() for part in value.split(";", 1 + len(RETIME_KINDS))]
 
 
 # A paced stage's own time on the server's host, in `Server-Timing` as its `host=` parameter (`python -m

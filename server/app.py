@@ -23,7 +23,6 @@ from werkzeug.exceptions import HTTPException
 
 from contracts.device import DeviceProfile
 from contracts.limits import Limits
-from contracts.stages import asks_retime
 from contracts.transfer import PART_HEADER, TRANSFER_HEADER, parse_part
 from server import handler
 from server.datasets import add_routes as add_dataset_routes
@@ -104,7 +103,7 @@ class _OpRequests:
 
     def run_op(self, op: str) -> Response:
         """The route: one request, or one part of a request sent over several connections."""
-        clock = StageClock(self.pace, retime=asks_retime(request.headers))
+        clock = StageClock.asked(request.headers, self.pace)
         try:
             part = parse_part(request.headers.get(TRANSFER_HEADER), request.headers.get(PART_HEADER))
         except ValueError as exc:

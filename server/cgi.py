@@ -30,7 +30,7 @@ from typing import BinaryIO
 
 from contracts.cpu_lock import CpuLock
 from contracts.limits import Limits
-from contracts.stages import SERVER_START, asks_retime
+from contracts.stages import SERVER_START
 from server import handler
 from server.handler import BodyTooLarge, Reply, error_reply
 from server.timing import StageClock
@@ -176,7 +176,7 @@ def main(
     lock, waited = start_lock or (CpuLock(None), 0.0)
     lock.release()  # before any stage takes the lock again (through its own descriptor)
     environ = os.environ if environ is None else environ
-    clock = StageClock(retime=asks_retime(CgiHeaders(environ)))
+    clock = StageClock.asked(CgiHeaders(environ))
     clock.ms[SERVER_START] = (wall - waited) * 1000.0
     clock.cpu_ms[SERVER_START] = cpu * 1000.0
     if lock.path is not None:

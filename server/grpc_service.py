@@ -31,7 +31,6 @@ from contracts.image_wire import ImageWire, peek_op
 from contracts.images import is_image_op
 from contracts.limits import Limits
 from contracts.protobuf_codec import EXECUTE, SERVICE
-from contracts.stages import asks_retime
 from server.image_stages import run_image_stages
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
@@ -44,7 +43,7 @@ IMAGES = ImageWire("protobuf")
 
 def execute(body: bytes, context: grpc.ServicerContext, limits: Limits) -> bytes:
     """One Execute call: serialized OpRequest in, serialized OpReply out."""
-    clock = StageClock(retime=asks_retime(dict(context.invocation_metadata() or ())))
+    clock = StageClock.asked(dict(context.invocation_metadata() or ()))
     try:
         if is_image_op(peek_op(body)):  # an image op: its own stages (server.image_stages)
             return run_image_stages(IMAGES, [body], {}, clock, limits)[1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -17,7 +17,14 @@ from contracts.cpu_lock import CpuLock
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.short_work import cpu_clock, per_run_cpu_s
-from contracts.stages import SERVER_LOCK_WAIT, SERVER_QUEUE, SERVER_RETIME, format_server_timing
+from contracts.stages import (
+    SERVER_LOCK_WAIT,
+    SERVER_QUEUE,
+    SERVER_RETIME,
+    asks_retime,
+    format_server_timing,
+    retime_expected,
+)
 
 CPU_LOCK = CpuLock.from_env()  # replicas on one host (contracts.cpu_lock); none otherwise
 
@@ -61,12 +68,24 @@ class StageClock:
 
     KINDS = {"decode": "decode", "compute": "kernel", "encode": "encode"}  # a stage's kind of work
 
-    def __init__(self, pace: DeviceProfile | None = None, retime: bool = False) -> None:
+    def __init__(
+        self,
+        pace: DeviceProfile | None = None,
+        retime: bool = False,
+        expected: Mapping[str, float] | None = None,
+    ) -> None:
         self.pace = pace
         self.retime = retime  # the request asked (`RETIME_HEADER`): a stage's work is timed again
+        self.expected = dict(expected or {})  # its kinds' expected CPU seconds: far above, again
         self.ms: dict[str, float] = {}
         self.cpu_ms: dict[str, float] = {}
         self.host_ms: dict[str, float] = {}
+
+    @classmethod
+    def asked(cls, headers: Mapping[str, str], pace: DeviceProfile | None = None) -> StageClock:
+        """The clock a request's headers ask for (`RETIME_HEADER`: its stages timed again, with what
+        each kind of work is expected to take)."""
+        return cls(pace, retime=asks_retime(headers), expected=retime_expected(headers))
 
     @contextmanager
     def stage(self, name: str) -> Iterator[StageTarget]:
@@ -88,7 +107,8 @@ class StageClock:
                 self.retime and again is not None and target.target_s is None
             ):  # scaled: CPU time is the figure
                 begun = time.perf_counter()
-                self.cpu_ms[name] = per_run_cpu_s(again, self.cpu_ms[name] / 1000.0, clock) * 1000.0
+                expected = self.expected.get(target.kind)
+                self.cpu_ms[name] = per_run_cpu_s(again, self.cpu_ms[name] / 1000.0, clock, expected) * 1000.0
                 self.ms[SERVER_RETIME] = (
                     self.ms.get(SERVER_RETIME, 0.0) + (time.perf_counter() - begun) * 1000.0
                 )

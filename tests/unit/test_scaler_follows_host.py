@@ -184,3 +184,40 @@ def test_a_scaled_worker_meets_each_work_once_untimed_before_its_first_trial(mon
     assert ran == ["mul", "mul"]
     plain = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0)
     assert plain.run(spec).ok and ran == ["mul", "mul"]
+
+
+def test_a_trial_expects_of_each_stage_what_its_slowdown_divides_by():
+    """What a stage is expected to take on this host (a figure far above it is taken again:
+    contracts.short_work) is its slowdown's reference: the recent runs' mean, else the calibration's;
+    the server's only when its device follows the Python server's stages."""
+    s_decode, s_kernel = key("decode", "mul", 400, "json"), key("kernel", "mul", 400)
+    scaler = Scaler(
+        {ENCODE: 3.0, DECODE: 5.0, KERNEL: 100.0},
+        {s_decode: 4.0, s_kernel: 50.0},
+        targets={ENCODE: 0.6, DECODE: 0.5, KERNEL: 1.0},
+        server_targets={s_decode: 0.4, s_kernel: 1.0},
+    )
+    scaler.refer(CLIENT, ENCODE, 0.3)
+    remote = scaler.expected("mul", 400, "json")
+    assert remote.client == pytest.approx({"encode": 0.25, "decode": 0.1})
+    assert remote.server == pytest.approx({"decode": 0.1, "kernel": 0.02})  # no encode target: none
+    assert scaler.expected("mul", 400, "json", server="cpp").server == {}
+    assert scaler.expected("mul", 400, LOCAL).client == pytest.approx({"kernel": 0.01})
+    assert scaler.expected("inv", 400, "json").client == {}  # no calibration of it: nothing expected
+    assert Scaler({KERNEL: 100.0}).expected("mul", 400, LOCAL).client == {}  # no targets, no reference
+
+
+def test_the_worker_asks_each_stage_against_its_expected_time(monkeypatch):
+    """A scaled local trial's kernel is timed with what the scaler expects of it."""
+    import client.offload as offload
+
+    seen = []
+    real = offload.per_run_cpu_s
+    monkeypatch.setattr(offload, "per_run_cpu_s", lambda *a: seen.append(a[3]) or real(*a))
+    k = key("kernel", "mul", 32)
+    worker = TrialWorker(
+        "http://127.0.0.1:9", seed=1, timeout=5.0, scaler=Scaler({k: 10.0}, targets={k: 0.1})
+    )
+    assert worker.run(TrialSpec(trial=0, op="mul", size=32, dtype="float64", method=LOCAL)).ok
+    assert seen == [pytest.approx(0.01)]
+    assert worker.client.asks() == {}  # no server device: the server is not asked

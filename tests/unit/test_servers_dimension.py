@@ -102,7 +102,7 @@ class FakeGrpc:
     def __init__(self, name: str) -> None:
         self.name, self.calls = name, []
 
-    def offload(self, op, operands):
+    def offload(self, op, operands, expected=None):
         self.calls.append(op)
         raise RuntimeError(f"{self.name} was asked")
 

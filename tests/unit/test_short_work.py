@@ -9,8 +9,25 @@ import pytest
 
 from client.offload import stage_times
 from contracts.codecs import get_codec
-from contracts.short_work import BLOCKS, BUDGET_S, LONG_S, MAX_RUNS, REPEATS, SHORT_S, per_run_cpu_s
-from contracts.stages import RETIME_HEADER, SERVER_RETIME, asks_retime, parse_server_timing
+from contracts.short_work import (
+    BLOCKS,
+    BUDGET_S,
+    LONG_S,
+    MAX_RUNS,
+    OUTLIER,
+    REPEATS,
+    RETRIES,
+    SHORT_S,
+    per_run_cpu_s,
+)
+from contracts.stages import (
+    RETIME_HEADER,
+    SERVER_RETIME,
+    asks_retime,
+    parse_server_timing,
+    retime_expected,
+    retime_value,
+)
 from server.timing import StageClock
 
 
@@ -136,3 +153,92 @@ def test_a_marshalling_stage_counts_its_own_threads_cpu_and_a_kernel_the_process
             other.join()
         cpu = parse_server_timing(clock.header(), "cpu")[name]
         assert (cpu >= 0.04) is counted, (name, cpu)
+
+
+class Spell(Clock):
+    """A clock whose first `slow` runs of the work take `factor` times its pace: a spell that passes."""
+
+    def __init__(self, per_run: float, slow: int, factor: float) -> None:
+        super().__init__(per_run)
+        self.slow, self.factor = slow, factor
+
+    def work(self) -> None:
+        self.now += self.per_run * (self.factor if self.runs < self.slow else 1.0)
+        self.runs += 1
+
+
+def test_a_figure_far_above_its_expected_time_is_taken_again_and_the_fastest_stands():
+    """mul 400's kernel at 3.5 ms as the fastest of three where its runs take 2.0 (the 4-testbed
+    check): taken again, the spell over, the figure is the work's."""
+    clock = Spell(0.002, slow=3, factor=1.75)
+    first = clock.now
+    clock.work()
+    assert per_run_cpu_s(clock.work, clock.now - first, clock, expected_s=0.002) == pytest.approx(0.002)
+    assert clock.runs == 2 * REPEATS  # one figure more: its run and its two again
+    # within OUTLIER of what is expected: nothing more is run
+    quiet = Clock(0.002 * (1 + OUTLIER))
+    assert per_run_cpu_s(quiet.work, quiet.per_run, quiet, expected_s=0.002) == pytest.approx(quiet.per_run)
+    assert quiet.runs == REPEATS - 1
+    # a spell that lasts: RETRIES more figures at most, and the slow figure stands
+    long = Spell(0.2, slow=100, factor=1.5)
+    assert per_run_cpu_s(long.work, 0.3, long, expected_s=0.2) == pytest.approx(0.3)
+    assert long.runs == RETRIES  # a long stage's figure is one run
+    # a figure below what is expected is the figure: nothing is taken again for being fast
+    fast = Clock(0.2)
+    assert per_run_cpu_s(fast.work, 0.15, fast, expected_s=0.2) == 0.15 and fast.runs == 0
+
+
+def test_the_request_says_what_each_kind_of_work_is_expected_to_take_and_nothing_else_is_read():
+    value = retime_value({"kernel": 0.002, "decode": 1.5e-5, "other": 9.0})
+    assert value == "1; decode=1.5e-05; kernel=0.002"
+    assert retime_value() == "1" and retime_value({}) == "1"
+    assert asks_retime({RETIME_HEADER: value}) and retime_expected({"x-retime": value}) == {
+        "decode": 1.5e-5,
+        "kernel": 0.002,
+    }
+    for bad in (
+        "1; kernel=nan",
+        "1; kernel=inf",
+        "1; kernel=-1",
+        "1; kernel=0",
+        "1; kernel=__import__('os')",
+        "1; other=1",
+        "1; kernel=1; kernel=2",
+        "1; decode=1; kernel=1; encode=1; decode=1",
+        "0; kernel=1",
+    ):
+        assert retime_expected({RETIME_HEADER: bad}) == {}, bad
+    assert not asks_retime({RETIME_HEADER: "0; kernel=1"}) and asks_retime({RETIME_HEADER: "1; x"})
+
+
+def test_the_server_takes_a_stage_again_against_what_the_request_expects_of_its_kind(monkeypatch):
+    """Each stage's figure is taken with what the request expects of its kind of work (compute: the
+    kernel's), nothing for a kind it did not name, and nothing when it did not ask."""
+    import server.timing
+
+    seen = {}
+
+    def figure(work, one_run_s, clock, expected_s=None):
+        seen[one_run_s > 0.0005] = expected_s  # which stage: the compute spins 1 ms
+        return one_run_s
+
+    monkeypatch.setattr(server.timing, "per_run_cpu_s", figure)
+    for headers, expected in (
+        ({RETIME_HEADER: retime_value({"kernel": 0.001, "decode": 2e-5})}, {True: 0.001, False: 2e-5}),
+        ({RETIME_HEADER: retime_value({"kernel": 0.001})}, {True: 0.001, False: None}),
+        ({RETIME_HEADER: "1"}, {True: None, False: None}),
+    ):
+        seen.clear()
+        clock = StageClock.asked(headers)
+        with clock.stage("decode") as stage:
+            stage.repeatable(lambda: None)
+        with clock.stage("compute") as stage:
+            spin = time.process_time() + 0.001
+            while time.process_time() < spin:
+                pass
+            stage.repeatable(lambda: None)
+        assert seen == expected, headers
+    seen.clear()
+    with StageClock.asked({}).stage("compute") as stage:
+        stage.repeatable(lambda: None)
+    assert seen == {}  # not asked: one run, its own figure
