@@ -4,6 +4,7 @@ and a throw-away embedded testbed made of them, removed even when the test fails
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -40,3 +41,30 @@ def inventory(tmp_path, lease):
     yield path
     run_cli(path, "down", check=False)
     assert leftovers(lease.prefix) == []
+
+
+@pytest.fixture
+def kernel_has_netem(lease) -> bool:
+    """Whether this kernel can make a netem qdisc (tried on a throw-away namespace's loopback, named
+    from the test's own lease)."""
+    ns = lease.name("netemprobe")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        probe = [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            "lo",
+            "root",
+            "netem",
+            "delay",
+            "1ms",
+        ]
+        return subprocess.run(probe, capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "delete", ns], check=True)

@@ -18,35 +18,10 @@ from tests.helpers import run_cli
 pytestmark = [pytest.mark.privileged, pytest.mark.kernel]
 
 
-def kernel_has_netem(lease) -> bool:
-    """Whether this kernel can make a netem qdisc (tried on a throw-away namespace's loopback)."""
-    ns = lease.name("netemprobe")
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        probe = [
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            "lo",
-            "root",
-            "netem",
-            "delay",
-            "1ms",
-        ]
-        return subprocess.run(probe, capture_output=True).returncode == 0
-    finally:
-        subprocess.run(["ip", "netns", "delete", ns], check=True)
-
-
 def test_a_50ms_delay_is_validated_as_a_100ms_round_trip_and_5_percent_loss_in_its_interval(
-    inventory, lease, tmp_path
+    inventory, lease, tmp_path, kernel_has_netem
 ):
-    if not kernel_has_netem(lease):
+    if not kernel_has_netem:
         pytest.skip("this kernel has no sch_netem (scripts/test.sh runs this in the stock-kernel guest)")
     run_cli(inventory, "up", "--no-server")
     proc = run_cli(inventory, "shape", "--rate", "20mbit", "--delay", "50ms")

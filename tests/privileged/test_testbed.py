@@ -114,31 +114,6 @@ def test_bad_input_is_one_line_and_changes_nothing(inventory, lease):
     assert proc.returncode == 2 and "unknown host" in proc.stderr
 
 
-def kernel_has_netem(lease) -> bool:
-    """Whether this kernel can make a netem qdisc (tried on a throw-away namespace's loopback)."""
-    ns = lease.name("netemprobe")
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        probe = [
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            "lo",
-            "root",
-            "netem",
-            "delay",
-            "1ms",
-        ]
-        return subprocess.run(probe, capture_output=True).returncode == 0
-    finally:
-        subprocess.run(["ip", "netns", "delete", ns], check=True)
-
-
 def ping_rtt_ms(lease, count: int = 10) -> tuple[float, float]:
     """Median round-trip time and loss (%) from the client to the server. The median: a mean took in
     a few pings' long waits (185 ms for a 50 ms round trip, once in three runs in the stock-kernel
@@ -167,13 +142,13 @@ def ping_rtt_ms(lease, count: int = 10) -> tuple[float, float]:
 
 
 @pytest.mark.kernel
-def test_delay_and_loss_are_applied_where_the_kernel_has_netem(inventory, lease):
+def test_delay_and_loss_are_applied_where_the_kernel_has_netem(inventory, lease, kernel_has_netem):
     """With sch_netem: the delay is measured in the round trip and the loss in the pings lost.
     Without it: one line naming the module, and the link is left as it was."""
     run_cli(inventory, "up", "--no-server")
     run_cli(inventory, "shape", "--rate", "30mbit")
     proc = run_cli(inventory, "shape", "--rate", "20mbit", "--delay", "25", "--loss", "20", check=False)
-    if not kernel_has_netem(lease):
+    if not kernel_has_netem:
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
         assert "sch_netem" in proc.stderr
         for dev in (lease.name("a0"), lease.name("a1")):
