@@ -57,6 +57,19 @@ def too_large_detail(max_body: int) -> str:
     return f"the server accepts at most {max_body} bytes (python -m server --max-body-mb)"
 
 
+def refused_reply(exc: Exception, limits: Limits, clock: StageClock, drain: Callable[[], None]) -> Reply:
+    """The JSON error of a refused request: one of server.refusals' (its status, error and detail) or
+    a body over the limit (413). A body refused before it was read (from the URL or the headers, or
+    too large) is drained first."""
+    if isinstance(exc, BodyTooLarge):
+        drain()
+        return error_reply(413, "body too large", too_large_detail(limits.max_body))
+    if "decode" not in clock.ms:  # refused before the body was read
+        drain()
+    refusal = refusal_of(exc)
+    return error_reply(refusal.http, *refusal.error_and_detail(exc), clock)
+
+
 def declared_check(op: str, codec: Codec, headers: Mapping[str, str], limits: Limits) -> None:
     """The limits, from headers that declare the operands; malformed ones are left to the decoder."""
     try:
@@ -116,14 +129,8 @@ def handle_op(
         body = [read_body()]  # handed over: run_stages frees it once decoded
         with clock.queued(one_at_a_time):
             _, out, out_headers = run_stages(codec, body, headers, clock, limits, op)
-    except REFUSED as exc:  # the status, error and detail of each: server.refusals
-        if "decode" not in clock.ms:  # refused from the URL or headers, before the body was read
-            drain()
-        refusal = refusal_of(exc)
-        return error_reply(refusal.http, *refusal.error_and_detail(exc), clock)
-    except BodyTooLarge:
-        drain()
-        return error_reply(413, "body too large", too_large_detail(limits.max_body))
+    except (*REFUSED, BodyTooLarge) as exc:
+        return refused_reply(exc, limits, clock, drain)
     reply_headers = {**out_headers, "X-Codec": codec.name, PID_HEADER: str(os.getpid())}
     if getattr(codec, "text", COMPACT) != COMPACT:  # what it wrote, so a client can tell
         reply_headers[CODEC_TEXT_HEADER] = codec.text
@@ -147,14 +154,8 @@ def handle_image_op(
         body = [read_body()]
         with clock.queued(one_at_a_time):
             _, out, out_headers = run_image_stages(wire, body, headers, clock, limits, op)
-    except REFUSED as exc:
-        if "decode" not in clock.ms:
-            drain()
-        refusal = refusal_of(exc)
-        return error_reply(refusal.http, *refusal.error_and_detail(exc), clock)
-    except BodyTooLarge:
-        drain()
-        return error_reply(413, "body too large", too_large_detail(limits.max_body))
+    except (*REFUSED, BodyTooLarge) as exc:
+        return refused_reply(exc, limits, clock, drain)
     reply_headers = {**out_headers, "X-Codec": wire.name, PID_HEADER: str(os.getpid())}
     reply_headers["Server-Timing"] = clock.header()
     return Reply(200, out, reply_headers)
