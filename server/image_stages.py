@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from contracts.image_wire import ImageWire
 from contracts.images import apply
 from contracts.limits import FIX, Limits
-from contracts.wire import CodecError, Headers
+from contracts.wire import Headers
+from server.stages import check_named_op
 from server.timing import StageClock
 
 
@@ -28,8 +29,7 @@ def run_image_stages(
     with clock.stage("decode") as stage:
         data = body.pop()
         named, fmt, img = wire.decode(data, headers, limits.max_body, FIX)
-        if op and named and named != op:
-            raise CodecError("operation mismatch", f"the body names {named!r}, the URL {op!r}")
+        check_named_op(named, op)
         op = op or named
         stage.repeatable(lambda d=data: wire.decode(d, headers, limits.max_body, FIX))
         del data

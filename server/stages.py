@@ -18,11 +18,17 @@ from contracts.wire import Codec, CodecError, Headers
 from server.timing import StageClock
 
 
+def check_named_op(named: str | None, op: str | None) -> None:
+    """A body that names an op (`named`) must name the URL's `op`, when there is one (HTTP; gRPC's
+    body alone names it): a CodecError otherwise. For the matrix and the image ops alike."""
+    if op and named and named != op:
+        raise CodecError("operation mismatch", f"the body names {named!r}, the URL {op!r}")
+
+
 def decode_operands(codec: Codec, body: bytes, headers: Mapping[str, str], op: str) -> list[np.ndarray]:
     """The operands of a request for the URL's `op`; a body that names an op too must name the same."""
     named, operands = codec.decode_op_request(body, headers)
-    if named and named != op:
-        raise CodecError("operation mismatch", f"the body names {named!r}, the URL {op!r}")
+    check_named_op(named, op)
     return operands
 
 

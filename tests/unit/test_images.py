@@ -26,8 +26,11 @@ from contracts.images import (
     pixels_of,
     read_header,
 )
+from contracts.limits import Limits
 from contracts.ops import execute
 from contracts.wire import CodecError
+from server.image_stages import run_image_stages
+from server.timing import StageClock
 from tests.image_samples import NOT_AN_IMAGE, PHOTO, bomb_png, corrupt_png
 
 MIB = 1 << 20
@@ -149,3 +152,13 @@ def test_an_image_file_joins_the_sizes_at_its_pixel_count_and_the_worker_runs_on
     (from_file,) = worker.operands("gray", 120000, "float64")
     assert from_file.shape == (300, 400, 3)
     assert worker.operands("gray", 307200, "float64")[0].shape == (480, 640, 3)  # generated
+
+
+def test_an_image_body_naming_another_op_than_the_url_is_refused_as_the_matrix_ops_are():
+    def run(url_op):
+        body = [image_request("gray", PHOTO)]
+        return run_image_stages(ImageWire("protobuf"), body, {}, StageClock(), Limits.from_mb(256), url_op)
+
+    assert run(None)[0] == "gray" and run("gray")[0] == "gray"  # gRPC: the body names it; HTTP: the same
+    with pytest.raises(CodecError, match="operation mismatch"):
+        run("cartoon")
