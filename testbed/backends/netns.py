@@ -38,6 +38,7 @@ from testbed.backends import topology
 from testbed.backends.agent_link import AgentLink, local_spawn
 from testbed.backends.host import Host, project_path
 from testbed.backends.lab import STATE_ROOT, Lab
+from testbed.backends.replicas import remove_cpu_lock
 from testbed.backends.topology import Names
 from testbed.inventory import MAX_CLIENTS, HostSpec, Inventory
 
@@ -315,6 +316,9 @@ class NetnsLab(Lab):
             removed.append(f"state {self.state_dir}")
         self._datapath = None  # the next `up` chooses again
         removed += unload_ovs_module()
+        # the down that leaves no testbed on this machine: `testbed down` of the last replica, and a
+        # sweep's end that takes down the replicas it brought up
+        removed += remove_cpu_lock(self.state_dir.parent)
         return removed
 
     def everything(self) -> Names:

@@ -69,7 +69,8 @@ def sweep_inventories(invs: list[Inventory], count: int) -> list[Inventory]:
 
 def remove_cpu_lock(state_root: Path) -> list[str]:
     """The replicas' CPU lock file and the host's reference runs beside it, once no testbed's state is
-    left beside them (`down` of the last)."""
+    left beside them: `NetnsLab.down` of the last testbed, whether `testbed down` or a sweep's end
+    took it down."""
     others = [p for p in state_root.iterdir() if p.is_dir()] if state_root.is_dir() else []
     if others:
         return []

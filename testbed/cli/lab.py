@@ -103,15 +103,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from testbed.backends.lab import STATE_ROOT
-    from testbed.backends.replicas import present_replicas, remove_cpu_lock
+    from testbed.backends.replicas import present_replicas
 
     require_root()
     inv = load(args)
-    removed = open_lab(inv).down()
+    removed = open_lab(inv).down()  # the last embedded testbed's down also removes the CPU lock
     if inv.backend == Backend.NETNS:  # a sweep's replicas of this testbed, whatever state they were left in
         for replica in present_replicas(inv, STATE_ROOT):
             removed += open_lab(replica).down()
-        removed += remove_cpu_lock(STATE_ROOT)
     print("testbed down: " + (", ".join(removed) if removed else "nothing to remove"))
     return 0
 

@@ -194,15 +194,16 @@ def netns(fake_inventory, tmp_path, monkeypatch):
 
 @pytest.fixture
 def two_testbeds(fake_inventory, tmp_path, monkeypatch):
-    """Two fake replicas of the unit tests' testbed, ready for sweeps, sharing their recorded wiring."""
+    """Two fake replicas of the unit tests' testbed, ready for sweeps, sharing their recorded wiring.
+    Laid out as on a host: each one's state in a state root of their own (`tmp_path / "testbed"`, the
+    fakes' /run/testbed), the host-wide lock beside them (where a test may open it)."""
     from testbed.backends.replicas import replica_inventories
 
     wiring: dict = {}
-    lock = str(tmp_path / "cpu.lock")  # the host-wide lock, where a test may open it
+    root = tmp_path / "testbed"
+    lock = str(root / "cpu.lock")
     return [
-        sweep_ready(
-            fake_netns_lab(replace(inv, cpu_lock=lock), tmp_path / f"state-{inv.prefix}", monkeypatch, wiring)
-        )
+        sweep_ready(fake_netns_lab(replace(inv, cpu_lock=lock), root / inv.prefix, monkeypatch, wiring))
         for inv in replica_inventories(fake_inventory, 2)
     ]
 

@@ -8,10 +8,11 @@ import json
 import os
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from contracts.cpu_lock import CpuLock
+from contracts.cpu_lock import CpuLock, references_path
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import read_trials
@@ -29,7 +30,7 @@ from testbed.sweep.phases import run_sweep
 from testbed.sweep.plan import plan_trials, rate_groups
 from testbed.sweep.rounds import Rounds
 from testbed.sweep.scheduler import WorkSource, split_blocks, split_by_rep
-from tests.fakes import FAKE_SWEEP, link, server_calibration
+from tests.fakes import FAKE_SWEEP, healthy_worker, link, server_calibration
 from tests.helpers import saved
 
 SERVER = "multilang-i5-5200u"  # a server profile shipped in experiments/devices
@@ -242,6 +243,33 @@ def test_the_cpu_lock_file_goes_with_the_last_testbed(tmp_path):
         f"reference runs {tmp_path / 'cpu.lock.refs'}",
     ]
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("keep_up", [False, True])
+def test_a_sweep_that_brought_its_replicas_up_takes_the_cpu_lock_down_with_them(
+    two_testbeds, tmp_path, keep_up
+):
+    """Without --keep-up the sweep leaves the host as `testbed down` does: the lock and the host's
+    reference runs beside it go with the last testbed (`remove_cpu_lock`); kept up, they stay."""
+    lock = Path(two_testbeds[0].inv.cpu_lock)
+    run_dir = tmp_path / "run"
+    manifest = start_run(run_dir, "fake-lock-down", FAKE_SWEEP, two_testbeds[0])
+
+    def reference_runs(spec):  # the workers' shared reference runs (client.host_references)
+        Path(references_path(str(lock))).write_text("{}")
+        return healthy_worker(spec)
+
+    for lab in two_testbeds:
+        lab.hosts["client"].worker(reference_runs)
+    summary = run_sweep(two_testbeds, FAKE_SWEEP, run_dir, manifest, keep_up=keep_up)
+
+    assert summary["status"] == "complete"
+    assert [lab.is_up() for lab in two_testbeds] == [keep_up, keep_up]
+    assert lock.exists() == keep_up and Path(references_path(str(lock))).exists() == keep_up
+    if keep_up:
+        for lab in two_testbeds:
+            lab.down()
+        assert not lock.exists() and not any(lock.parent.iterdir())  # the last `down` took them
 
 
 def test_testbeds_on_this_machine_share_one_calibration_recorded_with_its_users(two_testbeds, tmp_path):
