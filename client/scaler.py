@@ -126,6 +126,8 @@ class Scaler:
                 kind: self.reference_s(SERVER, self.server_key(kind, op, size, method))
                 for _, kind in SERVER_STAGES
             }
+            if START in self.server_scale:  # the cgi stack's start-up (`server.cgi.start_up_cpu_s`)
+                remote["start"] = self.reference_s(SERVER, START)
         return Expected(
             client={k: v for k, v in client.items() if v}, server={k: v for k, v in remote.items() if v}
         )

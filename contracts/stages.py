@@ -183,10 +183,10 @@ SERVER_RETIME = "retime"
 RETIME_HEADER = "X-Retime"
 
 
-# With it, the client may say what it expects of each kind of work (`1; decode=S; kernel=S; encode=S`:
+# With it, the client may say what it expects of each kind of work (`1; decode=S; kernel=S; start=S`:
 # this host's recent CPU seconds for the same work, the scaled server device's reference), so that
 # the server takes a figure far above it again (`contracts.short_work.per_run_cpu_s`'s `expected_s`).
-RETIME_KINDS = ("decode", "kernel", "encode")
+RETIME_KINDS = ("decode", "kernel", "encode", "start")  # start: the cgi stack's process start-up
 
 
 def retime_value(expected: Mapping[str, float] | None = None) -> str:
