@@ -27,6 +27,7 @@ from contracts.hosts import Role
 from contracts.images import generate, is_image_op
 from contracts.operands import IntRange
 from contracts.ops import execute
+from contracts.protobuf_codec import EXECUTE
 from contracts.stages import COMPACT, GRPC, RETIME_HEADER, SERVER_START, method_codec, parse_server_timing
 from contracts.wire import body_bytes
 
@@ -105,6 +106,46 @@ class CgiRequest:
         return cls(tuple(argv), op, body, headers)
 
 
+@dataclass(frozen=True)
+class GrpcRequest:
+    """One call to the long-lived Python gRPC server, as a scaled server device's trial makes it
+    (`client.grpc_offload`: the op's request in protobuf, asking for its stages timed again); its
+    `stages` are the CPU seconds the server reports in its trailing `server-timing`. The server's
+    stages are timed where the trials time them: in the same calibration's process, the same encode
+    of a mul 1200 result took 34.4 ms against 46-49 ms in the server's own trials (the 4-testbed
+    check of 2026-11-27, 20:20), its log 1200 decode 0.81 against 1.3-2.2 ms."""
+
+    target: str
+    op: str
+    body: bytes
+
+    def stages(self, wanted: tuple[str, ...]) -> dict[str, float]:
+        """Makes the call once: the CPU seconds of every stage its answer reports (`wanted` among them)."""
+        import grpc
+
+        from client.grpc_offload import UNLIMITED
+
+        with grpc.insecure_channel(self.target, options=UNLIMITED) as channel:
+            try:
+                _, call = channel.unary_unary(EXECUTE).with_call(
+                    self.body, timeout=300, metadata=((RETIME_HEADER.lower(), "1"),)
+                )
+            except grpc.RpcError as exc:
+                raise RuntimeError(
+                    f"the gRPC server at {self.target} refused a {self.op} call: {exc}"
+                ) from exc
+        timing = dict(call.trailing_metadata() or ()).get("server-timing")
+        cpu = parse_server_timing(timing, "cpu")
+        missing = ", ".join(stage for stage in wanted if stage not in cpu)
+        if missing:
+            raise RuntimeError(f"the gRPC server at {self.target} reported no {missing} time: {timing!r}")
+        return cpu
+
+    @classmethod
+    def of(cls, target: str, op: str, operands: list[np.ndarray]) -> GrpcRequest:
+        return cls(target, op, get_codec("protobuf").encode_op_request(op, operands))
+
+
 class RequestStages:
     """A request's stages sampled together, as a trial's row has them: one run of the request gives one
     sample of each of `STAGES`, so timing a method's decode, kernel and encode costs one fresh process
@@ -114,7 +155,7 @@ class RequestStages:
 
     STAGES = ("decode", "compute", "encode")
 
-    def __init__(self, request: CgiRequest) -> None:
+    def __init__(self, request: CgiRequest | GrpcRequest) -> None:
         self.request = request
         self.fresh: dict[str, float] = {}
 
@@ -139,6 +180,7 @@ def works(
     operands: list[np.ndarray] | None = None,
     int_range: IntRange | None = None,
     codec_text: str = COMPACT,
+    grpc_target: str = "",
 ) -> list[tuple[str, str | None, Work, int]]:
     """(kind, codec, work, bytes of matrix data) for everything a trial of (op, size) times on the
     client (encode the request, decode the response), or with `role="server"` on the server (decode
@@ -146,13 +188,18 @@ def works(
     stages are timed in a fresh process answering the trial's request (`RequestStages`), its kernel
     among them and keyed by the method (`kernel|json|mul|400`): a kernel calibrated in RAW's requests
     alone came out about 20% below its target in the JSON and uJSON trials of smoke runs, so each
-    method's requests calibrate their own. gRPC's stages stay in this process (its server lives long)."""
+    method's requests calibrate their own. With `grpc_target`, gRPC's stages are timed in the Python
+    gRPC server's calls (`GrpcRequest`), its kernel among them and keyed by gRPC; else in this process."""
     if operands is None:  # the caller's, when it holds the trials' already (the trial worker)
         operands = trial_operands(op, size, dtype, seed, int_range)
     in_requests = role == Role.SERVER and bool(cgi_argv)
     kernel = lambda: execute(op, operands)  # noqa: E731
     out: list[tuple[str, str | None, Work, int]] = []
-    if not in_requests or GRPC in codecs:  # one kernel for every method (gRPC's: its long-lived server)
+    calls = None  # the gRPC server's own stages, where it is named
+    if role == Role.SERVER and grpc_target and GRPC in codecs:
+        calls = RequestStages(GrpcRequest.of(grpc_target, op, operands))
+        out.append(("kernel", GRPC, calls.work("compute"), 0))
+    if not in_requests or (GRPC in codecs and calls is None):  # one kernel for every method
         out.append(("kernel", GRPC if in_requests else None, kernel, 0))
     result = execute(op, operands)
     operand_bytes = sum(a.nbytes for a in operands)
@@ -163,6 +210,10 @@ def works(
             out.append(("decode", name, request.work("decode"), operand_bytes))
             out.append(("kernel", name, request.work("compute"), 0))
             out.append(("encode", name, request.work("encode"), result.nbytes))
+            continue
+        if calls is not None and name == GRPC:
+            out.append(("decode", name, calls.work("decode"), operand_bytes))
+            out.append(("encode", name, calls.work("encode"), result.nbytes))
             continue
         if role == Role.SERVER:  # what `server.stages.run_stages` times
             if name == GRPC:  # the message names its op
@@ -212,6 +263,7 @@ def grid_works(grid: Grid) -> list[tuple]:
             grid.cgi_argv,
             int_range=grid.int_range,
             codec_text=grid.codec_text,
+            grpc_target=grid.grpc_target,
         )
     ]
     if grid.cgi_argv and grid.start_up:  # any request will do: the smallest

@@ -177,6 +177,9 @@ class Grid:
     # very work the trials do, one-digit integers in the era's JSON being other work than floats
     int_range: tuple[int, int] | None = None
     codec_text: str = COMPACT
+    # the server's Python gRPC server (HOST:PORT), in which its gRPC stages are timed through real
+    # calls as the trials' are (`client.calibration_work.GrpcRequest`; empty: in the calibration's process)
+    grpc_target: str = ""
 
     @classmethod
     def of(
@@ -191,12 +194,13 @@ class Grid:
         start_up: bool = False,
         int_range=None,
         codec_text: str = COMPACT,
+        grpc_target: str = "",
     ) -> Grid:
         """Sizes sorted and once each; the local marker is not a codec."""
         if role not in ROLES:
             raise ValueError(f"role {role!r} is not one of {ROLES}")
-        if cgi_argv and role != Role.SERVER:
-            raise ValueError("only the server runs a cgi stack")
+        if (cgi_argv or grpc_target) and role != Role.SERVER:
+            raise ValueError("only the server runs a cgi stack or a gRPC server")
         if start_up and not cgi_argv:
             raise ValueError("a stack start-up is calibrated through the cgi stack's process")
         codecs = tuple(c for c in codecs if c != LOCAL)
@@ -211,6 +215,7 @@ class Grid:
             bool(start_up),
             None if int_range is None else (int(int_range[0]), int(int_range[1])),
             codec_text,
+            str(grpc_target),
         )
 
     def as_dict(self) -> dict:
@@ -229,4 +234,5 @@ class Grid:
             data.get("start_up", False),
             data.get("int_range"),  # calibrations before issue 45: the ops' own ranges, compact text
             data.get("codec_text", COMPACT),
+            data.get("grpc_target", ""),  # calibrations before it: gRPC's stages in their own process
         )

@@ -23,7 +23,7 @@ from contracts.hosts import Role
 from contracts.message import decode
 from contracts.profiles import GRANULARITY_PERIODS, MIN_CPU_QUOTA, CpuProfile, quota_period
 from contracts.run import Device
-from contracts.stages import COMPACT, SERVER_START, Stack
+from contracts.stages import COMPACT, GRPC, SERVER_START, Stack
 from contracts.tolerance import DEFAULT, DeviceTolerance
 from testbed.backends.lab import Lab
 from testbed.devices import check_device_covers, load_device
@@ -116,6 +116,8 @@ def server_grid(
     the trials' requests (`python -m server.cgi`, as lighttpd runs each request), with the process
     start-up as a kind of work of its own where the device's profile gives one."""
     argv = lab.host("server").python("server.cgi") if cgi else ()
+    # gRPC's stages where its trials time them: in the Python gRPC server (`GrpcRequest`)
+    target = lab.grpc_target if GRPC in codecs else ""
     return Grid.of(
         ops,
         sizes,
@@ -127,6 +129,7 @@ def server_grid(
         start_up=cgi and SERVER_START in device.stack,
         int_range=int_range,
         codec_text=codec_text,
+        grpc_target=target,
     )
 
 

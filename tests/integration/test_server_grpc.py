@@ -334,3 +334,30 @@ def test_the_client_cli_offloads_over_grpc(served, capsys):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: gRPC call to") and "fix:" in err[0]
+
+
+def test_a_server_devices_calibration_times_grpc_stages_in_the_python_grpc_server(
+    served, request, monkeypatch
+):
+    """With the server's gRPC target, the calibration's gRPC decode, kernel and encode are the CPU
+    seconds the Python gRPC server reports for real calls, one call giving a sample of each."""
+    if request.node.callspec.params["served"] != "python":
+        pytest.skip("a server device follows the Python gRPC server's stages only")
+    from client.calibration_work import GrpcRequest, works
+    from client.sampling import SelfTimed
+
+    _, target = served
+    operands = make_operands("mul", 24, "float64", np.random.default_rng(3))
+    found = {(kind, codec): work for kind, codec, work, _ in works(
+        "mul", 24, "float64", 1, ["grpc"], role="server", operands=operands, grpc_target=target
+    )}  # fmt: skip
+    # and the kernel of the long-lived HTTP stack's methods, in this process
+    assert set(found) == {("kernel", "grpc"), ("decode", "grpc"), ("encode", "grpc"), ("kernel", None)}
+    calls = []
+    real = GrpcRequest.stages
+    monkeypatch.setattr(GrpcRequest, "stages", lambda self, wanted: calls.append(1) or real(self, wanted))
+    samples = {k: w.run() for k, w in found.items() if isinstance(w, SelfTimed)}
+    assert len(samples) == 3 and all(0 < s < 1.0 for s in samples.values()), samples
+    assert len(calls) == 1  # the three stages of one call
+    with pytest.raises(RuntimeError, match="refused a mul call"):
+        GrpcRequest(target, "mul", b"\xff not a message").stages(("decode",))

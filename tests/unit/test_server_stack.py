@@ -14,7 +14,7 @@ import pytest
 from analysis import analyze
 from client.offload import stage_times
 from client.scaler import Scaler
-from contracts.device import DeviceProfile, SpeedCurve, key, stack_key
+from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
 from testbed.backends.lab import CGI_DIR
@@ -250,3 +250,16 @@ def test_the_server_calibrates_in_request_processes_on_the_cgi_stack_and_its_sta
     assert (wsgi.cgi_argv, wsgi.start_up) == ((), False)  # a long-lived server: timed in-process
     no_figure = server_grid(netns, replace(profile, stack={}), ["mul"], [100], ["raw"])
     assert no_figure.cgi_argv and not no_figure.start_up
+
+
+def test_the_server_calibrates_grpc_in_its_python_grpc_server_when_the_grid_has_grpc(netns):
+    """gRPC's stages are timed in the Python gRPC server's calls (`GrpcRequest`); the grid says where,
+    and keeps saying it through its manifest form; a grid without gRPC names no server."""
+    profile = DeviceProfile("srv", {"mul": SpeedCurve(((1, 1.0),))}, {})
+    grid = server_grid(netns, profile, ["mul"], [100], ["raw", "grpc"], cgi=False)
+    assert grid.grpc_target == netns.grpc_target and Grid.from_dict(grid.as_dict()) == grid
+    assert server_grid(netns, profile, ["mul"], [100], ["raw"], cgi=False).grpc_target == ""
+    older = {k: v for k, v in grid.as_dict().items() if k != "grpc_target"}  # a calibration before it
+    assert Grid.from_dict(older).grpc_target == ""
+    with pytest.raises(ValueError, match="only the server"):
+        Grid.of(["mul"], [100], ["grpc"], grpc_target="10.0.0.2:50051")
