@@ -17,7 +17,9 @@ the calibration carries whatever the host's speed was then into every later tria
 trial's work is a reference run afterwards (`runs`, `refer`: its CPU times, the client's and the
 server's, `client.worker.TrialWorker.follow`), and a kind of work's slowdown is its target over the
 mean of its recent runs, the calibration's mean among them until `REFERENCE_WINDOW` newer ones have
-pushed it out. The trials' own runs, because only they run as a trial runs: the same work run again
+pushed it out; a trial worker puts its own first figure of the work in the calibration's place
+when it first meets it (`seed`, `client.worker.TrialWorker.meet`: a long-lived process runs some
+work at another speed than the calibration's process did). The trials' own runs, because only they run as a trial runs: the same work run again
 right after a trial found warm caches and took up to 30% less CPU time (measured in issue 25's
 check), which put the scaled trials that much above their targets. Replicas on one host follow one
 another's runs too (`client.host_references`): the host's speed is one for all of them.
@@ -89,6 +91,13 @@ class Scaler:
     def refer(self, whose: str, k: str, cpu_s: float) -> None:
         """A reference run of a kind of work (a trial's, after it was scaled): its CPU seconds on this host now."""
         if (recent := self.recent[whose].get(k)) is not None:
+            recent.append(cpu_s)
+
+    def seed(self, whose: str, k: str, cpu_s: float) -> None:
+        """A worker's own first figure for a kind of work (`client.worker.TrialWorker.meet`), in place
+        of the calibration's mean: the window holds this process's runs only from then on."""
+        if (recent := self.recent[whose].get(k)) is not None:
+            recent.clear()
             recent.append(cpu_s)
 
     def slowdown(self, whose: str, k: str) -> float:

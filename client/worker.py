@@ -31,16 +31,17 @@ from client.fetch import fetch_dataset
 from client.grpc_offload import GrpcOffloadClient
 from client.host_references import HostReferences
 from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
-from client.scaler import Scaler
+from client.scaler import CLIENT, Scaler
 from client.throttle import Aligner
 from contracts.codecs import get_codec
 from contracts.cpu_lock import references_path
 from contracts.datasets import FETCH
+from contracts.device import key as dkey
 from contracts.errors import UserError
 from contracts.images import file_pixels, is_image_op, load
 from contracts.operands import IntRange, parse_int_range
 from contracts.ops import execute
-from contracts.short_work import NOTHING, Expected
+from contracts.short_work import NOTHING, Expected, cpu_clock, per_run_cpu_s
 from contracts.stages import (
     CODEC_TEXTS,
     COMPACT,
@@ -123,28 +124,51 @@ class TrialWorker:
             self._operands[key] = trial_operands(op, size, dtype, self.seed, self.int_range)
         return self._operands[key]
 
-    def meet(self, op: str, operands: list[np.ndarray], method: str) -> None:
+    def meet(self, op: str, operands: list[np.ndarray], method: str, size: int | None = None) -> None:
         """Scaled mode: the first time this worker meets a trial's work (its kernel at this size, or its
         method's encode and decode of this size), that work once, untimed, before the trial's timed
         stages. A process's first run of new work pays first-touch page faults and cold caches that
         no later run does (measured, the smoke run of 2026-11-27: the first local trial of mul 500
         16% and of mul 700 24% above paper-p4's time, each later one within a few percent), and the
-        warm-up trials (`warmup`) run at the smallest size only."""
+        warm-up trials (`warmup`) run at the smallest size only.
+
+        Then, where a slowdown follows this host, the work is timed once as a trial times it and that
+        figure takes the calibration's place in the slowdown's window (`Scaler.seed`): the same work
+        runs at another speed in this long-lived process than in the calibration's (measured, the
+        4-testbed check of 2026-11-27: the protobuf encode of a mul 1200 request 89-106 ms of CPU in
+        the trials against 68.6 ms in the calibration, whose process had encoded JSON's 55 MB texts
+        before it; 90.6 ms in a calibration of gRPC alone, 97-105 in a plain process)."""
         key = (op, operands[0].shape, operands[0].dtype.name, method)
         if self.scaler is None or key in self._met:
             return
         self._met.add(key)
+        size = operands[0].shape[0] if size is None else size
         with CPU_LOCK.held():  # untimed, but no other worker's timed stage runs beside it
             result = execute(op, operands)
-            if method == LOCAL or is_image_op(op):  # an image's encode and decode: not scaled (yet)
+            if method == LOCAL:
+                works = [("kernel", lambda: execute(op, operands))]
+            elif is_image_op(op):  # an image's encode and decode: not scaled (yet)
                 return
-            codec = get_codec(method_codec(method), self.codec_text)
-            if method == GRPC:
-                codec.encode_op_request(op, operands)
             else:
-                codec.encode_request(operands)
-            body, headers = codec.encode_response(result)
-            codec.decode_response(body_bytes(body), headers)
+                codec = get_codec(method_codec(method), self.codec_text)
+                if method == GRPC:
+                    encode = lambda: codec.encode_op_request(op, operands)  # noqa: E731
+                else:
+                    encode = lambda: codec.encode_request(operands)  # noqa: E731
+                encode()
+                body, headers = codec.encode_response(result)
+                reply = body_bytes(body)
+                decode = lambda: codec.decode_response(reply, headers)  # noqa: E731
+                decode()
+                works = [("encode", encode), ("decode", decode)]
+            if self.scaler.follows:
+                for kind, work in works:
+                    k = dkey(kind, op, size, None if method == LOCAL else method)
+                    clock = cpu_clock(kind)
+                    begun = clock()
+                    work()
+                    expected = self.scaler.reference_s(CLIENT, k)
+                    self.scaler.seed(CLIENT, k, per_run_cpu_s(work, clock() - begun, clock, expected))
 
     def follow(self, out: dict, op: str, size: int, method: str, server: str = PYTHON) -> None:
         """The scaled trial's work as this host's reference runs (the slowdowns the trial was scaled
@@ -228,7 +252,7 @@ class TrialWorker:
                 return self.fetch(spec, out)
             op, size, method = spec.op, spec.size, spec.method
             operands = self.operands(op, size, spec.dtype)
-            self.meet(op, operands, method)
+            self.meet(op, operands, method, size)
             out["started_at"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             self.align.trial(op, size, method)
             if method == LOCAL:

@@ -124,13 +124,12 @@ def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
     spec = TrialSpec(trial=0, op="mul", size=size, dtype="float64", method=LOCAL)
     first = worker.run(spec).to_json()
     assert first["ok"], first
-    assert first["t_total"] == pytest.approx(first["cpu_total"] * 1000.0)  # the calibration's alone
-    assert list(scaler.recent[CLIENT][k]) == pytest.approx(
-        [0.0005, first["cpu_total"]]
-    )  # only the trial's run
+    own = scaler.recent[CLIENT][k][0]  # the worker's own figure in the calibration's place (`meet`)
+    assert own != 0.0005 and first["t_total"] == pytest.approx(first["cpu_total"] * 0.5 / own)
+    assert list(scaler.recent[CLIENT][k]) == pytest.approx([own, first["cpu_total"]])  # then the trial's run
     second = worker.run(replace(spec, trial=1)).to_json()
-    assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((0.0005 + first["cpu_total"]) / 2))
-    assert list(scaler.recent[CLIENT][k]) == pytest.approx([0.0005, first["cpu_total"], second["cpu_total"]])
+    assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((own + first["cpu_total"]) / 2))
+    assert list(scaler.recent[CLIENT][k]) == pytest.approx([own, first["cpu_total"], second["cpu_total"]])
     # untimed: a fresh process's first runs are no reference
     warm_up = worker.run(replace(spec, trial=-1)).to_json()
     assert warm_up["ok"] and len(scaler.recent[CLIENT][k]) == 3
@@ -177,13 +176,16 @@ def test_a_scaled_worker_meets_each_work_once_untimed_before_its_first_trial(mon
         "http://127.0.0.1:9", seed=1, timeout=5.0, scaler=Scaler({k: 10.0}, targets={k: 0.1})
     )
     spec = TrialSpec(trial=0, op="mul", size=32, dtype="float64", method=LOCAL)
-    for trial in range(3):
+    assert worker.run(spec).ok
+    met = len(ran)  # the untimed run, then its figure timed as a trial times it (`Scaler.seed`)
+    assert met >= 2 and set(ran) == {"mul"}
+    for trial in range(1, 3):
         assert worker.run(replace(spec, trial=trial)).ok
-    assert ran == ["mul"]  # once, for the first trial (the trials' own runs are `local_times`')
+    assert len(ran) == met  # once, for the first trial (the trials' own runs are `local_times`')
     worker.meet("mul", worker.operands("mul", 32, "float64"), "raw")  # a method's first trial: its codec
-    assert ran == ["mul", "mul"]
+    assert len(ran) == met + 1  # the kernel untimed; a method's figures are its codec's, not the kernel's
     plain = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0)
-    assert plain.run(spec).ok and ran == ["mul", "mul"]
+    assert plain.run(spec).ok and len(ran) == met + 1
 
 
 def test_a_trial_expects_of_each_stage_what_its_slowdown_divides_by():
@@ -219,5 +221,26 @@ def test_the_worker_asks_each_stage_against_its_expected_time(monkeypatch):
         "http://127.0.0.1:9", seed=1, timeout=5.0, scaler=Scaler({k: 10.0}, targets={k: 0.1})
     )
     assert worker.run(TrialSpec(trial=0, op="mul", size=32, dtype="float64", method=LOCAL)).ok
-    assert seen == [pytest.approx(0.01)]
+    assert seen == [pytest.approx(worker.scaler.recent[CLIENT][k][0])]  # its own figure (`meet`)
     assert worker.client.asks() == {}  # no server device: the server is not asked
+
+
+def test_a_worker_seeds_each_followed_window_with_its_own_figure_of_the_work():
+    """The same work runs at another speed in the long-lived worker than in the calibration's process:
+    the worker's first meeting of a method's work times its encode and decode as a trial would and
+    puts them in the calibration's place; other kinds of work keep theirs."""
+    size = 48
+    enc, dec, kernel = (key("encode", "mul", size, "json"), key("decode", "mul", size, "json"),
+                        key("kernel", "mul", size))  # fmt: skip
+    scaler = Scaler({enc: 100.0, dec: 100.0, kernel: 100.0}, targets={enc: 1.0, dec: 1.0, kernel: 1.0})
+    worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
+    worker.meet("mul", worker.operands("mul", size, "float64"), "json")
+    for k in (enc, dec):
+        (own,) = scaler.recent[CLIENT][k]
+        assert own != pytest.approx(0.01) and 0 < own < 0.01  # a 48x48 JSON text: microseconds, not 10 ms
+    assert list(scaler.recent[CLIENT][kernel]) == [pytest.approx(0.01)]  # not this method's: untouched
+    fixed = Scaler({enc: 100.0})  # no targets: nothing follows, nothing seeded
+    TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=fixed).meet(
+        "mul", worker.operands("mul", size, "float64"), "json"
+    )
+    assert fixed.recent[CLIENT] == {}
