@@ -14,14 +14,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.cpu_lock import CGROUP_ENV  # `main` sets it for its command: the cgroup's directory
 from contracts.errors import UserError
 from contracts.processes import stop_all
 from contracts.profiles import quota_period
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# set by `main` for the command it runs: the directory of the cgroup it runs in, as a path that
-# still leads there inside `ip netns exec` (which mounts the namespace's own /sys, without cgroups)
-CGROUP_ENV = "TESTBED_CPU_CGROUP"
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,8 @@ class GrpcOffloadClient:
     def _offload(
         self, op: str, operands: list[np.ndarray], expected: Expected
     ) -> tuple[np.ndarray, StageTimes]:
-        with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
+        # replicas on this host: no other timed stage runs meanwhile; scaled: nothing else on its core
+        with CPU_LOCK.held(unpreempted=self.retime):
             self.align("encode")
             c0, t0 = time.thread_time(), time.perf_counter()
             try:
@@ -127,7 +128,7 @@ class GrpcOffloadClient:
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         t2 = time.perf_counter()
-        with CPU_LOCK.held():
+        with CPU_LOCK.held(unpreempted=self.retime):
             self.align("decode")
             c3, t3 = time.thread_time(), time.perf_counter()
             result = CODEC.decode_response(content, {})

@@ -176,7 +176,8 @@ class OffloadClient:
         """Run `op` on the server; the operands' dtype is the request's dtype. `expected`: what each
         stage's work is expected to take on this host now (scaled mode: `contracts.short_work`)."""
         c = _codec(codec, self.codec_text)
-        with CPU_LOCK.held():  # replicas on this host: no other timed stage runs meanwhile
+        # replicas on this host: no other timed stage runs meanwhile; scaled: nothing else on its core
+        with CPU_LOCK.held(unpreempted=self.retime):
             self.align("encode")
             c0, t0 = time.thread_time(), time.perf_counter()
             try:
@@ -213,7 +214,7 @@ class OffloadClient:
         t2 = time.perf_counter()
         if status != 200:
             raise _error_from(status, content)
-        with CPU_LOCK.held():
+        with CPU_LOCK.held(unpreempted=self.retime):
             self.align("decode")
             c3, t3 = time.thread_time(), time.perf_counter()
             result = c.decode_response(content, reply_headers)
@@ -315,7 +316,7 @@ def local_times(
     """`local`, with the CPU seconds this process spent as well as the wall-clock seconds (`retime`:
     a short kernel's over repeated runs, `stage_cpu_s`)."""
     try:
-        with CPU_LOCK.held():
+        with CPU_LOCK.held(unpreempted=retime):
             align("kernel")
             cpu, start = time.process_time(), time.perf_counter()
             result = execute(op, operands)

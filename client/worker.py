@@ -143,7 +143,8 @@ class TrialWorker:
             return
         self._met.add(key)
         size = operands[0].shape[0] if size is None else size
-        with CPU_LOCK.held():  # untimed, but no other worker's timed stage runs beside it
+        # no other worker's timed stage beside it, nothing else on its core (`contracts.cpu_lock`)
+        with CPU_LOCK.held(unpreempted=True):
             result = execute(op, operands)
             if method == LOCAL:
                 works = [("kernel", lambda: execute(op, operands))]

@@ -10,6 +10,22 @@ server's measured stages, excludes it too.) Without the variable there is nothin
 
 `flock` on a file: the kernel releases it when its holder dies, and network namespaces share the
 file system, so the lock is host-wide across the replicas' namespaces.
+
+**A scaled stage runs unpreempted** (`held(unpreempted=True)`, `unpreempted`). The lock keeps other
+testbeds' timed stages away, not their untimed work (transfers through the userspace switch, request
+bodies read into memory, fresh cgi processes), which the scheduler lays on the timed stage's core
+in slices: each slice leaves the stage's caches cold, and the CPU time the slowdown multiplies grows
+with it. Measured on the 2-core VM (2026-11-27, a memory copy looping on each core, 8 fresh
+processes each): the log of a 1200x1200 matrix, timed as a trial times it, took 1.12-1.75 ms of CPU
+under the default policy, 1.03-1.24 under SCHED_FIFO, 0.88-1.05 on the quiet machine; of a
+400x400 one, 0.079-0.130 against 0.083-0.090 (quiet: 0.079-0.090); nice -20 came between. The
+fidelity check on 4 testbeds had put such stages 10-47% off their targets in either direction. So a
+scaled stage (its CPU time is the figure) holds its core at the lowest real-time priority while it
+holds the lock: one such thread on the host at a time, so another core is always the rest's, and the
+kernel's real-time throttling leaves the rest 5% of this one. Children do not inherit it
+(`SCHED_RESET_ON_FORK`). Not under a CPU quota (`CGROUP_ENV`: throttle mode's cgroup, whose
+`cpu.max` a real-time thread would escape), and not where the host refuses it (no CAP_SYS_NICE):
+then the stage runs as before, and the fidelity table says what that cost.
 """
 
 from __future__ import annotations
@@ -21,6 +37,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 ENV = "TESTBED_CPU_LOCK"
+# set by `client.cpulimit.main` for the command it runs under a CPU quota: the directory of its cgroup,
+# as a path that still leads there inside `ip netns exec` (which mounts its own /sys, without cgroups)
+CGROUP_ENV = "TESTBED_CPU_CGROUP"
+RT_PRIORITY = 1  # above every task of the default policy, below every real-time one the system has
 REFERENCES_SUFFIX = ".refs"  # the host's reference runs beside the lock (`client.host_references`)
 
 
@@ -57,11 +77,33 @@ class CpuLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     @contextmanager
-    def held(self) -> Iterator[float]:
+    def held(self, unpreempted: bool = False) -> Iterator[float]:
         """Hold the lock for the block; it gets the seconds waited for it, which a server reports
-        (`contracts.stages.SERVER_LOCK_WAIT`) so that no stage and no communication counts them."""
+        (`contracts.stages.SERVER_LOCK_WAIT`) so that no stage and no communication counts them.
+        `unpreempted` (a scaled stage): the calling thread holds its core too, once it has the lock."""
         waited = self.take()
         try:
-            yield waited
+            with unpreempted_thread(unpreempted):
+                yield waited
         finally:
             self.release()
+
+
+@contextmanager
+def unpreempted_thread(wanted: bool = True) -> Iterator[bool]:
+    """The calling thread at `RT_PRIORITY` under SCHED_FIFO for the block, its policy restored after;
+    it gets whether that was done: not unless `wanted`, not under a CPU quota (`CGROUP_ENV`), not
+    where the host refuses it."""
+    if not wanted or os.environ.get(CGROUP_ENV):
+        yield False
+        return
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(RT_PRIORITY))
+    except OSError:  # EPERM: no CAP_SYS_NICE, or no real-time time in this cgroup
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, *before)

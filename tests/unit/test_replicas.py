@@ -6,13 +6,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from contracts.cpu_lock import CpuLock, references_path
+from contracts.cpu_lock import CGROUP_ENV, CpuLock, references_path, unpreempted_thread
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import read_trials
@@ -139,6 +141,37 @@ def test_the_cpu_lock_lets_one_timed_stage_run_at_a_time(tmp_path):
     with CpuLock(None).held():  # no lock file: nothing to wait for
         inside.set()
     assert inside.is_set()
+
+
+def policy(pid: int = 0) -> int:
+    return os.sched_getscheduler(pid) & ~os.SCHED_RESET_ON_FORK
+
+
+def children_policy() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+                              check=True, capture_output=True, text=True).stdout)  # fmt: skip
+
+
+def test_a_scaled_stage_holds_its_core_where_the_host_permits_and_its_children_do_not(tmp_path):
+    probe = "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))"
+    permitted = subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    before = policy()
+    with CpuLock(str(tmp_path / "cpu.lock")).held(unpreempted=True):
+        inside, child = policy(), children_policy()
+    assert inside == (os.SCHED_FIFO if permitted else before)
+    assert child == os.SCHED_OTHER  # an iperf3 or a fresh interpreter started meanwhile runs as usual
+    assert policy() == before and os.sched_getparam(0).sched_priority == 0
+    with CpuLock(None).held(unpreempted=True):  # one testbed: no lock, the core all the same
+        assert policy() == inside
+
+
+def test_an_unscaled_stage_or_one_under_a_cpu_quota_keeps_the_default_policy(tmp_path, monkeypatch):
+    before = policy()
+    with CpuLock(str(tmp_path / "cpu.lock")).held():  # as this host: its own scheduling is the measure
+        assert policy() == before
+    monkeypatch.setenv(CGROUP_ENV, str(tmp_path))  # throttle mode: a real-time thread escapes cpu.max
+    with unpreempted_thread() as done:
+        assert not done and policy() == before
 
 
 def test_a_sweep_over_two_testbeds_runs_every_trial_once_and_records_where(two_testbeds, tmp_path):
