@@ -26,10 +26,12 @@ def test_a_slowdown_is_the_target_over_the_recent_mean_of_this_hosts_runs():
     # calibrated at 0.01 s of host CPU for a 1 s target: 100x
     scaler = Scaler({KERNEL: 100.0}, targets={KERNEL: 1.0})
     assert scaler.factor("kernel", "mul", 400) == pytest.approx(100.0)
-    scaler.refer(CLIENT, KERNEL, 0.03)  # the host slowed down: mean 0.02 s, 50x
+    scaler.refer(CLIENT, KERNEL, 0.03)  # the first trial's run: the calibration's mean leaves
+    assert scaler.factor("kernel", "mul", 400) == pytest.approx(1 / 0.03)
+    scaler.refer(CLIENT, KERNEL, 0.01)  # the host sped up again: mean 0.02 s, 50x
     assert scaler.factor("kernel", "mul", 400) == pytest.approx(50.0)
     for _ in range(REFERENCE_WINDOW):
-        scaler.refer(CLIENT, KERNEL, 0.0125)  # the calibration's mean is pushed out
+        scaler.refer(CLIENT, KERNEL, 0.0125)  # older runs are pushed out
     assert scaler.factor("kernel", "mul", 400) == pytest.approx(80.0)
     local = {"t_total": 0.02, "cpu_total": 0.0125}
     scaler.local(local, "mul", 400)
@@ -43,13 +45,13 @@ def test_without_targets_the_calibrations_slowdowns_hold():
     server = {key("decode", "mul", 400, "json"): 4.0, key("kernel", "mul", 400): 30.0,
               key("encode", "mul", 400, "json"): 2.0}  # fmt: skip
     scaler = Scaler({ENCODE: 3.0, DECODE: 5.0}, server, targets={ENCODE: 0.6, DECODE: 0.5})
-    scaler.refer(CLIENT, ENCODE, 0.3)  # mean(0.2, 0.3): 2.4x
+    scaler.refer(CLIENT, ENCODE, 0.3)  # the first trial's run, in the calibration's 0.2 s place: 2x
     scaler.refer(SERVER, key("kernel", "mul", 400), 0.2)  # the server has no targets: ignored
     remote = {"t_client_encode": 0.3, "cpu_client_encode": 0.2, "t_request": 1.5, "t_client_decode": 0.1,
               "cpu_client_decode": 0.1, "t_server_decode": 0.1, "cpu_server_decode": 0.1, "t_server_compute": 0.1,
               "cpu_server_compute": 0.1, "t_server_encode": 0.1, "cpu_server_encode": 0.1, "t_comm": 1.2}  # fmt: skip
     scaler.remote(remote, "mul", 400, "json")
-    assert remote["t_client_encode"] == pytest.approx(0.2 * 2.4)
+    assert remote["t_client_encode"] == pytest.approx(0.2 * 2.0)
     assert remote["t_client_decode"] == pytest.approx(0.1 * 5.0)  # no reference yet: the calibration's
     assert remote["t_server_compute"] == pytest.approx(0.1 * 30.0)  # the server's: the calibration's
 
@@ -66,11 +68,12 @@ def test_the_server_follows_its_own_runs_and_never_the_clients():
     scale = {ENCODE: 3.0, DECODE: 5.0, KERNEL: 100.0}
     targets = {ENCODE: 0.6, DECODE: 0.5, KERNEL: 1.0}  # calibration means: 0.2, 0.1 and 0.01 s
     scaler = Scaler(scale, server, targets, server_targets)
-    scaler.refer(CLIENT, ENCODE, 0.4)  # the client's encode 1.5x slower
-    scaler.refer(CLIENT, KERNEL, 0.05)  # the client's kernel: nothing of the server's
+    # the first trials' runs, each in its calibration's place
+    scaler.refer(CLIENT, ENCODE, 0.3)  # the client's encode 1.5x slower
+    scaler.refer(CLIENT, KERNEL, 0.03)  # the client's kernel 3x: nothing of the server's
     assert scaler.server_factor("kernel", "mul", 400, "json") == pytest.approx(30.0)
-    scaler.refer(SERVER, server_kernel, 0.015)  # the server's kernel: mean 0.0125 s
-    scaler.refer(SERVER, stack_key("server_start"), 0.3)  # its start-up: mean 0.25 s
+    scaler.refer(SERVER, server_kernel, 0.0125)  # the server's kernel 1.25x
+    scaler.refer(SERVER, stack_key("server_start"), 0.25)  # its start-up 1.25x
     assert scaler.server_factor("kernel", "mul", 400, "json") == pytest.approx(24.0)
     assert scaler.factor("kernel", "mul", 400) == pytest.approx(1.0 / 0.03)
     remote = {"t_client_encode": 0.3, "cpu_client_encode": 0.2, "t_request": 1.5, "t_client_decode": 0.1,
@@ -113,34 +116,40 @@ def test_a_trials_runs_are_the_stages_a_slowdown_follows_and_the_servers_only_py
     assert local.runs({"cpu_total": 0.01}, "mul", 400, LOCAL) == [(CLIENT, KERNEL, 0.01)]
 
 
-def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them():
+def test_a_trial_is_scaled_by_the_runs_before_it_and_then_is_one_of_them(monkeypatch):
     """Local trials on this host: each one's device time is its CPU time times the target over the
-    mean of the runs before it (the calibration's, then the earlier trials'), and its own CPU time
-    joins them afterwards; no work runs beside the trials (a second run found warm caches)."""
+    mean of the runs before it (the worker's own figure for the first, then the earlier trials'), and
+    its own CPU time joins them afterwards, the stand-in leaving at the first; no work runs beside the
+    trials (a second run found warm caches)."""
     size = 64
     k = key("kernel", "mul", size)
     scaler = Scaler({k: 1000.0}, targets={k: 0.5})  # calibrated at 0.5 ms of host CPU
+    seeded = []
+    seed = scaler.seed
+    monkeypatch.setattr(scaler, "seed", lambda *a: seeded.append(a[2]) or seed(*a))
     worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
     spec = TrialSpec(trial=0, op="mul", size=size, dtype="float64", method=LOCAL)
     first = worker.run(spec).to_json()
     assert first["ok"], first
-    own = scaler.recent[CLIENT][k][0]  # the worker's own figure in the calibration's place (`meet`)
+    (own,) = seeded  # the worker's own figure in the calibration's place (`meet`)
     assert own != 0.0005 and first["t_total"] == pytest.approx(first["cpu_total"] * 0.5 / own)
-    assert list(scaler.recent[CLIENT][k]) == pytest.approx([own, first["cpu_total"]])  # then the trial's run
+    assert list(scaler.recent[CLIENT][k]) == pytest.approx([first["cpu_total"]])  # the trial's run, alone
     second = worker.run(replace(spec, trial=1)).to_json()
-    assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / ((own + first["cpu_total"]) / 2))
-    assert list(scaler.recent[CLIENT][k]) == pytest.approx([own, first["cpu_total"], second["cpu_total"]])
+    assert second["t_total"] == pytest.approx(second["cpu_total"] * 0.5 / first["cpu_total"])
+    assert list(scaler.recent[CLIENT][k]) == pytest.approx([first["cpu_total"], second["cpu_total"]])
     # untimed: a fresh process's first runs are no reference
     warm_up = worker.run(replace(spec, trial=-1)).to_json()
-    assert warm_up["ok"] and len(scaler.recent[CLIENT][k]) == 3
+    assert warm_up["ok"] and len(scaler.recent[CLIENT][k]) == 2
 
 
 def test_a_remote_trials_client_stages_are_its_reference_runs():
     scaler = Scaler({ENCODE: 3.0, DECODE: 5.0}, targets={ENCODE: 0.6, DECODE: 0.5})
     worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
     worker.follow({"cpu_client_encode": 0.3, "cpu_client_decode": 0.2}, "mul", 400, "json")
-    assert list(scaler.recent[CLIENT][ENCODE]) == pytest.approx([0.2, 0.3])
-    assert list(scaler.recent[CLIENT][DECODE]) == pytest.approx([0.1, 0.2])
+    assert list(scaler.recent[CLIENT][ENCODE]) == pytest.approx([0.3])  # in the calibration's place
+    assert list(scaler.recent[CLIENT][DECODE]) == pytest.approx([0.2])
+    worker.follow({"cpu_client_encode": 0.2, "cpu_client_decode": 0.2}, "mul", 400, "json")
+    assert list(scaler.recent[CLIENT][ENCODE]) == pytest.approx([0.3, 0.2])
     assert scaler.factor("encode", "mul", 400, "json") == pytest.approx(0.6 / 0.25)
 
 
@@ -199,9 +208,9 @@ def test_a_trial_expects_of_each_stage_what_its_slowdown_divides_by():
         targets={ENCODE: 0.6, DECODE: 0.5, KERNEL: 1.0},
         server_targets={s_decode: 0.4, s_kernel: 1.0},
     )
-    scaler.refer(CLIENT, ENCODE, 0.3)
+    scaler.refer(CLIENT, ENCODE, 0.3)  # the first trial's run, in the calibration's place
     remote = scaler.expected("mul", 400, "json")
-    assert remote.client == pytest.approx({"encode": 0.25, "decode": 0.1})
+    assert remote.client == pytest.approx({"encode": 0.3, "decode": 0.1})
     assert remote.server == pytest.approx({"decode": 0.1, "kernel": 0.02})  # no encode target: none
     assert scaler.expected("mul", 400, "json", server="cpp").server == {}
     assert scaler.expected("mul", 400, LOCAL).client == pytest.approx({"kernel": 0.01})
@@ -217,11 +226,13 @@ def test_the_worker_asks_each_stage_against_its_expected_time(monkeypatch):
     real = offload.per_run_cpu_s
     monkeypatch.setattr(offload, "per_run_cpu_s", lambda *a: seen.append(a[3]) or real(*a))
     k = key("kernel", "mul", 32)
-    worker = TrialWorker(
-        "http://127.0.0.1:9", seed=1, timeout=5.0, scaler=Scaler({k: 10.0}, targets={k: 0.1})
-    )
+    scaler = Scaler({k: 10.0}, targets={k: 0.1})
+    seeded = []
+    seed = scaler.seed
+    monkeypatch.setattr(scaler, "seed", lambda *a: seeded.append(a[2]) or seed(*a))
+    worker = TrialWorker("http://127.0.0.1:9", seed=1, timeout=5.0, scaler=scaler)
     assert worker.run(TrialSpec(trial=0, op="mul", size=32, dtype="float64", method=LOCAL)).ok
-    assert seen == [pytest.approx(worker.scaler.recent[CLIENT][k][0])]  # its own figure (`meet`)
+    assert seen == [pytest.approx(seeded[0])] and seeded[0] != pytest.approx(0.01)  # its own figure (`meet`)
     assert worker.client.asks() == {}  # no server device: the server is not asked
 
 
