@@ -11,21 +11,23 @@ server's measured stages, excludes it too.) Without the variable there is nothin
 `flock` on a file: the kernel releases it when its holder dies, and network namespaces share the
 file system, so the lock is host-wide across the replicas' namespaces.
 
-**A scaled stage runs unpreempted** (`held(unpreempted=True)`, `unpreempted`). The lock keeps other
-testbeds' timed stages away, not their untimed work (transfers through the userspace switch, request
-bodies read into memory, fresh cgi processes), which the scheduler lays on the timed stage's core
-in slices: each slice leaves the stage's caches cold, and the CPU time the slowdown multiplies grows
-with it. Measured on the 2-core VM (2026-11-27, a memory copy looping on each core, 8 fresh
+**A scaled stage runs unpreempted** (`held(unpreempted=True)`, `unpreempted_thread`). The lock keeps
+other testbeds' timed stages away, not their untimed work (transfers through the userspace switch,
+request bodies read into memory, fresh cgi processes), which the scheduler lays on the timed stage's
+core in slices: each slice leaves the stage's caches cold, and the CPU time the slowdown multiplies
+grows with it. Measured on the 2-core VM (2026-11-27, a memory copy looping on each core, 8 fresh
 processes each): the log of a 1200x1200 matrix, timed as a trial times it, took 1.12-1.75 ms of CPU
 under the default policy, 1.03-1.24 under SCHED_FIFO, 0.88-1.05 on the quiet machine; of a
 400x400 one, 0.079-0.130 against 0.083-0.090 (quiet: 0.079-0.090); nice -20 came between. The
-fidelity check on 4 testbeds had put such stages 10-47% off their targets in either direction. So a
-scaled stage (its CPU time is the figure) holds its core at the lowest real-time priority while it
-holds the lock: one such thread on the host at a time, so another core is always the rest's, and the
-kernel's real-time throttling leaves the rest 5% of this one. Children do not inherit it
-(`SCHED_RESET_ON_FORK`). Not under a CPU quota (`CGROUP_ENV`: throttle mode's cgroup, whose
-`cpu.max` a real-time thread would escape), and not where the host refuses it (no CAP_SYS_NICE):
-then the stage runs as before, and the fidelity table says what that cost.
+fidelity check on 4 testbeds had put such stages 10-47% off their targets in either direction, and
+41% of its trials flagged; with this, 24% (2026-11-27, 22:22). So a scaled stage (its CPU time is
+the figure) holds its core at the lowest real-time priority while it holds the lock: one such thread
+on the host at a time, so another core is always the rest's, and the kernel's real-time throttling
+leaves the rest 5% of this one. Children do not inherit it (`SCHED_RESET_ON_FORK`); a child timed
+as a stage takes it itself (`hold_the_core` as its `preexec_fn`). Not under a CPU quota
+(`CGROUP_ENV`: throttle mode's cgroup, whose `cpu.max` a real-time thread would escape), and not
+where the host refuses it (no CAP_SYS_NICE): then the stage runs as before, and the fidelity
+table says what that cost.
 """
 
 from __future__ import annotations
@@ -94,16 +96,24 @@ def unpreempted_thread(wanted: bool = True) -> Iterator[bool]:
     """The calling thread at `RT_PRIORITY` under SCHED_FIFO for the block, its policy restored after;
     it gets whether that was done: not unless `wanted`, not under a CPU quota (`CGROUP_ENV`), not
     where the host refuses it."""
-    if not wanted or os.environ.get(CGROUP_ENV):
-        yield False
-        return
     before = os.sched_getscheduler(0), os.sched_getparam(0)
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(RT_PRIORITY))
-    except OSError:  # EPERM: no CAP_SYS_NICE, or no real-time time in this cgroup
+    if not (wanted and hold_the_core()):
         yield False
         return
     try:
         yield True
     finally:
         os.sched_setscheduler(0, *before)
+
+
+def hold_the_core() -> bool:
+    """The calling thread at `RT_PRIORITY` under SCHED_FIFO, its children not; whether it is (not
+    under a CPU quota, `CGROUP_ENV`, nor where the host refuses it). Also a `preexec_fn`: a child
+    timed as a stage (`server.cgi.fresh_start_up_s`) runs so from its exec on."""
+    if os.environ.get(CGROUP_ENV):
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(RT_PRIORITY))
+    except OSError:  # EPERM: no CAP_SYS_NICE, or no real-time time in this cgroup
+        return False
+    return True

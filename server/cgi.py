@@ -30,7 +30,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import BinaryIO
 
-from contracts.cpu_lock import CpuLock
+from contracts.cpu_lock import CpuLock, hold_the_core
 from contracts.limits import Limits
 from contracts.short_work import REPEATS, again_while_slow
 from contracts.stages import SERVER_RETIME, SERVER_START
@@ -194,7 +194,12 @@ def fresh_start_up_s() -> float:
         "import contracts.cpu_lock, server.cgi\nsys.stdout.write(repr(time.process_time()))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=FRESH_TIMEOUT_S, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=FRESH_TIMEOUT_S,
+        check=False,
+        preexec_fn=hold_the_core,  # as a scaled stage runs (`contracts.cpu_lock`); this process has one thread
     )
     if done.returncode != 0:
         raise RuntimeError(f"a fresh start-up failed ({done.returncode}): {done.stderr.strip()[-500:]}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.cpu_lock import CGROUP_ENV, CpuLock, references_path, unpreempted_thread
+from contracts.cpu_lock import CGROUP_ENV, CpuLock, hold_the_core, references_path, unpreempted_thread
 from contracts.device import key
 from contracts.errors import UserError
 from contracts.run import read_trials
@@ -163,6 +163,11 @@ def test_a_scaled_stage_holds_its_core_where_the_host_permits_and_its_children_d
     assert policy() == before and os.sched_getparam(0).sched_priority == 0
     with CpuLock(None).held(unpreempted=True):  # one testbed: no lock, the core all the same
         assert policy() == inside
+    show = "import os; print(os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK)"
+    child = subprocess.run(
+        [sys.executable, "-c", show], preexec_fn=hold_the_core, capture_output=True, text=True
+    )
+    assert int(child.stdout) == inside  # a child timed as a stage (a fresh cgi start-up) runs so itself
 
 
 def test_an_unscaled_stage_or_one_under_a_cpu_quota_keeps_the_default_policy(tmp_path, monkeypatch):
