@@ -144,7 +144,7 @@ class TrialWorker:
         self._met.add(key)
         size = operands[0].shape[0] if size is None else size
         # no other worker's timed stage beside it, nothing else on its core (`contracts.cpu_lock`)
-        with CPU_LOCK.held(unpreempted=True):
+        with CPU_LOCK.held(unpreempted=self.pacer is None):
             result = execute(op, operands)
             if method == LOCAL:
                 works = [("kernel", lambda: execute(op, operands))]

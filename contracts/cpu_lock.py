@@ -23,10 +23,10 @@ fidelity check on 4 testbeds had put such stages 10-47% off their targets in eit
 41% of its trials flagged; with this, 24% (2026-11-27, 22:22). So a scaled stage (its CPU time is
 the figure) holds its core at the lowest real-time priority while it holds the lock: one such thread
 on the host at a time, so another core is always the rest's, and the kernel's real-time throttling
-leaves the rest 5% of this one. Only under a lock file (replicas): without one nothing would keep
-such threads to one (several clients at once share their cores by the scheduler, which is their
-experiment), and one testbed's stages have little beside them (the smoke grid: 0-3 of 42 trials
-flagged without this). Children do not inherit it (`SCHED_RESET_ON_FORK`); a child timed
+leaves the rest 5% of this one. One testbed has no lock file, but its client's and server's stages
+follow one another (the smoke grid: 3 of 42 trials flagged without this, 0 with it). Not for stages
+paced on shared cores (several clients or requests at once: the client's `pacer`, a paced server),
+whose sharing of the cores by the scheduler is the experiment. Children do not inherit it (`SCHED_RESET_ON_FORK`); a child timed
 as a stage takes it itself (`hold_the_core` as its `preexec_fn`). Not under a CPU quota
 (`CGROUP_ENV`: throttle mode's cgroup, whose `cpu.max` a real-time thread would escape), and not
 where the host refuses it (no CAP_SYS_NICE): then the stage runs as before, and the fidelity
@@ -85,11 +85,11 @@ class CpuLock:
     def held(self, unpreempted: bool = False) -> Iterator[float]:
         """Hold the lock for the block; it gets the seconds waited for it, which a server reports
         (`contracts.stages.SERVER_LOCK_WAIT`) so that no stage and no communication counts them.
-        `unpreempted` (a scaled stage): the calling thread holds its core too, once it has the lock;
-        only with a lock file, which makes it the one such thread on the host."""
+        `unpreempted` (a scaled stage, not paced): the calling thread holds its core too, once it has
+        the lock."""
         waited = self.take()
         try:
-            with unpreempted_thread(unpreempted and self.path is not None):
+            with unpreempted_thread(unpreempted):
                 yield waited
         finally:
             self.release()

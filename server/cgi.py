@@ -199,8 +199,7 @@ def fresh_start_up_s() -> float:
         text=True,
         timeout=FRESH_TIMEOUT_S,
         check=False,
-        # as a scaled stage runs under the replicas' lock (`contracts.cpu_lock`); one thread here
-        preexec_fn=hold_the_core if CpuLock.from_env().path else None,
+        preexec_fn=hold_the_core,  # as a scaled stage runs (`contracts.cpu_lock`); one thread here
     )
     if done.returncode != 0:
         raise RuntimeError(f"a fresh start-up failed ({done.returncode}): {done.stderr.strip()[-500:]}")

@@ -93,7 +93,8 @@ class StageClock:
         clock = cpu_clock(target.kind)  # the thread's for marshalling, the process's for a kernel
         # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
         # the clocks start, inside the request, and is reported (`cpulock`) for communication to exclude
-        with CPU_LOCK.held(unpreempted=self.retime) as waited:  # scaled: its core too
+        # scaled, not paced: its core too (`contracts.cpu_lock`)
+        with CPU_LOCK.held(unpreempted=self.retime and self.pace is None) as waited:
             start, cpu = time.perf_counter(), clock()
             if CPU_LOCK.path is not None:  # the wait, reported so that communication excludes it
                 self.wait(waited)

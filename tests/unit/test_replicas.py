@@ -161,13 +161,28 @@ def test_a_scaled_stage_holds_its_core_where_the_host_permits_and_its_children_d
     assert inside == (os.SCHED_FIFO if permitted else before)
     assert child == os.SCHED_OTHER  # an iperf3 or a fresh interpreter started meanwhile runs as usual
     assert policy() == before and os.sched_getparam(0).sched_priority == 0
-    with CpuLock(None).held(unpreempted=True):  # no lock file: nothing keeps such threads to one
-        assert policy() == before
+    with CpuLock(None).held(unpreempted=True):  # one testbed: no lock, the core all the same
+        assert policy() == inside
     show = "import os; print(os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK)"
     child = subprocess.run(
         [sys.executable, "-c", show], preexec_fn=hold_the_core, capture_output=True, text=True
     )
     assert int(child.stdout) == inside  # a child timed as a stage (a fresh cgi start-up) runs so itself
+
+
+def test_a_paced_stage_shares_its_core_as_the_scheduler_has_it():
+    """Several clients at once (a paced server device, the client's pacer): their stages' sharing of
+    the cores is the experiment, so none holds its core; a scaled one does where permitted."""
+    from server.timing import StageClock
+
+    before = policy()
+    with unpreempted_thread() as permitted:
+        pass
+    with StageClock(None, retime=True).stage("decode"):
+        assert policy() == (os.SCHED_FIFO if permitted else before)
+    with StageClock(load_device("paper-i3"), retime=True).stage("decode"):
+        assert policy() == before
+    assert policy() == before
 
 
 def test_an_unscaled_stage_or_one_under_a_cpu_quota_keeps_the_default_policy(tmp_path, monkeypatch):
