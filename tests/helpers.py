@@ -86,11 +86,13 @@ def write_experiment(tmp_path: Path, text: str) -> Path:
 def followed_slowdowns(row: dict, cpus: list[float]) -> list[float]:
     """The slowdown each trial of a kind of work was scaled by, in the trials' order, from its
     calibration `row` and the trials' CPU times: the device's target over the mean of the runs before
-    it, the calibration's mean first (client/scaler.py)."""
+    it; the calibration's mean stands in until the first trial's run replaces it (client/scaler.py)."""
     window = deque([row["target_s"] / row["slowdown"]], maxlen=REFERENCE_WINDOW)
     slowdowns = []
-    for cpu in cpus:
+    for i, cpu in enumerate(cpus):
         slowdowns.append(row["target_s"] / statistics.fmean(window))
+        if i == 0:
+            window.clear()
         window.append(cpu)
     return slowdowns
 
