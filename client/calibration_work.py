@@ -22,9 +22,9 @@ import numpy as np
 
 from client.sampling import SelfTimed, Work
 from contracts.codecs import CODEC_TEXT_HEADER, get_codec
-from contracts.device import DeviceProfile, Grid
+from contracts.device import DeviceProfile, Grid, operand_bytes, result_bytes
 from contracts.hosts import Role
-from contracts.images import generate, is_image_op
+from contracts.images import DEFAULT_FORMAT, generate, is_image_op
 from contracts.operands import IntRange
 from contracts.ops import execute
 from contracts.protobuf_codec import EXECUTE
@@ -192,6 +192,8 @@ def works(
     gRPC server's calls (`GrpcRequest`), its kernel among them and keyed by gRPC; else in this process."""
     if operands is None:  # the caller's, when it holds the trials' already (the trial worker)
         operands = trial_operands(op, size, dtype, seed, int_range)
+    if is_image_op(op):
+        return image_works(op, size, operands, codecs, role, grpc_target)
     in_requests = role == Role.SERVER and bool(cgi_argv)
     kernel = lambda: execute(op, operands)  # noqa: E731
     out: list[tuple[str, str | None, Work, int]] = []
@@ -202,17 +204,17 @@ def works(
     if not in_requests or (GRPC in codecs and calls is None):  # one kernel for every method
         out.append(("kernel", GRPC if in_requests else None, kernel, 0))
     result = execute(op, operands)
-    operand_bytes = sum(a.nbytes for a in operands)
+    request_bytes = sum(a.nbytes for a in operands)
     for name in codecs:  # a method: a codec, or a transport timed as its codec (grpc: protobuf)
         codec = get_codec(method_codec(name), codec_text)
         if in_requests and name != GRPC:  # in a request's own process, the kernel too
             request = RequestStages(CgiRequest.of(cgi_argv, op, method_codec(name), operands, codec_text))
-            out.append(("decode", name, request.work("decode"), operand_bytes))
+            out.append(("decode", name, request.work("decode"), request_bytes))
             out.append(("kernel", name, request.work("compute"), 0))
             out.append(("encode", name, request.work("encode"), result.nbytes))
             continue
         if calls is not None and name == GRPC:
-            out.append(("decode", name, calls.work("decode"), operand_bytes))
+            out.append(("decode", name, calls.work("decode"), request_bytes))
             out.append(("encode", name, calls.work("encode"), result.nbytes))
             continue
         if role == Role.SERVER:  # what `server.stages.run_stages` times
@@ -222,15 +224,54 @@ def works(
             else:
                 request, request_headers = _as_bytes(codec.encode_request(operands))
                 decode = lambda c=codec, b=request, h=request_headers: c.decode_request(b, h)  # noqa: E731
-            out.append(("decode", name, decode, operand_bytes))
+            out.append(("decode", name, decode, request_bytes))
             out.append(("encode", name, lambda c=codec: c.encode_response(result), result.nbytes))
             continue
         body, headers = _as_bytes(codec.encode_response(result))
-        out.append(("encode", name, lambda c=codec: c.encode_request(operands), operand_bytes))
+        out.append(("encode", name, lambda c=codec: c.encode_request(operands), request_bytes))
         out.append(
             ("decode", name, lambda c=codec, b=body, h=headers: c.decode_response(b, h), result.nbytes)
         )
     return out
+
+
+def image_works(
+    op: str,
+    size: int,
+    operands: list[np.ndarray],
+    codecs: list[str],
+    role: str = "client",
+    grpc_target: str = "",
+) -> list[tuple[str, str | None, Work, int]]:
+    """An image op's work (`contracts.images`), as its trials time it: the filter, and over gRPC (the
+    only way the sweep offloads images) the encoded image's way there and back. The client encodes the
+    request (the image as PNG in an OpRequest) and decodes the reply's images; the server decodes the
+    request and encodes the reply (`server.image_stages`), in its gRPC server's calls where it is named
+    (`GrpcRequest`: each stage where the trials' run), else in this process. Each stage's data is the
+    image's pixel bytes (`contracts.device`), which the device's image codec speeds are in."""
+    from contracts.image_wire import ImageWire
+
+    up, down = operand_bytes(op, size), result_bytes(op, size)
+    if role == Role.SERVER and grpc_target and GRPC in codecs:
+        calls = RequestStages(GrpcRequest.of(grpc_target, op, operands))
+        work = calls.work
+        return [("kernel", GRPC, work("compute"), 0), ("decode", GRPC, work("decode"), up), ("encode", GRPC, work("encode"), down)]  # fmt: skip
+    out: list[tuple[str, str | None, Work, int]] = [("kernel", None, lambda: execute(op, operands), 0)]
+    if GRPC not in codecs:
+        return out
+    codec, wire = get_codec("protobuf"), ImageWire("protobuf")
+    request = codec.encode_op_request(op, operands)
+    outputs = execute(op, operands)
+    reply, _ = wire.encode(outputs, DEFAULT_FORMAT)
+    if role == Role.SERVER:
+        decode = lambda: wire.decode(request, {}, 1 << 34, "")  # noqa: E731
+        return [*out, ("decode", GRPC, decode, up), ("encode", GRPC, lambda: wire.encode(outputs, DEFAULT_FORMAT), down)]  # fmt: skip
+    encode = lambda: codec.encode_op_request(op, operands)  # noqa: E731
+    return [
+        *out,
+        ("encode", GRPC, encode, up),
+        ("decode", GRPC, lambda: codec.decode_response(reply, {}), down),
+    ]
 
 
 def _as_bytes(encoded: tuple) -> tuple[bytes, dict]:

@@ -23,4 +23,17 @@ def profile_yaml(device: DeviceProfile, comment: str = "") -> str:
     lines.append("marshalling:                  # MB/s of matrix data")
     for codec, speeds in device.marshalling.items():
         lines.append(f"  {codec}: {{encode: {speeds['encode']:g}, decode: {speeds['decode']:g}}}")
+    if device.filters:
+        from contracts.grid import size_label
+
+        lines.append("filters:                      # megapixels per second of each image op at each size")
+        for op, curve in device.filters.items():
+            if curve.points[0][0] == 1:  # one figure for every size
+                lines.append(f"  {op}: {curve.points[0][1]:g}")
+            else:
+                lines.append(f"  {op}: {{{', '.join(f'{size_label(s)}: {g:g}' for s, g in curve.points)}}}")
+    if device.image_codecs:
+        lines.append("image_codecs:                 # MB/s of pixel data")
+        for fmt, speeds in device.image_codecs.items():
+            lines.append(f"  {fmt}: {{encode: {speeds['encode']:g}, decode: {speeds['decode']:g}}}")
     return "\n".join(lines) + "\n"

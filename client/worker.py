@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from client.calibration_work import trial_operands
+from client.calibration_work import image_works, trial_operands
 from client.device_cores import DeviceCores, Pacer
 from client.fetch import fetch_dataset
 from client.grpc_offload import GrpcOffloadClient
@@ -148,8 +148,10 @@ class TrialWorker:
             result = execute(op, operands)
             if method == LOCAL:
                 works = [("kernel", lambda: execute(op, operands))]
-            elif is_image_op(op):  # an image's encode and decode: not scaled (yet)
-                return
+            elif is_image_op(op):  # the image's encode and decode, as the calibration times them
+                works = [(kind, work) for kind, _, work, _ in image_works(op, size, operands, [method])[1:]]
+                for _, work in works:
+                    work()
             else:
                 codec = get_codec(method_codec(method), self.codec_text)
                 if method == GRPC:

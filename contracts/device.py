@@ -5,7 +5,12 @@ A profile says how fast the device does each kind of work the trials time:
   n^2 evaluations), either one figure or figures at some sizes (a slow device's speed falls as the
   matrices outgrow its caches), interpolated log-log between them and held constant beyond;
 - marshalling, per codec, the encode and decode throughput in MB/s of matrix data (the operands'
-  or the result's elements times their item size: what was marshalled, not what went on the wire).
+  or the result's elements times their item size: what was marshalled, not what went on the wire);
+- image ops (`contracts.images`, issue 47): each filter's megapixels per second (`filters`, at some
+  sizes like the kernels, sizes being pixel counts), and the image format's encode and decode in MB/s
+  of pixel data (`image_codecs`: 3 bytes a colour pixel, 1 a gray one), which is what an image op's
+  encode and decode stages spend their time on whatever carries the encoded image (gRPC's message
+  around it is a copy).
 
 From a profile follows each stage's *target* time on the device. The testbed reaches it in one of
 two modes (`MODES`): `scaled` multiplies the CPU time a stage took on this host by the calibrated
@@ -37,6 +42,7 @@ MODES = (Mode.SCALED, Mode.THROTTLE)
 # (`python -m server --pace`), so requests queue as they would at the device; nothing is calibrated.
 PACED = Mode.PACED
 DIRECTIONS = ("encode", "decode")
+IMAGE_FORMAT = "png"  # the encoding an image op's stages use (`contracts.images.DEFAULT_FORMAT`)
 STACK_COSTS = (SERVER_START,)  # a server stack's own costs, seconds on the device (DeviceProfile.stack)
 
 
@@ -114,11 +120,26 @@ class DeviceProfile:
     # (the interpreter and its imports, before the request is read)
     stack: dict[str, float] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # further sections (e.g. power figures) kept verbatim
+    filters: dict[str, SpeedCurve] = field(default_factory=dict)  # image op -> MP/s at pixel counts
+    image_codecs: dict[str, dict[str, float]] = field(default_factory=dict)  # format -> {direction: MB/s}
 
     # ---------------------------------------------------------------- targets
     def compute_s(self, op: str, size: int) -> float:
-        """Seconds the device takes for `op` on an n x n input."""
+        """Seconds the device takes for `op` on an n x n input (an image op: on an image of `size` pixels)."""
+        if op in IMAGE_WORK:
+            return size / (self.filters[op].at(size) * 1e6)
         return work(op, size) / (self.kernels[op].at(size) * 1e9)
+
+    def covers(self, kind: str, op: str, method: str | None) -> bool:
+        """Whether the profile says the device's time for this kind of work of a trial of `op` over
+        `method` (a kernel, an encode or decode, a stack cost)."""
+        if kind in STACK_COSTS:
+            return kind in self.stack
+        if kind == "kernel":
+            return op in (self.filters if op in IMAGE_WORK else self.kernels)
+        if op in IMAGE_WORK:
+            return IMAGE_FORMAT in self.image_codecs
+        return method is not None and method_codec(method) in self.marshalling
 
     def work_s(self, kind: str, op: str, size: int, codec: str | None, data_bytes: int) -> float:
         """The device's seconds for one kind of work of a trial: `kernel`, `encode`/`decode` of
@@ -127,6 +148,8 @@ class DeviceProfile:
             return self.stack[kind]
         if kind == "kernel":
             return self.compute_s(op, size)
+        if op in IMAGE_WORK:  # an image, encoded or decoded: the format's speed, whatever carries it
+            return data_bytes / (self.image_codecs[IMAGE_FORMAT][kind] * 1e6)
         return self.marshal_s(codec, kind, data_bytes)
 
     def marshal_s(self, codec: str, direction: str, data_bytes: int) -> float:
@@ -135,22 +158,33 @@ class DeviceProfile:
 
     def missing(self, ops: list[str], codecs: list[str]) -> list[str]:
         """What an experiment needs that the profile does not say, as `key.name` paths."""
-        out = [f"kernels.{op}" for op in ops if op not in self.kernels]
-        missing = {method_codec(c) for c in codecs if method_codec(c) not in self.marshalling and c != LOCAL}
-        return out + [f"marshalling.{c}" for c in sorted(missing)]
+        images = [op for op in ops if op in IMAGE_WORK]
+        matrices = [op for op in ops if op not in IMAGE_WORK]
+        out = [f"kernels.{op}" for op in matrices if op not in self.kernels]
+        out += [f"filters.{op}" for op in images if op not in self.filters]
+        offloaded = [c for c in codecs if c != LOCAL]
+        if matrices:
+            missing = {method_codec(c) for c in offloaded if method_codec(c) not in self.marshalling}
+            out += [f"marshalling.{c}" for c in sorted(missing)]
+        if images and offloaded and IMAGE_FORMAT not in self.image_codecs:
+            out.append(f"image_codecs.{IMAGE_FORMAT}")
+        return out
 
     # ---------------------------------------------------------------- JSON for the hosts and manifests
     def as_dict(self) -> dict:
         data = asdict(self)
         data["kernels"] = {op: [list(p) for p in c.points] for op, c in self.kernels.items()}
+        data["filters"] = {op: [list(p) for p in c.points] for op, c in self.filters.items()}
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> DeviceProfile:
-        kernels = {
-            op: SpeedCurve(tuple((int(s), float(g)) for s, g in pts)) for op, pts in data["kernels"].items()
-        }
-        return cls(**{**data, "kernels": kernels})
+        """A profile as `as_dict` wrote it (one from before image ops has no `filters`)."""
+
+        def curves(section: dict) -> dict[str, SpeedCurve]:
+            return {op: SpeedCurve(tuple((int(s), float(g)) for s, g in pts)) for op, pts in section.items()}
+
+        return cls(**{**data, "kernels": curves(data["kernels"]), "filters": curves(data.get("filters", {}))})
 
 
 ROLES = ("client", "server")  # whose work a calibration times

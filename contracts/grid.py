@@ -175,16 +175,12 @@ def with_image(sizes, path: str) -> tuple[int, ...]:
     return tuple(sorted({*sizes, pixels}))
 
 
-def image_grid_problem(ops, sizes, methods, servers, devices=()) -> str | None:
-    """What is wrong with a grid's image ops (None: nothing): each op needs a size of its kind, image ops
-    offload over gRPC (the sweep's client sends images only there), to servers that have them, and
-    no device profile knows image work yet (issue 47, item 3: `devices`, the experiment's)."""
+def image_grid_problem(ops, sizes, methods, servers) -> str | None:
+    """What is wrong with a grid's image ops (None: nothing): each op needs a size of its kind, and image
+    ops offload over gRPC (the sweep's client sends images only there) to servers that have them. A
+    device profile's figures for them (`filters`, `image_codecs`) are checked with the rest of it
+    (`testbed.devices.check_device_covers`)."""
     from contracts.images import IMAGE_METHODS, SERVER_OPS, is_image_op
-
-    if (images := [op for op in ops if is_image_op(op)]) and (named := [d for d in devices if d]):
-        return (
-            f"the device {named[0]} has no figures for image ops ({', '.join(images)}); run them without one"
-        )
 
     for op in ops:
         if not sizes_for(op, sizes):

@@ -83,9 +83,15 @@ def pixels_of(megapixels: float) -> int:
 
 
 def mp_label(pixels: int) -> str:
-    """How a size in pixels is shown: '0.3MP', '4MP', '8MP' (one decimal below 1 MP)."""
+    """How a size in pixels is shown: the shortest megapixel spelling that gives these pixels back
+    ('0.3MP', '0.05MP', '4MP'), so that two sizes never share a label; an image file's own pixel count,
+    which no spelling gives, to two significant digits ('0.06MP' for 300x200)."""
     mp = pixels / 1e6
-    return f"{mp:.1f}MP" if mp < 0.95 else f"{round(mp):d}MP"
+    for decimals in range(4):
+        spelled = round(mp, decimals)
+        if spelled > 0 and pixels_of(spelled) == pixels:
+            return f"{spelled:.{decimals}f}MP" if decimals else f"{round(spelled):d}MP"
+    return f"{mp:.2g}MP" if mp < 1 else f"{mp:.1f}MP"
 
 
 def generate(pixels: int, seed: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from contracts.device import DeviceProfile, operand_bytes, result_bytes
-from contracts.stages import LOCAL, method_codec
+from contracts.stages import LOCAL
 from contracts.tolerance import DeviceTolerance
 
 # stage column -> (role, kind of work, the matrix data it handles)
@@ -40,8 +40,7 @@ def target_s(
 ) -> float | None:
     """The device's seconds for one kind of work of a trial (`DeviceProfile.work_s`); None where its
     profile does not say."""
-    covered = {"kernel": op in profile.kernels, "server_start": "server_start" in profile.stack}
-    if not covered.get(kind, method_codec(method) in profile.marshalling):
+    if not profile.covers(kind, op, method):
         return None
     nbytes = operand_bytes(op, size, itemsize) if data == "operands" else result_bytes(op, size, itemsize)
     return profile.work_s(kind, op, size, method, nbytes)

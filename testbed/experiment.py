@@ -234,8 +234,7 @@ def check(exp: Experiment) -> Experiment:
         )
     if exp.image:  # the image ops run on this file, at its pixel count
         exp = replace(exp, image=str(Path(exp.image).resolve()), sizes=with_image(exp.sizes, exp.image))
-    devices = (exp.client_device, exp.server_device, *exp.client_devices)
-    if problem := image_grid_problem(exp.ops, exp.sizes, exp.methods, exp.servers, devices):
+    if problem := image_grid_problem(exp.ops, exp.sizes, exp.methods, exp.servers):
         raise InvalidValue("ops", problem, "what image ops need: docs/server.md, 'Image filters as ops'")
     _check_operands(exp)
     _check_datasets(exp)

@@ -361,3 +361,10 @@ def test_a_server_devices_calibration_times_grpc_stages_in_the_python_grpc_serve
     assert len(calls) == 1  # the three stages of one call
     with pytest.raises(RuntimeError, match="refused a mul call"):
         GrpcRequest(target, "mul", b"\xff not a message").stages(("decode",))
+    # an image op's stages too, from the server's image path (issue 47 item 3)
+    image = {(kind, codec): (work, n) for kind, codec, work, n in works(
+        "gray", 256 * 192, "float64", 1, ["grpc"], role="server", grpc_target=target
+    )}  # fmt: skip
+    assert set(image) == {("kernel", "grpc"), ("decode", "grpc"), ("encode", "grpc")}
+    assert image["decode", "grpc"][1] == 3 * 256 * 192 and image["encode", "grpc"][1] == 256 * 192
+    assert all(0 < work.run() < 1.0 for work, _ in image.values())

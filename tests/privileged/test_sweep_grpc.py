@@ -150,3 +150,30 @@ def test_a_gray_sweep_over_the_grpc_servers_of_each_language(inventory, lease, t
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["experiment"]["image"] == str(photo) and manifest["format_version"] == FORMAT_VERSION
     assert leftovers(lease.prefix) == []  # the sweep brought the testbed up, and took it down
+
+
+def test_a_gray_sweep_emulates_the_multilanguage_studys_devices(inventory, lease, tmp_path):
+    """Issue 47 item 3: image ops in scaled mode, both ends a device. Every image stage the trials time
+    has a target from the profiles' `filters` and `image_codecs` and comes out near it: unscaled, this
+    host's gray would be some 10000 times under the phone's."""
+    results = tmp_path / "results"
+    out = run_cli(
+        inventory, "sweep", "--ops", "gray", "--sizes", "0.05MP", "--rates", "100", "--methods", "grpc",
+        "--reps", "3", "--warmup", "1", "--no-validate", "--results", str(results), "--name", "graydev",
+        "--device", "multilang-snapdragon600", "--server-device", "multilang-i5-5200u",
+    ).stdout  # fmt: skip
+    assert "client device multilang-snapdragon600 (scaled)" in out
+    (run_dir,) = results.iterdir()
+    trials = read_csv(run_dir / "trials.csv")
+    assert all(t["ok"] == "true" for t in trials), [t["error"] for t in trials if t["ok"] != "true"]
+    fidelity = read_csv(run_dir / "analysis" / "trial_fidelity.csv")
+    kinds = {(f["role"], f["work"], f["method"]) for f in fidelity}
+    assert kinds == {
+        ("client", "kernel", "local"), ("client", "protobuf encode", "grpc"), ("client", "protobuf decode", "grpc"),
+        ("server", "protobuf decode", "grpc"), ("server", "kernel", "grpc"), ("server", "protobuf encode", "grpc"),
+    }  # fmt: skip
+    for row in fidelity:  # scaled to the device: near its target, not this host's own speed
+        assert abs(float(row["error_pct"])) < 50 or float(row["target_s"]) < 0.001, row
+    local = [float(t["t_total"]) for t in trials if t["method"] == "local"]
+    assert all(0.1 < s < 0.2 for s in local), local  # 49152 pixels at the phone's 0.381 MP/s: 0.129 s
+    assert leftovers(lease.prefix) == []

@@ -64,6 +64,12 @@ def test_a_profile_round_trips_through_json(tmp_path):
         ("marshalling:\n  raw: {encode: 1, decode: 1, zip: 2}\n", "unknown key"),
         ("blas_threads: 4\n", "blas_threads': must be between 1 and cores"),
         ("speed: 3\n", "'speed': unknown key"),
+        ("filters:\n  blur: 1\n", "filters.blur': unknown key"),
+        ("filters:\n  gray: {400: 1}\n", "is not an image size"),
+        ("filters:\n  gray: {0.3MB: 1}\n", "is not an image size"),
+        ("filters:\n  gray: {0.3MP: 0}\n", "is not a positive speed"),
+        ("image_codecs:\n  gif: {encode: 1, decode: 1}\n", "image_codecs.gif': unknown key"),
+        ("image_codecs:\n  png: {encode: 1}\n", "image_codecs.png.decode': is missing"),
     ],
 )
 def test_bad_profiles_name_the_file_key_and_reason(tmp_path, change, words):
@@ -74,6 +80,61 @@ def test_bad_profiles_name_the_file_key_and_reason(tmp_path, change, words):
     with pytest.raises(UserError) as exc:
         load_device(path)
     assert str(path) in exc.value.message and words in exc.value.message
+
+
+IMAGES = """\
+filters:
+  gray: {0.3MP: 0.4, 4MP: 0.5}
+  filters3: 0.02
+image_codecs:
+  png: {encode: 10, decode: 30}
+"""
+
+
+def test_image_ops_have_their_own_figures_in_megapixels_per_second(tmp_path):
+    """Image filters in MP/s at image sizes (held as pixel counts), PNG in MB/s of pixel data; the
+    round trip to the hosts keeps them, and a profile without them is refused for image ops by name."""
+    device = load_device(write(tmp_path, GOOD + IMAGES))
+    assert device.filters["gray"].points == ((307200, 0.4), (3981312, 0.5))
+    assert device.compute_s("gray", 307200) == pytest.approx(307200 / 0.4e6)
+    assert device.compute_s("filters3", 110592) == pytest.approx(110592 / 0.02e6)
+    # an image's encode and decode: its pixel bytes at PNG's speed, whatever method carries it
+    up, down = operand_bytes("gray", 307200), result_bytes("gray", 307200)
+    assert (up, down) == (3 * 307200, 307200)
+    assert device.work_s("encode", "gray", 307200, "grpc", up) == pytest.approx(up / 10e6)
+    assert device.work_s("decode", "gray", 307200, "grpc", down) == pytest.approx(down / 30e6)
+    assert device.covers("kernel", "gray", "local") and not device.covers("kernel", "cartoon", "local")
+    assert device.missing(["gray", "mul", "cartoon"], ["grpc", "local"]) == [
+        "filters.cartoon",
+        "marshalling.protobuf",
+    ]
+    assert DeviceProfile.from_dict(device.as_dict()) == device
+    plain = load_device(write(tmp_path, GOOD))
+    assert plain.missing(["gray"], ["grpc"]) == ["filters.gray", "image_codecs.png"]
+    assert plain.missing(["gray"], ["local"]) == ["filters.gray"]
+    # a profile of image work alone needs no matrix sections
+    only = load_device(write(tmp_path, "name: cam\n" + IMAGES))
+    assert only.kernels == {} and only.missing(["gray"], ["grpc", "local"]) == []
+    # and a profile written from a device (`python -m client profile`) reads back the same
+    from client.profile_yaml import profile_yaml
+
+    assert load_device(write(tmp_path, profile_yaml(device))) == device
+
+
+def test_an_image_trials_stages_have_targets_from_the_image_figures(tmp_path):
+    from contracts.stage_targets import stage_targets
+
+    device = load_device(write(tmp_path, GOOD + IMAGES))
+    targets = stage_targets("gray", 307200, "grpc", 8, device, device)
+    assert targets == pytest.approx({
+        "t_client_encode": 3 * 307200 / 10e6, "t_server_decode": 3 * 307200 / 30e6,
+        "t_server_compute": 307200 / 0.4e6, "t_server_encode": 307200 / 10e6,
+        "t_client_decode": 307200 / 30e6,
+    })  # fmt: skip
+    assert stage_targets("gray", 307200, "local", 8, device, None) == {
+        "t_total": pytest.approx(307200 / 0.4e6)
+    }
+    assert stage_targets("cartoon", 307200, "local", 8, device, None) == {}
 
 
 def test_an_unknown_device_name_lists_the_known_ones():

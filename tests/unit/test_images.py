@@ -55,8 +55,6 @@ def test_an_image_grid_is_refused_in_one_line_where_it_cannot_run():
     assert "not over json" in image_grid_problem(("gray",), (307200,), ("json", "grpc"), ("python",))
     problem = image_grid_problem(("bilateral",), (307200,), ("grpc",), ("python", "ruby"))
     assert problem == "the ruby gRPC server has no bilateral (it has gray)"
-    problem = image_grid_problem(("gray",), (307200,), ("grpc",), ("python",), (None, "paper-i3"))
-    assert problem == "the device paper-i3 has no figures for image ops (gray); run them without one"
 
 
 def test_the_experiment_knows_image_ops_and_counts_their_cells_at_image_sizes():

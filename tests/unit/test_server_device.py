@@ -16,6 +16,7 @@ from client.sampling import SelfTimed
 from client.scaled_calibration import calibrate
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
+from contracts.image_wire import peek_op
 from contracts.run import read_manifest, write_manifest
 from contracts.stages import format_server_timing, parse_server_timing
 from contracts.tolerance import DeviceTolerance
@@ -66,6 +67,46 @@ def test_the_servers_work_is_decoding_the_request_and_encoding_the_response():
     assert len(decoded) == 2 and decoded[0].shape == (20, 20)
     named, operands = server[3][2]()  # gRPC's message names its op
     assert named == "mul" and len(operands) == 2
+
+
+def test_an_image_ops_work_is_its_filter_and_the_encoded_images_way_there_and_back():
+    """Issue 47 item 3: an image op's calibration times what its gRPC trials time, the image's pixel
+    bytes being the data each stage's target is of."""
+    pixels = 256 * 192  # 0.05MP, the smallest image size
+    client = works("gray", pixels, "float64", 1, ["grpc", "local"])
+    server = works("gray", pixels, "float64", 1, ["grpc", "local"], role="server")
+    assert [(k, c, n) for k, c, _, n in client] == [
+        ("kernel", None, 0), ("encode", "grpc", 3 * pixels), ("decode", "grpc", pixels)
+    ]  # fmt: skip
+    assert [(k, c, n) for k, c, _, n in server] == [
+        ("kernel", None, 0), ("decode", "grpc", 3 * pixels), ("encode", "grpc", pixels)
+    ]  # fmt: skip
+    (gray,) = client[0][2]()
+    assert gray.shape == (192, 256)
+    request = client[1][2]()  # an OpRequest naming its op, the image in PNG
+    assert peek_op(request) == "gray" and b"\x89PNG" in request
+    (back,) = client[2][2]()  # the reply's image, as the client decodes it
+    assert back.shape == (192, 256)
+    named, fmt, img = server[1][2]()
+    assert (named, fmt, img.shape) == ("gray", "png", (192, 256, 3))
+    reply, _ = server[2][2]()
+    assert b"\x89PNG" in reply
+    assert [k for k, *_ in works("gray", pixels, "float64", 1, ["local"])] == ["kernel"]
+
+
+def test_an_image_device_calibrates_on_this_host():
+    device = DeviceProfile(
+        "cam", {}, {}, filters={"gray": SpeedCurve(((1, 2.0),))},
+        image_codecs={"png": {"encode": 5.0, "decode": 20.0}},
+    )  # fmt: skip
+    pixels = 256 * 192
+    grid = Grid.of(["gray"], [pixels], ["grpc"])
+    result = calibrate(device, grid, reps=3, tolerance=DeviceTolerance(50), budget_s=0)
+    rows = {r["work"]: r for r in result.row_dicts()}
+    assert set(rows) == {"kernel", "grpc encode", "grpc decode"}
+    assert rows["kernel"]["target_s"] == pytest.approx(pixels / 2e6)
+    assert rows["grpc encode"]["target_s"] == pytest.approx(3 * pixels / 5e6)
+    assert all(r["slowdown"] > 1 for r in rows.values())  # the device is slower than this host at each
 
 
 def test_a_server_calibration_reaches_its_targets_on_this_host():
