@@ -28,7 +28,16 @@ from analysis.stats import ci95, significant, welch
 from analysis.stopping import Rule, stop_reason
 from contracts.grid import sizes_for
 from contracts.run import Manifest
-from contracts.stages import LOCAL, STAGES, label_clients, label_device, label_without_device, on_device
+from contracts.stages import (
+    LOCAL,
+    STAGES,
+    label_clients,
+    label_device,
+    label_server,
+    label_without_device,
+    on_device,
+    serves,
+)
 
 KEYS = ["op", "size", "rate_mbps", "method"]
 PREFERRED_METHODS = ("json", "ujson", "raw")
@@ -178,6 +187,7 @@ def _grid(trials: pd.DataFrame, manifest: Manifest | None) -> pd.MultiIndex:
         for op, size in sorted(pairs)
         for rate in sorted(rates)
         for method in method_order(methods)
+        if serves(label_server(method), op)  # the embedded study's filters on the OpenCV servers only
     ]
     return pd.MultiIndex.from_tuples(tuples, names=KEYS)
 

@@ -177,7 +177,8 @@ def with_image(sizes, path: str) -> tuple[int, ...]:
 
 def image_grid_problem(ops, sizes, methods, servers) -> str | None:
     """What is wrong with a grid's image ops (None: nothing): each op needs a size of its kind, and image
-    ops offload over gRPC (the sweep's client sends images only there) to servers that have them. A
+    ops offload over gRPC (the sweep's client sends images only there), each to those of the servers
+    that have it (`contracts.stages.serves`; one that none of them has is refused). A
     device profile's figures for them (`filters`, `image_codecs`) are checked with the rest of it
     (`testbed.devices.check_device_covers`)."""
     from contracts.images import IMAGE_METHODS, SERVER_OPS, is_image_op
@@ -189,7 +190,8 @@ def image_grid_problem(ops, sizes, methods, servers) -> str | None:
     images = [op for op in ops if is_image_op(op)]
     if images and (http := [m for m in methods if m not in IMAGE_METHODS]):
         return f"image ops ({', '.join(images)}) are offloaded over grpc; not over {', '.join(http)}"
-    for server in servers if images and "grpc" in methods else ():
-        if lacking := [op for op in images if op not in SERVER_OPS.get(server, ())]:
-            return f"the {server} gRPC server has no {', '.join(lacking)} (it has {', '.join(SERVER_OPS[server])})"
+    for op in images if "grpc" in methods else ():
+        if not [server for server in servers if op in SERVER_OPS.get(server, ())]:
+            have = "; ".join(f"{s}: {', '.join(SERVER_OPS[s])}" for s in servers if s in SERVER_OPS)
+            return f"no server in servers has {op} ({have})"
     return None

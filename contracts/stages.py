@@ -39,10 +39,29 @@ def grpc_port(base: int, server: str) -> int:
     return base + GRPC_SERVERS.index(server)
 
 
-def offloads(methods, servers=(PYTHON,)) -> list[tuple[str, str]]:
+def offloads(methods, servers=(PYTHON,), op: str | None = None) -> list[tuple[str, str]]:
     """A sweep's ways to offload, (method, server), in order: the gRPC method once per server, every
-    HTTP method on the Python server (the one HTTP server)."""
-    return [(m, s) for m in methods for s in (servers if m == GRPC else (PYTHON,))]
+    HTTP method on the Python server (the one HTTP server). With `op`, those of that op: only the
+    servers that have it (`serves`)."""
+    ways = [(m, s) for m in methods for s in (servers if m == GRPC else (PYTHON,))]
+    return ways if op is None else [(m, s) for m, s in ways if serves(s, op)]
+
+
+def serves(server: str, op: str) -> bool:
+    """Whether a server has an op: every server has the matrix ops, and the image ops of its own
+    (`contracts.images.SERVER_OPS`: Go's and Ruby's filter gray only). The embedded study's grid is
+    such: its matrices went to five servers, its three filters to the OpenCV ones."""
+    from contracts.images import SERVER_OPS, is_image_op  # numpy: only when an op is asked about
+
+    return not is_image_op(op) or op in SERVER_OPS.get(server, ())
+
+
+def unserved(ops, methods, servers) -> str:
+    """The ops a sweep's gRPC servers leave out, in words ('filters3 not on go, ruby'); '' if none."""
+    if GRPC not in methods:
+        return ""
+    parts = [(op, [s for s in servers if not serves(s, op)]) for op in ops]
+    return "; ".join(f"{op} not on {', '.join(lacking)}" for op, lacking in parts if lacking)
 
 
 # what an offload label appends for the clients offloading at once (`raw-x4`) and the transfer

@@ -225,11 +225,10 @@ class DurationModel:
         validation = 2 * exp.validation.duration + 1 if exp.validation.enabled else 0
         total = len(exp.link_points()) * (validation + (5 if exp.needs_netem and validation else 0))
         for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
-            methods = [LOCAL] if rate is None else [m for m, _ in offloads(exp.methods, exp.servers)]
             total += exp.warmup * sum(
                 self.wall_s(op, min(sizes_for(op, exp.sizes), default=smallest), rate, m)
                 for op in exp.ops
-                for m in methods
+                for m in ([LOCAL] if rate is None else [m for m, _ in offloads(exp.methods, exp.servers, op)])
             )
         return total
 
@@ -237,12 +236,11 @@ class DurationModel:
         exp = self.exp
         grid = [(op, size) for op in exp.ops for size in sizes_for(op, exp.sizes)]
         cells = [(op, size, None, LOCAL, "") for op, size in grid] if exp.local else []
-        ways = offloads(exp.methods, exp.servers)
         return cells + [
             (o, s, p.rate_mbps, m, v, *(("delay", p.delay_ms),) * (p.delay_ms is not None))
             for o, s in grid
             for p in exp.link_points()
-            for m, v in ways
+            for m, v in offloads(exp.methods, exp.servers, o)
         ]
 
     def sweep_s(self, reps: int) -> float:

@@ -188,15 +188,15 @@ def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
     Each point of the link (a rate, with each delay and loss varied) is a group of cells. With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
     c requests outstanding per client k x c; with clients of several devices, a local baseline each."""
-    cells = sum(len(sizes_for(op, exp.sizes)) for op in exp.ops)
-    remote = (
-        len(offloads(exp.methods, exp.servers)) * (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
-    )
-    remote *= max(1, len(exp.parallelism)) * max(1, len(exp.io_kb))
+    per_op = [(len(sizes_for(op, exp.sizes)), len(offloads(exp.methods, exp.servers, op))) for op in exp.ops]
+    cells = sum(sizes for sizes, _ in per_op)
+    ways = sum(sizes * n for sizes, n in per_op)  # each op's cells x its ways to offload
+    each = (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
+    each *= max(1, len(exp.parallelism)) * max(1, len(exp.io_kb))
     if exp.datasets:  # a fetch's concurrency is a setting of one trial, not streams of trials
-        remote = remote // (sum(exp.concurrency) or 1) * max(1, len(exp.concurrency))
+        each = each // (sum(exp.concurrency) or 1) * max(1, len(exp.concurrency))
     baselines = len(set(exp.client_devices)) or 1  # clients of several devices: one baseline each
-    return cells * exp.reps * ((baselines if exp.local else 0) + len(exp.link_points()) * remote)
+    return exp.reps * (cells * (baselines if exp.local else 0) + len(exp.link_points()) * ways * each)
 
 
 def trial_range(exp: Experiment) -> tuple[int, int]:

@@ -103,7 +103,7 @@ def plan_trials(exp: Experiment) -> list[Trial]:
     for op in exp.ops:
         for size in sizes_for(op, exp.sizes):
             for point in exp.link_points():
-                for method, server in offloads(exp.methods, exp.servers):
+                for method, server in offloads(exp.methods, exp.servers, op):
                     # the settings a sweep varies, then each repetition with its clients (k at once)
                     # and each client's request streams (c outstanding)
                     for setting, c, k in product(

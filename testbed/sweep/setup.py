@@ -11,7 +11,7 @@ from pathlib import Path
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
 from contracts.run import MANIFEST_FILE
-from contracts.stages import PYTHON
+from contracts.stages import PYTHON, unserved
 from testbed.estimate import DurationModel, model_for
 from testbed.experiment import FLAGS, Experiment, load_experiment, trial_range
 from testbed.inventory import Inventory, load_inventory
@@ -65,6 +65,7 @@ class SweepSetup:
             + (f"{len(exp.losses_pct)} loss(es) x " if exp.losses_pct else "")
             + f"{len(exp.methods)} method(s)"
             + (f" (grpc on {', '.join(exp.servers)})" if exp.servers != (PYTHON,) else "")
+            + (f" ({left})" if (left := unserved(exp.ops, exp.methods, exp.servers)) else "")
             + f" x {exp.describe_reps()} = {low if low == high else f'{low}..{high}'} trials "
             f"(local baseline included); client {client}; server {server}; "
         ]

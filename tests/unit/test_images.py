@@ -53,8 +53,32 @@ def test_an_image_grid_is_refused_in_one_line_where_it_cannot_run():
     assert "needs an image size" in image_grid_problem(("gray",), (400,), ("grpc",), ("python",))
     assert "needs a matrix size" in image_grid_problem(("mul",), (307200,), ("grpc",), ("python",))
     assert "not over json" in image_grid_problem(("gray",), (307200,), ("json", "grpc"), ("python",))
-    problem = image_grid_problem(("bilateral",), (307200,), ("grpc",), ("python", "ruby"))
-    assert problem == "the ruby gRPC server has no bilateral (it has gray)"
+    # an image op goes to the servers that have it, and is refused only where none has
+    assert image_grid_problem(("bilateral",), (307200,), ("grpc",), ("python", "ruby")) is None
+    problem = image_grid_problem(("bilateral",), (307200,), ("grpc",), ("go", "ruby"))
+    assert problem == "no server in servers has bilateral (go: gray; ruby: gray)"
+
+
+def test_the_embedded_studys_grid_filters_on_the_opencv_servers_only():
+    """Matrices to five servers, the three filters to those with OpenCV: the plan, the trial count, the
+    estimate, the headline's note and the analysis's cells all leave filters3 off Go and Ruby."""
+    from contracts.stages import offloads, unserved
+    from testbed.estimate import DurationModel
+    from testbed.experiment import planned_trials
+    from testbed.overrides import override
+    from testbed.sweep.plan import plan_trials
+
+    servers = ("cpp", "python", "java", "go", "ruby")
+    assert [s for _, s in offloads(("grpc",), servers, "filters3")] == ["cpp", "python", "java"]
+    assert [s for _, s in offloads(("grpc",), servers, "mul")] == list(servers)
+    assert unserved(("mul", "filters3"), ("grpc",), servers) == "filters3 not on go, ruby"
+    flags = {"ops": "mul,filters3", "sizes": "1000,0.11MP", "rates": "100", "methods": "grpc", "reps": "2"}
+    exp = override(None, {**flags, "servers": ",".join(servers)})
+    trials = plan_trials(exp)
+    remote = {(t.op, t.server) for t in trials if t.method != "local"}
+    assert remote == {("mul", s) for s in servers} | {("filters3", s) for s in ("cpp", "python", "java")}
+    assert len(trials) == planned_trials(exp) == 2 * (2 + 5 + 3)
+    assert len(DurationModel(exp, None)._cells()) == 2 + 5 + 3
 
 
 def test_the_experiment_knows_image_ops_and_counts_their_cells_at_image_sizes():
@@ -65,7 +89,7 @@ def test_the_experiment_knows_image_ops_and_counts_their_cells_at_image_sizes():
     from testbed.experiment import planned_trials
 
     assert planned_trials(exp) == 3 * 3 * (1 + 5)  # (gray at 2 sizes + mul at 1) x reps x (local + servers)
-    with pytest.raises(UserError, match="has no cartoon"):
+    with pytest.raises(UserError, match="no server in servers has cartoon"):
         override(None, {**flags, "ops": "cartoon", "servers": "go"})
 
 
