@@ -24,6 +24,7 @@ from client.sampling import SelfTimed, Work
 from contracts.codecs import CODEC_TEXT_HEADER, get_codec
 from contracts.device import DeviceProfile, Grid, operand_bytes, result_bytes
 from contracts.hosts import Role
+from contracts.grid import sizes_for
 from contracts.images import DEFAULT_FORMAT, generate, is_image_op
 from contracts.operands import IntRange
 from contracts.ops import execute
@@ -293,7 +294,7 @@ def grid_works(grid: Grid) -> list[tuple]:
     out = [
         (op, size, *w)
         for op in grid.ops
-        for size in grid.sizes
+        for size in sizes_for(op, grid.sizes)  # an image op at the image sizes, a matrix op at the others
         for w in works(
             op,
             size,

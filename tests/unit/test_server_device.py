@@ -94,6 +94,11 @@ def test_an_image_ops_work_is_its_filter_and_the_encoded_images_way_there_and_ba
     assert [k for k, *_ in works("gray", pixels, "float64", 1, ["local"])] == ["kernel"]
 
 
+def test_a_grid_of_matrices_and_images_calibrates_each_op_at_its_own_sizes():
+    works_of = grid_works(Grid.of(["mul", "gray"], [16, 256 * 192], ["grpc"]))
+    assert sorted({(op, size) for op, size, *_ in works_of}) == [("gray", 256 * 192), ("mul", 16)]
+
+
 def test_an_image_device_calibrates_on_this_host():
     device = DeviceProfile(
         "cam", {}, {}, filters={"gray": SpeedCurve(((1, 2.0),))},
