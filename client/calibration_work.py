@@ -23,8 +23,8 @@ import numpy as np
 from client.sampling import SelfTimed, Work
 from contracts.codecs import CODEC_TEXT_HEADER, get_codec
 from contracts.device import DeviceProfile, Grid, operand_bytes, result_bytes
-from contracts.hosts import Role
 from contracts.grid import sizes_for
+from contracts.hosts import Role
 from contracts.images import DEFAULT_FORMAT, generate, is_image_op
 from contracts.operands import IntRange
 from contracts.ops import execute
