@@ -82,7 +82,6 @@ MAX_RUNS = 10_000  # a bound on the repetitions, whatever the clock said of one 
 BLOCKS = 5  # the repetitions' blocks, of which the fastest is the figure
 OUTLIER = 0.05  # a figure this far above its expected CPU seconds is taken again: half the tolerance
 RETRIES = 2  # at most this many more figures of a stage so taken
-PAUSE_S = 0.025  # the wait before each: a spell of others' work (a burst, a collector) may pass
 KERNEL = "kernel"  # the kind of work timed with the process's clock (BLAS's threads are its)
 
 
@@ -126,20 +125,12 @@ def per_run_cpu_s(
     return again_while_slow(_figure(work, one_run_s, clock), again, expected_s)
 
 
-def again_while_slow(
-    figure_s: float,
-    again: Callable[[], float],
-    expected_s: float | None,
-    pause: Callable[[float], object] = time.sleep,
-) -> float:
+def again_while_slow(figure_s: float, again: Callable[[], float], expected_s: float | None) -> float:
     """`figure_s`, or while it is more than `OUTLIER` above `expected_s`, the fastest of it and up to
-    `RETRIES` more figures from `again` (each the work taken again, timed by the same rule), each after
-    a pause of `PAUSE_S`: what slowed a figure is often another process's spell on the other core (a
-    JVM's collector after a request, another testbed's transfer), which figures taken at once share."""
+    `RETRIES` more figures from `again` (each the work taken again, timed by the same rule)."""
     for _ in range(RETRIES):
         if expected_s is None or figure_s <= expected_s * (1 + OUTLIER):
             break
-        pause(PAUSE_S)
         figure_s = min(figure_s, again())
     return figure_s
 

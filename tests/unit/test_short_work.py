@@ -16,11 +16,9 @@ from contracts.short_work import (
     LONG_S,
     MAX_RUNS,
     OUTLIER,
-    PAUSE_S,
     REPEATS,
     RETRIES,
     SHORT_S,
-    again_while_slow,
     per_run_cpu_s,
 )
 from contracts.stages import (
@@ -197,17 +195,6 @@ def test_a_figure_far_above_its_expected_time_is_taken_again_and_the_fastest_sta
     # a figure below what is expected is the figure: nothing is taken again for being fast
     fast = Clock(0.2)
     assert per_run_cpu_s(fast.work, 0.15, fast, expected_s=0.2) == 0.15 and fast.runs == 0
-
-
-def test_a_slow_figure_is_taken_again_after_a_pause_a_spell_may_pass_in():
-    """A spell that lasts a while in real time (another process's work on the other core) is waited
-    out for `PAUSE_S` before each figure taken again; a figure within `OUTLIER` waits for nothing."""
-    pauses: list[float] = []
-    figures = iter([0.0031, 0.0020])
-    assert again_while_slow(0.0035, lambda: next(figures), 0.002, pauses.append) == 0.0020
-    assert pauses == [PAUSE_S, PAUSE_S]
-    pauses.clear()
-    assert again_while_slow(0.0020, lambda: 1 / 0, 0.002, pauses.append) == 0.0020 and pauses == []
 
 
 def test_the_request_says_what_each_kind_of_work_is_expected_to_take_and_nothing_else_is_read():
