@@ -30,7 +30,7 @@ import pandas as pd
 
 from analysis.load import row_devices, trial_devices
 from analysis.stats import ci95
-from contracts.device import DeviceProfile
+from contracts.device import IMAGE_FORMAT, IMAGE_WORK, DeviceProfile
 from contracts.hosts import Role
 from contracts.run import Device, Manifest
 from contracts.stage_targets import stage_work, target_s
@@ -77,7 +77,9 @@ def trial_fidelity(trials: pd.DataFrame, manifest: Manifest | None) -> pd.DataFr
             mean, n = float(values.mean()), len(values)
             half = float(ci95(values.std(), n)) if n > 1 else float("nan")
             error = (mean - target) / target * 100
-            work = kind if kind in ("kernel", "server_start") else f"{method_codec(method)} {kind}"
+            # an image op's encode and decode are its image format's, whatever message carries it
+            codec = IMAGE_FORMAT if op in IMAGE_WORK else method_codec(method)
+            work = kind if kind in ("kernel", "server_start") else f"{codec} {kind}"
             rows.append(
                 [
                     role,

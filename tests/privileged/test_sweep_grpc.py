@@ -169,8 +169,8 @@ def test_a_gray_sweep_emulates_the_multilanguage_studys_devices(inventory, lease
     fidelity = read_csv(run_dir / "analysis" / "trial_fidelity.csv")
     kinds = {(f["role"], f["work"], f["method"]) for f in fidelity}
     assert kinds == {
-        ("client", "kernel", "local"), ("client", "protobuf encode", "grpc"), ("client", "protobuf decode", "grpc"),
-        ("server", "protobuf decode", "grpc"), ("server", "kernel", "grpc"), ("server", "protobuf encode", "grpc"),
+        ("client", "kernel", "local"), ("client", "png encode", "grpc"), ("client", "png decode", "grpc"),
+        ("server", "png decode", "grpc"), ("server", "kernel", "grpc"), ("server", "png encode", "grpc"),
     }  # fmt: skip
     for row in fidelity:  # scaled to the device: near its target, not this host's own speed
         assert abs(float(row["error_pct"])) < 50 or float(row["target_s"]) < 0.001, row
