@@ -18,7 +18,11 @@ MIN_QUOTA_US = 1000
 MIN_PERIOD_US = 1000
 MAX_PERIOD_US = 1_000_000
 # what caps the threads of every BLAS/OpenMP flavour NumPy may be linked against (each set to the
-# count), and the OpenBLAS kernel choice: set on the client's commands, passed on to CGI processes
+# count), and the OpenBLAS kernel choice: set on the client's commands, passed on to CGI processes.
+# OpenCV's own pool (the image ops' filters) too: it ignores OMP_NUM_THREADS, and a worker of its
+# pool left waiting on a core the stage's thread holds is counted by the process's clock (measured,
+# the multi-language study's grid of 2026-11-28: one trial's 8 MP gray took 1.64 ms of the Python
+# gRPC server's CPU in 1.03 ms of wall time where the others took 1.03-1.07 ms)
 BLAS_THREAD_VARS = (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
@@ -26,6 +30,7 @@ BLAS_THREAD_VARS = (
     "BLIS_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
+    "OPENCV_FOR_THREADS_NUM",
 )
 BLAS_CORE_VAR = "OPENBLAS_CORETYPE"
 # glibc's malloc in every client and server process the testbed starts: blocks up to 32 MiB from the

@@ -184,6 +184,21 @@ def test_blas_core_models_an_older_device(tmp_path):
     assert "OPENBLAS_CORETYPE" not in blas_env(2)
 
 
+def test_the_thread_cap_holds_opencvs_pool_too():
+    """The image filters' OpenCV sizes its pool from its own variable, not OpenMP's: a process started
+    with a device's thread cap filters on that many threads."""
+    import subprocess
+    import sys
+
+    from contracts.profiles import blas_env
+
+    code = "import cv2; print(cv2.getNumThreads())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=blas_env(1), capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "1"
+
+
 def test_a_server_devices_blas_threads_go_to_every_server_process(tmp_path):
     from testbed.backends.netns import NetnsLab
     from testbed.backends.ssh import SshLab
