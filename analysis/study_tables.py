@@ -71,9 +71,9 @@ def _gain(remote: float, local: float) -> str:
 
 def multilang_tables(cells: pd.DataFrame) -> str:
     lines = [
-        "| op | size | server | local s | remote s | local / remote | network share | energy gain | "
+        "| op | size | server | local s | remote s | network s | local / remote | network share | energy gain | "
         "study: energy gain (Tables 3, 4) | study: local / remote |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (op, label), group in cells.groupby(["op", "label"], sort=False):
         study = ML_ENERGY_UAH.get((op, label), {})
@@ -81,7 +81,7 @@ def multilang_tables(cells: pd.DataFrame) -> str:
             c = group[group["server"] == server].iloc[0]
             speedup = ML_SPEEDUP_1000.get(server) if (op, label) == ("mul", "1000") else None
             lines.append(
-                f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | "
+                f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | {_f(c['t_comm_mean'])} | "
                 f"{_f(c['local_mean'] / c['mean'], 1)} | {_f(100 * c['t_comm_mean'] / c['mean'], 0)}% | "
                 f"{_gain(c['energy_remote_j'], c['energy_local_j'])} | "
                 f"{_gain(study.get(server), study.get('local'))} | {'' if speedup is None else f'{speedup:g}'} |"
@@ -91,15 +91,16 @@ def multilang_tables(cells: pd.DataFrame) -> str:
 
 def embedded_tables(cells: pd.DataFrame) -> str:
     lines = [
-        "| op | size | server | local s | remote s | network share | study: local s | study: remote s (Debian) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| op | size | server | local s | remote s | network s | network share | study: local s | "
+        "study: remote s (Debian) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for (op, label), group in cells.groupby(["op", "label"], sort=False):
         for server in [s for s in ("cpp", "python", "java", "go", "ruby") if s in set(group["server"])]:
             c = group[group["server"] == server].iloc[0]
             local, remote = EMB_SECONDS.get(op, {}).get(server, (None, None))
             lines.append(
-                f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | "
+                f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | {_f(c['t_comm_mean'])} | "
                 f"{_f(100 * c['t_comm_mean'] / c['mean'], 0)}% | {'' if local is None else f'{local:.2f}'} | "
                 f"{'' if remote is None else f'{remote:.2f}'} |"
             )

@@ -32,7 +32,7 @@ def test_the_multilanguage_table_sets_each_case_beside_the_studys_energy_gain(tm
     lines = study_tables(run).splitlines()
     python = next(line for line in lines if line.startswith("| mul | 1000 | python |"))
     # local / remote, the network's share, the energy saved, then Table 3's gain (94.25%, from its uAh) and 15
-    assert "| 252.00 | 14.00 | 18.0 | 12% | 95.0% | 94.3% | 15 |" in python
+    assert "| 252.00 | 14.00 | 1.68 | 18.0 | 12% | 95.0% | 94.3% | 15 |" in python
     assert any(line.startswith("| mul | 1000 | go |") and line.endswith("| 39 |") for line in lines)
     gray = next(line for line in lines if line.startswith("| gray | 0.3MP | python |"))
     assert "| -18.7% |" in gray  # Table 4: the remote run took more of the phone's energy than local
@@ -40,7 +40,7 @@ def test_the_multilanguage_table_sets_each_case_beside_the_studys_energy_gain(tm
 
 def test_the_embedded_table_gives_the_studys_seconds_and_a_run_of_another_grid_is_refused(tmp_path, capsys):
     run = study_run(tmp_path, "embedded-study", [cell("filters3", 110592, "grpc@cpp", 6.0, 6.87, 0.2)])
-    assert "| filters3 | 0.11MP | cpp | 6.87 | 6.00 | 3% | 6.81 | 5.66 |" in study_tables(run)
+    assert "| filters3 | 0.11MP | cpp | 6.87 | 6.00 | 0.20 | 3% | 6.81 | 5.66 |" in study_tables(run)
     other = study_run(tmp_path, "smoke", [])
     assert main([str(other)]) == 2
     err = capsys.readouterr().err.strip()
