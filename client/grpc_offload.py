@@ -63,6 +63,11 @@ class GrpcOffloadClient:
         self.connections = 0  # channels opened so far
         self._connect()
 
+    @property
+    def holds_core(self) -> bool:
+        """Whether its timed stages hold their core (`contracts.cpu_lock`): scaled ones."""
+        return self.retime
+
     def _connect(self) -> None:
         # gRPC shares connections between channels to the same target unless a channel keeps its own
         options = UNLIMITED if self.persistent else [*UNLIMITED, ("grpc.use_local_subchannel_pool", 1)]
@@ -108,7 +113,7 @@ class GrpcOffloadClient:
         self, op: str, operands: list[np.ndarray], expected: Expected
     ) -> tuple[np.ndarray, StageTimes]:
         # replicas on this host: no other timed stage runs meanwhile; scaled: nothing else on its core
-        with CPU_LOCK.held(unpreempted=self.retime):
+        with CPU_LOCK.held(unpreempted=self.holds_core):
             self.align("encode")
             c0, t0 = time.thread_time(), time.perf_counter()
             try:
@@ -128,7 +133,7 @@ class GrpcOffloadClient:
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         t2 = time.perf_counter()
-        with CPU_LOCK.held(unpreempted=self.retime):
+        with CPU_LOCK.held(unpreempted=self.holds_core):
             self.align("decode")
             c3, t3 = time.thread_time(), time.perf_counter()
             result = CODEC.decode_response(content, {})

@@ -138,6 +138,12 @@ class OffloadClient:
         self.server_retime = server_retime
         self.codec_text = codec_text
 
+    @property
+    def holds_core(self) -> bool:
+        """Whether its timed stages hold their core (`contracts.cpu_lock`): scaled stages, unless paced
+        on shared cores (several clients' sharing of the cores is then their experiment)."""
+        return self.retime and self.pacer is None
+
     def __enter__(self) -> OffloadClient:
         return self
 
@@ -177,7 +183,7 @@ class OffloadClient:
         stage's work is expected to take on this host now (scaled mode: `contracts.short_work`)."""
         c = _codec(codec, self.codec_text)
         # replicas on this host: no other timed stage runs meanwhile; scaled: nothing else on its core
-        with CPU_LOCK.held(unpreempted=self.retime and self.pacer is None):
+        with CPU_LOCK.held(unpreempted=self.holds_core):
             self.align("encode")
             c0, t0 = time.thread_time(), time.perf_counter()
             try:
@@ -214,7 +220,7 @@ class OffloadClient:
         t2 = time.perf_counter()
         if status != 200:
             raise _error_from(status, content)
-        with CPU_LOCK.held(unpreempted=self.retime and self.pacer is None):
+        with CPU_LOCK.held(unpreempted=self.holds_core):
             self.align("decode")
             c3, t3 = time.thread_time(), time.perf_counter()
             result = c.decode_response(content, reply_headers)

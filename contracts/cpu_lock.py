@@ -26,7 +26,8 @@ on the host at a time, so another core is always the rest's, and the kernel's re
 leaves the rest 5% of this one. One testbed has no lock file, but its client's and server's stages
 follow one another (the smoke grid: 3 of 42 trials flagged without this, 0 with it). Not for stages
 paced on shared cores (several clients or requests at once: the client's `pacer`, a paced server),
-whose sharing of the cores by the scheduler is the experiment. Children do not inherit it (`SCHED_RESET_ON_FORK`); a child timed
+whose sharing of the cores by the scheduler is the experiment (`holds_core` on the clients and the
+server's `StageClock` says which). Children do not inherit it (`SCHED_RESET_ON_FORK`); a child timed
 as a stage takes it itself (`hold_the_core` as its `preexec_fn`). Not under a CPU quota
 (`CGROUP_ENV`: throttle mode's cgroup, whose `cpu.max` a real-time thread would escape), and not
 where the host refuses it (no CAP_SYS_NICE): then the stage runs as before, and the fidelity
@@ -100,8 +101,11 @@ def unpreempted_thread(wanted: bool = True) -> Iterator[bool]:
     """The calling thread at `RT_PRIORITY` under SCHED_FIFO for the block, its policy restored after;
     it gets whether that was done: not unless `wanted`, not under a CPU quota (`CGROUP_ENV`), not
     where the host refuses it."""
+    if not wanted:
+        yield False
+        return
     before = os.sched_getscheduler(0), os.sched_getparam(0)
-    if not (wanted and hold_the_core()):
+    if not hold_the_core():
         yield False
         return
     try:

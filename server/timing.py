@@ -76,6 +76,8 @@ class StageClock:
     ) -> None:
         self.pace = pace
         self.retime = retime  # the request asked (`RETIME_HEADER`): a stage's work is timed again
+        # a scaled stage holds its core (`contracts.cpu_lock`); a paced one shares the device's cores
+        self.holds_core = retime and pace is None
         self.expected = dict(expected or {})  # its kinds' expected CPU seconds: far above, again
         self.ms: dict[str, float] = {}
         self.cpu_ms: dict[str, float] = {}
@@ -94,7 +96,7 @@ class StageClock:
         # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
         # the clocks start, inside the request, and is reported (`cpulock`) for communication to exclude
         # scaled, not paced: its core too (`contracts.cpu_lock`)
-        with CPU_LOCK.held(unpreempted=self.retime and self.pace is None) as waited:
+        with CPU_LOCK.held(unpreempted=self.holds_core) as waited:
             start, cpu = time.perf_counter(), clock()
             if CPU_LOCK.path is not None:  # the wait, reported so that communication excludes it
                 self.wait(waited)
