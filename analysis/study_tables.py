@@ -48,7 +48,8 @@ EMB_SECONDS = {
     },
     "filters3": {"python": (6.89, 7.24), "cpp": (6.81, 5.66)},
 }  # fmt: skip
-SERVER_ORDER = ("go", "cpp", "java", "python", "ruby")
+ML_ORDER = ("go", "cpp", "java", "python")  # each study's servers in the order its tables give them
+EMB_ORDER = ("cpp", "python", "java", "go", "ruby")
 
 
 def load_cells(run: Path) -> pd.DataFrame:
@@ -69,23 +70,29 @@ def _gain(remote: float, local: float) -> str:
     return "" if pd.isna(remote) or pd.isna(local) else f"{100 * (1 - remote / local):.1f}%"
 
 
+def _cases(cells: pd.DataFrame, order: tuple[str, ...]):
+    """Each case of the run as (op, size label, server, its cell): ops and sizes in the run's order, the
+    servers in the study's."""
+    for (op, label), group in cells.groupby(["op", "label"], sort=False):
+        for server in [s for s in order if s in set(group["server"])]:
+            yield op, label, server, group[group["server"] == server].iloc[0]
+
+
 def multilang_tables(cells: pd.DataFrame) -> str:
     lines = [
         "| op | size | server | local s | remote s | network s | local / remote | network share | energy gain | "
         "study: energy gain (Tables 3, 4) | study: local / remote |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (op, label), group in cells.groupby(["op", "label"], sort=False):
+    for op, label, server, c in _cases(cells, ML_ORDER):
         study = ML_ENERGY_UAH.get((op, label), {})
-        for server in [s for s in SERVER_ORDER if s in set(group["server"])]:
-            c = group[group["server"] == server].iloc[0]
-            speedup = ML_SPEEDUP_1000.get(server) if (op, label) == ("mul", "1000") else None
-            lines.append(
-                f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | {_f(c['t_comm_mean'])} | "
-                f"{_f(c['local_mean'] / c['mean'], 1)} | {_f(100 * c['t_comm_mean'] / c['mean'], 0)}% | "
-                f"{_gain(c['energy_remote_j'], c['energy_local_j'])} | "
-                f"{_gain(study.get(server), study.get('local'))} | {'' if speedup is None else f'{speedup:g}'} |"
-            )
+        speedup = ML_SPEEDUP_1000.get(server) if (op, label) == ("mul", "1000") else None
+        lines.append(
+            f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | {_f(c['t_comm_mean'])} | "
+            f"{_f(c['local_mean'] / c['mean'], 1)} | {_f(100 * c['t_comm_mean'] / c['mean'], 0)}% | "
+            f"{_gain(c['energy_remote_j'], c['energy_local_j'])} | "
+            f"{_gain(study.get(server), study.get('local'))} | {'' if speedup is None else f'{speedup:g}'} |"
+        )
     return "\n".join(lines)
 
 
@@ -95,15 +102,13 @@ def embedded_tables(cells: pd.DataFrame) -> str:
         "study: remote s (Debian) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (op, label), group in cells.groupby(["op", "label"], sort=False):
-        for server in [s for s in ("cpp", "python", "java", "go", "ruby") if s in set(group["server"])]:
-            c = group[group["server"] == server].iloc[0]
-            local, remote = EMB_SECONDS.get(op, {}).get(server, (None, None))
-            lines.append(
-                f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | {_f(c['t_comm_mean'])} | "
-                f"{_f(100 * c['t_comm_mean'] / c['mean'], 0)}% | {'' if local is None else f'{local:.2f}'} | "
-                f"{'' if remote is None else f'{remote:.2f}'} |"
-            )
+    for op, label, server, c in _cases(cells, EMB_ORDER):
+        local, remote = EMB_SECONDS.get(op, {}).get(server, (None, None))
+        lines.append(
+            f"| {op} | {label} | {server} | {_f(c['local_mean'])} | {_f(c['mean'])} | {_f(c['t_comm_mean'])} | "
+            f"{_f(100 * c['t_comm_mean'] / c['mean'], 0)}% | {'' if local is None else f'{local:.2f}'} | "
+            f"{'' if remote is None else f'{remote:.2f}'} |"
+        )
     return "\n".join(lines)
 
 
