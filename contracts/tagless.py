@@ -370,11 +370,17 @@ def error_message(frame: Frame) -> str:
         return repr(frame.payload[:200])
 
 
-def read_frame(read: Callable[[int], bytes], max_payload: int, request: bool = True) -> Frame | None:
+def read_frame(
+    read: Callable[[int], bytes],
+    max_payload: int,
+    request: bool = True,
+    reserve: Callable[[int], None] | None = None,
+) -> Frame | None:
     """The next frame from `read` (n -> exactly n bytes, or fewer at the stream's end); None at a clean
     end before a header. TaglessError for a frame that cannot be taken: a request's trailer or status
     (BAD_FRAME), a payload past `max_payload` (TOO_LARGE); the stream is then out of step and the
-    caller answers and closes."""
+    caller answers and closes. `reserve` is told the bytes of payload and trailer before they are
+    read (a server's memory budget)."""
     head = read(HEADER.size)
     if not head:
         return None
@@ -387,6 +393,8 @@ def read_frame(read: Callable[[int], bytes], max_payload: int, request: bool = T
         raise TaglessError(
             Status.TOO_LARGE, f"a payload of {n_payload} bytes is past the limit of {max_payload}"
         )
+    if reserve is not None:
+        reserve(n_payload + n_trailer)
     payload = read(n_payload) if n_payload else b""
     trailer = read(n_trailer) if n_trailer else b""
     if len(payload) < n_payload or len(trailer) < n_trailer:

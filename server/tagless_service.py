@@ -1,0 +1,197 @@
+"""The `tagless` transport's Python server: the lightweight-RPC study's service on a port of its own.
+
+Frames as `contracts.tagless` writes them, over TCP, a connection's calls one after another (the
+client's connection policy decides whether a connection carries one call or all of a trial's). Each
+call: decode the request's payload, run the operation (`server.rpc_study_ops`), encode the reply;
+with `TIMING` in the request's flags, the three stages' wall and CPU seconds go back as the reply's
+trailer, as `Server-Timing` does for HTTP.
+
+**Refusals, and the server goes on.** A payload that does not decode is answered `BAD_FRAME`, an
+unknown method `UNKNOWN_METHOD`, and the connection stays usable (the frame's length kept it in
+step). A header that cannot be a request (a status, a trailer, cut short) is answered `BAD_FRAME`
+and a payload past the body limit `TOO_LARGE` before any of it is read; then the connection is
+closed, since its stream is out of step. A bug is answered `INTERNAL` and logged with its traceback.
+
+**Bounds.** A payload is at most `--max-body-mb` (the HTTP server's body limit, `contracts.limits`),
+and the payloads being held at once are too: a connection waits for room before it reads one. A
+reply is at most that limit (`GetRandNums`' count is checked before anything is drawn; an echo is its
+request's size). At most `MAX_CONNECTIONS` connections at once (more are closed as they arrive); one
+silent for `IDLE_S` is closed. Calls run one at a time, like the other servers' (trials never share
+a CPU), each holding the host's CPU lock as a stage does (`contracts.cpu_lock`).
+
+`python -m server --tagless-port N` runs this next to the HTTP server (as the gRPC servers run); the
+child stops when its parent goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+
+from contracts.cpu_lock import CpuLock
+from contracts.limits import Limits
+from contracts.tagless import TIMING, Frame, Status, TaglessError, Timing, error_frame, read_frame, study
+from server.rpc_study_ops import answer
+
+log = logging.getLogger("offload-tagless")
+MAX_CONNECTIONS = 64
+IDLE_S = 120.0  # a connection silent this long is closed: it holds a thread
+
+
+class Budget:
+    """Bytes of payload held at once, at most `limit`: a reader waits for room before it reads."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+        self._cond = threading.Condition()
+
+    def take(self, n: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self.held + n <= self.limit)
+            self.held += n
+
+    def give(self, n: int) -> None:
+        with self._cond:
+            self.held -= n
+            self._cond.notify_all()
+
+
+class Service:
+    """The study's service behind one lock: `call` answers one request frame with its reply frame."""
+
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+        self.schema = study()
+        self.cpu = CpuLock.from_env()
+        self._one = threading.Lock()
+        self.budget = Budget(max_body)
+
+    def call(self, request: Frame) -> Frame:
+        method = self.schema.methods.get(request.method_id)
+        if method is None:
+            return error_frame(
+                request.call_id, request.method_id, Status.UNKNOWN_METHOD, f"no method {request.method_id}"
+            )
+        try:
+            with self._one, self.cpu.held():
+                payload, timing = self._stages(method, request.payload)
+        except TaglessError as exc:
+            return error_frame(request.call_id, request.method_id, exc.status, str(exc))
+        except Exception as exc:  # a bug: logged with its traceback, answered, and the server goes on
+            log.exception("%s failed", method.name)
+            return error_frame(
+                request.call_id, request.method_id, Status.INTERNAL, f"internal error: {type(exc).__name__}"
+            )
+        trailer = timing.pack() if request.flags & TIMING else b""
+        return Frame(request.call_id, request.method_id, payload, trailer=trailer)
+
+    def _stages(self, method, payload: bytes) -> tuple[bytes, Timing]:
+        wall, cpu = time.perf_counter, time.thread_time
+        w0, c0 = wall(), cpu()
+        values = method.request.decode(payload)
+        w1, c1 = wall(), cpu()
+        reply = answer(method.name, values, self.max_body)
+        w2, c2 = wall(), cpu()
+        out = method.reply.encode(reply)
+        w3, c3 = wall(), cpu()
+        return out, Timing(w1 - w0, c1 - c0, w2 - w1, c2 - c1, w3 - w2, c3 - c2)
+
+
+class Connection(socketserver.BaseRequestHandler):
+    server: Server
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        service = self.server.service
+        reader = sock.makefile("rb")
+        held = [0]  # payload bytes this connection holds of the service's budget
+
+        def reserve(n: int) -> None:
+            service.budget.take(n)
+            held[0] += n
+
+        try:
+            while True:
+                try:
+                    request = read_frame(reader.read, service.max_body, reserve=reserve)
+                except TaglessError as exc:  # out of step: answer, then close
+                    sock.sendall(error_frame(0, 0, exc.status, str(exc)).pack())
+                    return
+                if request is None:
+                    return
+                reply = service.call(request)
+                service.budget.give(held[0])
+                held[0] = 0
+                sock.sendall(reply.pack())
+        except OSError:  # the peer went away, or stayed silent past IDLE_S
+            return
+        finally:
+            service.budget.give(held[0])
+            reader.close()
+
+
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, bind: str, port: int, max_body: int) -> None:
+        self.address_family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        self.service = Service(max_body)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__((bind, port), Connection)
+
+    def verify_request(self, request, client_address) -> bool:
+        return self.slots.acquire(blocking=False)  # past MAX_CONNECTIONS: closed at once
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def serve(bind: str, port: int, max_body_mb: float, parent: int | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, or until `parent` (the HTTP server's master) is gone."""
+    server = Server(bind, port, Limits.from_mb(max_body_mb).max_body)
+    log.info("tagless %s on %s:%d", server.service.schema.name, bind, server.server_address[1])
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    while not done.wait(1.0):
+        if parent is not None and os.getppid() != parent:
+            break
+    server.shutdown()
+    server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m server.tagless_service", description=__doc__.split("\n")[0])
+    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--max-body-mb", type=float, default=256.0)
+    p.add_argument("--parent", type=int, help="stop when this process is no longer the parent")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [tagless] %(levelname)s %(message)s")
+    try:
+        serve(args.bind, args.port, args.max_body_mb, args.parent)
+    except OSError as exc:
+        print(
+            f"error: cannot listen on {args.bind}:{args.port}: {exc} (fix: choose a free --tagless-port)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
