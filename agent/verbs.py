@@ -204,6 +204,14 @@ def grpc_ready(request: api.GrpcReady) -> bool:
     return ready(request.target, request.wait)
 
 
+def tagless_ready(request: api.TaglessReady) -> bool:
+    """Whether this host's call to the tagless server at `target` is answered (imported here, as
+    `grpc_ready`'s client is)."""
+    from client.tagless_call import ready
+
+    return ready(request.target, request.wait)
+
+
 # ------------------------------------------------------------------ bridge (appliance)
 def _switch(at: api.SwitchRef, layout: api.Layout | None = None, datapath: str = "netdev") -> Switch:
     """The switch of `at`, with the bridges of `layout` (what building or checking it needs)."""
@@ -288,6 +296,7 @@ VERBS: dict[str, Callable[[Any], Any]] = {
     "service.stop": service_stop,
     "service.status": service_status,
     "grpc.ready": grpc_ready,
+    "tagless.ready": tagless_ready,
     "bridge.up": bridge_up,
     "bridge.down": bridge_down,
     "bridge.status": bridge_status,

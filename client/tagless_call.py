@@ -29,6 +29,22 @@ from contracts.tagless import (
 MAX_REPLY = 1 << 30  # the largest reply a client takes (the server's own limit is lower)
 
 
+def ready(target: str, timeout: float) -> bool:
+    """Whether the tagless server at `target` (HOST:PORT) answers a SayHello within `timeout` seconds."""
+    import time
+
+    host, port = target.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with TaglessClient(host.strip("[]"), int(port), persistent=False, timeout=max(timeout, 0.5)) as c:
+                return c.call("SayHello", ("testbed",)).values == ("Hello testbed",)
+        except (OSError, CallRefused):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
 class CallRefused(Exception):
     """The server answered a call with an error frame."""
 

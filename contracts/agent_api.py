@@ -210,6 +210,15 @@ class GrpcReady(Request[bool]):
     wait: float = 2.0
 
 
+@verb("tagless.ready")
+@request
+class TaglessReady(Request[bool]):
+    """Answers whether the tagless server at `target` (HOST:PORT) answers a call within `wait` seconds."""
+
+    target: str
+    wait: float = 2.0
+
+
 @verb("bridge.up")
 @request
 class BridgeUp(SwitchRef, Layout, Request[BridgeSnapshot | None]):

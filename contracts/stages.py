@@ -32,6 +32,22 @@ GRPC_SERVERS = ("python", "cpp", "go", "java", "ruby")
 
 
 PYTHON = "python"  # the server of every HTTP method, and the default gRPC server
+# The tagless transport's servers (contracts.tagless: the lightweight-RPC study's service), Python's
+# on the server's tagless port and C++'s on the next: a testbed runs Python's, and C++'s beside it
+# when its servers include cpp (`tagless_servers`).
+TAGLESS = "tagless"
+TAGLESS_SERVERS = (PYTHON, "cpp")
+
+
+def tagless_port(base: int, server: str) -> int:
+    """The port of `server`'s tagless transport, for the tagless port `base` (Python's)."""
+    return base + TAGLESS_SERVERS.index(server)
+
+
+def tagless_servers(servers) -> tuple[str, ...]:
+    """The tagless servers of a testbed running the gRPC `servers`: Python's always, and each other
+    language of them that has one."""
+    return tuple(s for s in TAGLESS_SERVERS if s == PYTHON or s in servers)
 
 
 def grpc_port(base: int, server: str) -> int:

@@ -1,7 +1,10 @@
-"""`python -m server --bind ADDR --port N [--grpc-port M [--grpc-servers LANGS]] [--stack wsgi|cgi]`: the
-offload server (Flask under gunicorn, or lighttpd running a CGI process per request with `--stack
-cgi`), and the gRPC transport in a child process when --grpc-port is given (a long-lived server on
-both stacks): in Python, C++, Go, Java or Ruby (`server.languages`), each on a port of its own."""
+"""`python -m server --bind ADDR --port N [--grpc-port M [--grpc-servers LANGS]] [--tagless-port T]
+[--stack wsgi|cgi]`: the offload server (Flask under gunicorn, or lighttpd running a CGI process per
+request with `--stack cgi`), and the gRPC transport in a child process when --grpc-port is given (a
+long-lived server on both stacks): in Python, C++, Go, Java or Ruby (`server.languages`), each on a
+port of its own. With --tagless-port, the tagless transport's servers too (`contracts.tagless`, the
+lightweight-RPC study's service): Python's on that port, and C++'s on the next when --grpc-servers
+includes cpp."""
 
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.processes import stop_all
-from contracts.stages import SERVER_STACKS, Stack, grpc_port
-from server.languages import LANGUAGES, grpc_argv, parse_languages, program
+from contracts.stages import SERVER_STACKS, Stack, grpc_port, tagless_port, tagless_servers
+from server.languages import LANGUAGES, grpc_argv, parse_languages, program, tagless_argv
 from server.lighttpd import PASSED_VARS, LighttpdPlan, find_lighttpd
 from server.timing import load_pace
 from server.wsgi import ServerConfig, serve
@@ -64,16 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=d.log_level, choices=["debug", "info", "warning", "error", "critical"]
     )
     p.add_argument("--no-access-log", action="store_true", help="do not log one line per request")
-    p.add_argument(
-        "--grpc-port", type=int, help="also serve offload.v1.Offload/Execute (gRPC) on this TCP port"
-    )
-    p.add_argument(
-        "--grpc-servers",
-        default="python",
-        help=f"the gRPC servers to run, of {', '.join(LANGUAGES)} (NumPy, Eigen, plain loops; the same "
-        f"contract, results and stage timing), each on --grpc-port plus its index in {','.join(LANGUAGES)} "
-        "(default python)",
-    )
+    _transport_flags(p)
     p.add_argument(
         "--stack",
         choices=SERVER_STACKS,
@@ -104,6 +98,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _transport_flags(p: argparse.ArgumentParser) -> None:
+    """The long-lived transports beside HTTP: gRPC's servers and the tagless ones."""
+    p.add_argument(
+        "--grpc-port", type=int, help="also serve offload.v1.Offload/Execute (gRPC) on this TCP port"
+    )
+    p.add_argument(
+        "--grpc-servers",
+        default="python",
+        help=f"the gRPC servers to run, of {', '.join(LANGUAGES)} (NumPy, Eigen, plain loops; the same "
+        f"contract, results and stage timing), each on --grpc-port plus its index in {','.join(LANGUAGES)} "
+        "(default python)",
+    )
+    p.add_argument(
+        "--tagless-port",
+        type=int,
+        help="also serve the tagless transport (the lightweight-RPC study's service) on this TCP port, "
+        "and C++'s on the next when --grpc-servers includes cpp",
+    )
+
+
 def _transfer_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--datasets",
@@ -129,8 +143,16 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
                 raise UserError(
                     f"--grpc-port {args.grpc_port}: {language}'s port is out of range", "pick a lower port"
                 )
+        for language in tagless_plan(args):
+            tagless_argv(language, args.bind, 1, 1.0)  # built?
     except UserError as exc:
         parser.error(str(exc))
+    taken = {args.port, *grpc_plan(args).values()}
+    if args.tagless_port is not None and (
+        not 0 < args.tagless_port <= max(tagless_plan(args).values()) < 65536
+        or taken & set(tagless_plan(args).values())
+    ):
+        parser.error(f"--tagless-port {args.tagless_port}: must be 1-65535 and not --port or a gRPC port")
     if args.workers < 1 or args.threads < 2:
         parser.error("--workers must be at least 1 and --threads at least 2 (one is left for the others)")
     if min(args.timeout, args.read_timeout, args.max_body_mb) <= 0:
@@ -178,6 +200,20 @@ def grpc_ports(base: int, languages) -> dict[str, int]:
     return {lang: grpc_port(base, lang) for lang in languages}
 
 
+def tagless_plan(args: argparse.Namespace) -> dict[str, int]:
+    """The tagless servers the plan starts: language -> port (none without --tagless-port)."""
+    if args.tagless_port is None:
+        return {}
+    return {lang: tagless_port(args.tagless_port, lang) for lang in tagless_servers(args.grpc_servers)}
+
+
+def spawn_tagless(config: ServerConfig, plan: dict[str, int]) -> list[subprocess.Popen]:
+    return [
+        subprocess.Popen(tagless_argv(lang, config.bind, port, config.max_body_mb, parent=os.getpid()))
+        for lang, port in plan.items()
+    ]
+
+
 def grpc_plan(args: argparse.Namespace) -> dict[str, int]:
     """The gRPC servers the plan starts: language -> port (none without --grpc-port)."""
     return grpc_ports(args.grpc_port, args.grpc_servers) if args.grpc_port is not None else {}
@@ -223,12 +259,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(
                 json.dumps(
-                    {"server": config.as_dict(), "lighttpd": plan.plan(), "grpc": grpc_plan(args)},
+                    {
+                        "server": config.as_dict(),
+                        "lighttpd": plan.plan(),
+                        "grpc": grpc_plan(args),
+                        "tagless": tagless_plan(args),
+                    },
                     indent=2,
                 )
             )
             return 0
         grpc = spawn_grpc(config, args.grpc_port, args.grpc_servers) if args.grpc_port else []
+        grpc += spawn_tagless(config, tagless_plan(args))
         try:
             return serve_cgi(plan)
         finally:
@@ -238,10 +280,12 @@ def main(argv: list[str] | None = None) -> int:
             "server": config.as_dict(),
             "gunicorn": config.gunicorn_options(),
             "grpc": grpc_plan(args),
+            "tagless": tagless_plan(args),
         }
         print(json.dumps(plan, indent=2))
         return 0
     grpc = spawn_grpc(config, args.grpc_port, args.grpc_servers) if args.grpc_port else []
+    grpc += spawn_tagless(config, tagless_plan(args))
     try:
         serve(config)
     finally:  # gunicorn exits through SystemExit on SIGTERM/SIGINT

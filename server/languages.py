@@ -19,6 +19,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 from contracts.stages import GRPC_SERVERS as LANGUAGES
+from contracts.stages import PYTHON, TAGLESS_SERVERS
 
 SERVER_DIR = Path(__file__).resolve().parent
 # what the build leaves (scripts/setup.sh: make -C server/LANG); the compiled ones are the program
@@ -35,6 +36,8 @@ RUNTIMES = {
     "ruby": ("ruby", []),
 }
 SCRIPTS = {"ruby": SERVER_DIR / "ruby" / "offload_server.rb"}  # run instead of the build's mark
+# the tagless transport's servers (`contracts.stages.TAGLESS_SERVERS`): Python's module, C++'s build
+TAGLESS_BINARIES = {"cpp": SERVER_DIR / "cpp_tagless" / "build" / "tagless-server-cpp"}
 
 
 def parse_languages(text: str) -> tuple[str, ...]:
@@ -51,7 +54,7 @@ def parse_languages(text: str) -> tuple[str, ...]:
 def program(language: str) -> list[str]:
     """The argv head that starts `language`'s server; every one but Python's must have been built
     (`make -C server/LANG`), and Java's and Ruby's runtime must be installed."""
-    if language == "python":
+    if language == PYTHON:
         return [sys.executable, "-m", "server.grpc_service"]
     if language not in BINARIES:
         raise UserError(f"unknown gRPC server {language!r}", f"choose one of {', '.join(LANGUAGES)}")
@@ -74,4 +77,23 @@ def grpc_argv(
 ) -> list[str]:
     """The command line of `language`'s gRPC server on bind:port with the HTTP server's body limit."""
     argv = [*program(language), "--bind", bind, "--port", str(port), "--max-body-mb", str(max_body_mb)]
+    return argv + (["--parent", str(parent)] if parent is not None else [])
+
+
+def tagless_argv(
+    language: str, bind: str, port: int, max_body_mb: float, parent: int | None = None
+) -> list[str]:
+    """The command line of `language`'s tagless server (contracts.tagless), as `grpc_argv`'s."""
+    if language == PYTHON:
+        head = [sys.executable, "-m", "server.tagless_service"]
+    elif language in TAGLESS_BINARIES:
+        if not TAGLESS_BINARIES[language].is_file():
+            raise UserError(
+                f"the {language} tagless server is not built ({TAGLESS_BINARIES[language]})",
+                "bash scripts/setup.sh",
+            )
+        head = [str(TAGLESS_BINARIES[language])]
+    else:
+        raise UserError(f"no {language} tagless server", f"choose one of {', '.join(TAGLESS_SERVERS)}")
+    argv = [*head, "--bind", bind, "--port", str(port), "--max-body-mb", str(max_body_mb)]
     return argv + (["--parent", str(parent)] if parent is not None else [])

@@ -15,7 +15,7 @@ from contracts.config import Section, load_yaml
 from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.profiles import MALLOC_ENV, CpuProfile, LinkSpec, blas_env, check_burst, check_cpu_quota
-from contracts.stages import GRPC_SERVERS, grpc_port
+from contracts.stages import GRPC_SERVERS, TAGLESS_SERVERS, grpc_port, tagless_port
 from contracts.units import parse_rate
 
 ROLES = ("client", "appliance", "server")
@@ -67,6 +67,7 @@ class Inventory:
     server_port: int = 8080
     iperf3_port: int = 5201
     grpc_port: int = 50051  # the server's gRPC transport (method grpc), next to server_port's HTTP
+    tagless_port: int = 50061  # the server's tagless transport (contracts.tagless), C++'s on the next
     cpu_lock: str | None = None  # replicas on one host: the lock file around every timed CPU stage
     # a server device's BLAS threads, for every process of the server's that computes (None: the host's)
     server_blas_threads: int | None = None
@@ -165,7 +166,7 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
         )
     hosts = _hosts(doc, backend)
     services = doc.section("services", default_empty=True)
-    services.reject_unknown({"server_port", "iperf3_port", "grpc_port"})
+    services.reject_unknown({"server_port", "iperf3_port", "grpc_port", "tagless_port"})
     return Inventory(
         path=path,
         backend=backend,
@@ -178,6 +179,7 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
         server_port=_port(services, "server_port", 8080),
         iperf3_port=_port(services, "iperf3_port", 5201),
         grpc_port=_grpc_port(services),
+        tagless_port=_tagless_port(services),
     )
 
 
@@ -198,6 +200,28 @@ def _grpc_port(section: Section) -> int:
             )
     if last > 65535:
         raise section.error("grpc_port", f"{port}-{last} go past 65535", "give a lower grpc_port")
+    return port
+
+
+def _tagless_port(section: Section) -> int:
+    """Python's tagless port; C++'s server takes the next (tagless_port)."""
+    port = _port(section, "tagless_port", 50061)
+    last = tagless_port(port, TAGLESS_SERVERS[-1])
+    grpc = section.get("grpc_port", int, 50051)
+    others = {
+        "server_port": [section.get("server_port", int, 8080)],
+        "iperf3_port": [section.get("iperf3_port", int, 5201)],
+        "grpc_port": [grpc_port(grpc, s) for s in GRPC_SERVERS],
+    }
+    for key, taken in others.items():
+        if any(port <= other <= last for other in taken):
+            raise section.error(
+                "tagless_port",
+                f"{port}-{last} (the tagless servers {', '.join(TAGLESS_SERVERS)}) overlap {key}'s ports",
+                "give tagless ports of their own",
+            )
+    if last > 65535:
+        raise section.error("tagless_port", f"{port}-{last} go past 65535", "give a lower tagless_port")
     return port
 
 

@@ -11,7 +11,6 @@ state file survived.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from abc import ABC, abstractmethod
@@ -25,10 +24,15 @@ from contracts.errors import UserError
 from contracts.hosts import Role
 from contracts.message import encode
 from contracts.profiles import LinkSpec
-from contracts.stages import GRPC_SERVERS, PYTHON, Stack, grpc_port
+from contracts.stages import (
+    GRPC_SERVERS,
+    PYTHON,
+    TAGLESS_SERVERS,
+)
 from contracts.trace import ReplayPlan
 from testbed.backends.host import Host
 from testbed.backends.life_cycle import LabUse
+from testbed.backends.offload_servers import OffloadServers
 from testbed.inventory import Inventory
 
 STATE_ROOT = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
@@ -39,7 +43,6 @@ PROGRAMS = {  # what each role's host must have
     "appliance": ("ip", "ethtool", *OVS_PROGRAMS),
 }
 STACK_PROGRAMS = {"wsgi": (), "cgi": ("lighttpd",)}  # what the server's host needs for each stack
-CGI_DIR = "cgi-stack"  # the cgi stack's files (lighttpd's config, CGI script, logs) in the server's state dir
 
 
 def require_root() -> None:
@@ -77,7 +80,7 @@ def probe_problems(role: str, probe: answers.ProbeReport, needs_cgroup: bool) ->
     return problems
 
 
-class Lab(ABC):
+class Lab(OffloadServers, ABC):
     inv: Inventory
     hosts: dict[str, Host]
     bridge: str
@@ -175,24 +178,6 @@ class Lab(ABC):
         if not self.is_up():
             raise UserError("the testbed is not up", "run `testbed up` first")
 
-    @property
-    def server_url(self) -> str:
-        return f"http://{self.inv.host('server').address.ip}:{self.inv.server_port}"
-
-    @property
-    def grpc_target(self) -> str:
-        """HOST:PORT of the Python gRPC server (data-plane addresses are IPv4)."""
-        return self.grpc_target_of(PYTHON)
-
-    def grpc_target_of(self, server: str) -> str:
-        """HOST:PORT of the gRPC server in `server`'s language."""
-        return f"{self.inv.host('server').address.ip}:{grpc_port(self.inv.grpc_port, server)}"
-
-    @property
-    def grpc_targets(self) -> dict[str, str]:
-        """Each gRPC server it runs: language -> HOST:PORT (what the trial worker offloads to)."""
-        return {s: self.grpc_target_of(s) for s in self.grpc_servers}
-
     def probe(self, role: str, interfaces: list[str] = ()) -> list[str]:
         """The problems the host of `role` reports about itself (see `probe_problems`)."""
         client = role in self.client_roles
@@ -246,97 +231,6 @@ class Lab(ABC):
 
     def iperf3_alive(self) -> bool:
         return self.host("server").service_pid("iperf3") is not None
-
-    def start_offload_server(self) -> None:
-        server = self.host("server")
-        addr = str(self.inv.host("server").address.ip)
-        ports = ("--port", str(self.inv.server_port), "--grpc-port", str(self.inv.grpc_port))
-        if self.grpc_servers != (PYTHON,):
-            ports += ("--grpc-servers", ",".join(self.grpc_servers))
-        stack = ("--datasets", self.datasets) if self.datasets else ()  # a transfer sweep's
-        if self.server_stack == Stack.CGI:  # lighttpd's files in the server's state dir; `down` removes it
-            stack += ("--stack", "cgi", "--state-dir", str(server.state_dir / CGI_DIR))
-        server.start("offload", server.python("server", "--bind", addr, *ports, *stack, *self.work_args()))
-        health = self.wait_for_server()
-        running = health.get("stack", "wsgi")
-        if running != self.server_stack:  # a bug: the server was started with other flags
-            raise RuntimeError(f"asked for the {self.server_stack} server stack, the server runs {running}")
-        if (health.get("work_slots", 1), health.get("pace")) != (
-            self.work_slots,
-            self.pace and self.pace.name,
-        ):
-            raise RuntimeError(
-                f"the server answers {health} to --work-slots {self.work_slots} --pace {self.pace}"
-            )
-
-    def work_args(self) -> tuple[str, ...]:
-        """The server's flags for its work slots and pacing: a thread per connection a client may be
-        sending on (each part of a request split over several holds one) beside each slot's, and the
-        device profile in the server's state dir (`down` removes it)."""
-        threads = max(8, len(self.client_roles) * self.parts + self.work_slots + 1)
-        if self.work_slots == 1 and self.pace is None and threads == 8:
-            return ()
-        server = self.host("server")
-        args = ("--work-slots", str(self.work_slots), "--threads", str(threads))
-        if self.pace is not None:
-            path = str(server.state_dir / "server-device.json")
-            server.write(json.dumps(self.pace.as_dict()).encode(), path)
-            args += ("--pace", path)
-        return args
-
-    def running_stack(self) -> str | None:
-        """The stack the offload server says it runs (its /v1/health, asked from the client host); None
-        when no server answers."""
-        client = self.host("client")
-        argv = client.python("client", "health", "--url", self.server_url, "--wait", "5")
-        result = client.run(argv, limited=False, check=False, timeout=60)
-        if not result.ok:
-            return None
-        return json.loads(result.stdout or "{}").get("stack", "wsgi")  # servers before stacks: wsgi
-
-    def wait_for_server(self, timeout: float = 60.0) -> dict:
-        """Ask from the client host, so the answer also proves the path through the switch."""
-        client = self.host("client")
-        result = client.run(
-            client.python("client", "health", "--url", self.server_url, "--wait", str(timeout)),
-            limited=False,
-            check=False,
-            timeout=timeout + 30,
-        )
-        if not result.ok:
-            raise UserError(
-                f"the offload server at {self.server_url} did not answer from the client: "
-                f"{(result.stderr or result.stdout).strip()[-300:]}",
-                f"see the server's log on {self.host('server').name}",
-            )
-        for server in self.grpc_servers:
-            if not self.grpc_answers(timeout, server):
-                offset = GRPC_SERVERS.index(server)
-                port = "services.grpc_port" + (f" + {offset}" if offset else "")
-                raise UserError(
-                    f"the offload server's gRPC transport at {self.grpc_target_of(server)} ({server} "
-                    "server) did not answer from the client",
-                    f"is {port} free on {self.host('server').name}? see the server's log there",
-                )
-        return json.loads(result.stdout or "{}")
-
-    def grpc_answers(self, timeout: float = 2.0, server: str = PYTHON) -> bool:
-        """Whether the client host completes an HTTP/2 handshake with a gRPC server's port."""
-        return self.host("client").agent(
-            api.GrpcReady(target=self.grpc_target_of(server), wait=timeout), timeout=timeout + 30
-        )
-
-    def server_alive(self, grpc: bool = False) -> bool:
-        """The offload server runs (and, with `grpc`, each of its gRPC children answers: one can die
-        alone)."""
-        if self.host("server").service_pid("offload") is None:
-            return False
-        return not grpc or all(self.grpc_answers(server=s) for s in self.grpc_servers)
-
-    def restart_offload_server(self) -> None:
-        """Stop what is left of the server (a master whose gRPC child died), then start it afresh."""
-        self.host("server").stop("offload")
-        self.start_offload_server()
 
     # ---------------------------------------------------------------- shaping (the appliance's agent)
     def _ports(self) -> dict:
@@ -494,6 +388,10 @@ class Lab(ABC):
             for s in GRPC_SERVERS
         }
         status["services"]["grpc"] = status["grpc_servers"][PYTHON]["answers"]
+        status["tagless_servers"] = {
+            s: {"target": self.tagless_target_of(s), "answers": running and self.tagless_answers(0.5, s)}
+            for s in TAGLESS_SERVERS
+        }
         status["server_stack"] = self.running_stack() if running else None
         status["server_url"] = self.server_url
         status["grpc_target"] = self.grpc_target

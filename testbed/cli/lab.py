@@ -151,6 +151,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"{s} {g['target']}" + ("" if g["answers"] else " (not running)")
                 for s, g in status["grpc_servers"].items()
             )
+            + "; tagless "
+            + ", ".join(
+                f"{s} {g['target']}" + ("" if g["answers"] else " (not running)")
+                for s, g in status.get("tagless_servers", {}).items()
+            )
         )
     return 0
 

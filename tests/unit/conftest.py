@@ -129,7 +129,9 @@ def fake_netns_lab(inv, state_dir, monkeypatch, wiring: dict) -> NetnsLab:
             cgroups(lab.hosts[c.role])
     offloads_off(server, names.server_if)
     offloads_off(appliance, *(port for ports in names.bridges.values() for port in ports))
-    healthy(client).reply("grpc.ready", True)  # the server's gRPC port answers
+    healthy(client).reply("grpc.ready", True).reply(
+        "tagless.ready", True
+    )  # its gRPC and tagless ports answer
     lab.cpu_limits = cgroups(client)
     lab.services = services(server)
     shaping = lab.shaping = FakeShaping()

@@ -166,6 +166,16 @@ def test_grpc_ready_is_false_where_nothing_listens():
         }
 
 
+def test_tagless_ready_is_false_where_nothing_listens():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        assert ask("tagless.ready", {"target": f"127.0.0.1:{port}", "wait": 0.3}) == {
+            "ok": True,
+            "result": False,
+        }
+
+
 def test_cpu_read_of_a_missing_cgroup_is_empty():
     assert ask("cpu.read", {"name": "tbt-unit-no-such-cgroup"}) == {"ok": True, "result": {}}
 
@@ -188,7 +198,7 @@ def test_every_verb_the_orchestrator_calls_exists():
         "probe", "shape.plan", "shape.apply", "shape.read", "shape.classes", "shape.clear", "cpu.apply", "cpu.read",
         "cpu.remove", "service.start", "service.stop", "service.status", "bridge.up", "bridge.down",
         "bridge.status", "bridge.health", "bridge.restart", "appliance.check", "counters", "grpc.ready",
-        "shape.replay", "shape.replay.plan", "shape.netem",
+        "shape.replay", "shape.replay.plan", "shape.netem", "tagless.ready",
     }  # fmt: skip
     assert called == set(VERBS)
 

@@ -61,6 +61,7 @@ PAYLOADS = [
     (api.ServiceStop(dir="/run/tb", name="server-iperf3"), {"dir": "/run/tb", "name": "server-iperf3"}),
     (api.ServiceStatus(dir="/run/tb", name="server-iperf3"), {"dir": "/run/tb", "name": "server-iperf3"}),
     (api.GrpcReady(target="10.0.0.2:50051", wait=60.0), {"target": "10.0.0.2:50051", "wait": 60.0}),
+    (api.TaglessReady(target="10.0.0.2:50061", wait=9.0), {"target": "10.0.0.2:50061", "wait": 9.0}),
     (
         api.BridgeUp(ports=("tb-a0", "tb-a1"), datapath="netdev", **SWITCH),
         {"ports": ["tb-a0", "tb-a1"], "datapath": "netdev", **SWITCH},

@@ -234,3 +234,13 @@ def test_an_ssh_hosts_code_is_every_module_of_the_roles_the_agent_and_the_core()
     expected = sorted(str(p.relative_to(REPO)) for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py"))
     assert shipped == expected and "agent/__main__.py" in shipped and "contracts/hosts.py" in shipped
     assert not any(name.startswith("testbed/") for name in shipped)
+
+
+def test_the_tagless_ports_default_and_must_be_their_own(tmp_path):
+    assert load_inventory(write(tmp_path, GOOD)).tagless_port == 50061
+    services = GOOD + "services:\n  grpc_port: 50051\n  tagless_port: {port}\n"
+    assert load_inventory(write(tmp_path, services.format(port=40000))).tagless_port == 40000
+    for port, words in ((50054, "overlap grpc_port's ports"), (65535, "go past 65535")):
+        with pytest.raises(UserError, match=words) as info:
+            load_inventory(write(tmp_path, services.format(port=port)))
+        assert "services.tagless_port" in str(info.value)

@@ -20,7 +20,7 @@ def test_netns_up_asks_each_host_agent_in_order(netns):
     assert netns.up() is True
     client, appliance, server = (netns.hosts[r] for r in ("client", "appliance", "server"))
     assert appliance.verbs() == ["probe", "bridge.up", "shape.apply"]
-    assert client.verbs() == ["probe", "cpu.apply", "grpc.ready"]
+    assert client.verbs() == ["probe", "cpu.apply", "grpc.ready", "tagless.ready"]
     assert server.verbs() == ["probe", "service.start", "service.start"]
     (bridge,) = appliance.args("bridge.up")
     assert bridge == {
@@ -35,8 +35,11 @@ def test_netns_up_asks_each_host_agent_in_order(netns):
     assert (shape["up_if"], shape["down_if"], shape["link"]["up_rate"]) == ("tbf-a1", "tbf-a0", 100_000_000)
     iperf, offload = server.args("service.start")
     assert iperf["argv"][0] == "iperf3"
-    assert offload["argv"][-6:] == ["--bind", "10.78.0.2", "--port", "18080", "--grpc-port", "50051"]
+    assert offload["argv"][-8:] == [
+        *("--bind", "10.78.0.2", "--port", "18080", "--grpc-port", "50051", "--tagless-port", "50061")
+    ]
     assert client.args("grpc.ready") == [{"target": "10.78.0.2:50051", "wait": 60.0}]  # from the client
+    assert client.args("tagless.ready") == [{"target": "10.78.0.2:50061", "wait": 60.0}]
     assert client.ran("ethtool") == [["ethtool", "-K", "tbf-c0", "tx", "off"]]
     assert len(appliance.ran("ethtool")) == 2
     assert netns.is_up() and netns.up() is False  # idempotent: nothing asked the second time
@@ -73,8 +76,20 @@ def test_status_reports_whether_grpc_answers(netns):
     status = netns.status()
     assert status["services"] == {"iperf3": True, "offload": True, "grpc": True}
     assert status["grpc_target"] == "10.78.0.2:50051"
+    assert status["tagless_servers"] == {
+        "python": {"target": "10.78.0.2:50061", "answers": True},
+        "cpp": {"target": "10.78.0.2:50062", "answers": True},
+    }
     netns.hosts["client"].reply("grpc.ready", False)
     assert netns.status()["services"]["grpc"] is False
+
+
+def test_a_tagless_port_that_does_not_answer_fails_up_in_one_line(netns):
+    netns.hosts["client"].reply("tagless.ready", False)
+    with pytest.raises(UserError, match=r"tagless transport at 10\.78\.0\.2:50061 \(python server\)") as exc:
+        netns.up()
+    assert "services.tagless_port" in exc.value.fix
+    assert not netns.is_up() and not netns.state_dir.exists()
 
 
 def test_netns_failed_up_is_taken_down(netns):
@@ -170,7 +185,7 @@ def fake_ssh_host(host) -> FakeHost:
         fake.on("ethtool", "-k", ifname, answer=(0, "tx-checksumming: on\n"))
         fake.on("ethtool", "-K", ifname, "tx")
     if host.role.startswith("client"):
-        healthy(fake).reply("grpc.ready", True)
+        healthy(fake).reply("grpc.ready", True).reply("tagless.ready", True)
         cgroups(fake)
         fake.on("ip", "-o", "-4", "addr", answer=(0, ""))  # its data-plane address is not there yet
         fake.on("ip", "addr")  # add and del
@@ -202,7 +217,7 @@ def test_ssh_up_records_what_it_did_and_down_undoes_exactly_that(ssh):
     client, appliance, server = (ssh.hosts[r] for r in ("client", "appliance", "server"))
     assert ssh.up() is True and ssh.is_up()
     assert appliance.verbs() == ["probe", "bridge.up", "shape.apply"]
-    assert client.verbs() == ["probe", "cpu.apply", "grpc.ready"]
+    assert client.verbs() == ["probe", "cpu.apply", "grpc.ready", "tagless.ready"]
     (bridge,) = appliance.args("bridge.up")
     assert (bridge["own"], bridge["datapath"], bridge["ports"]) == (True, "netdev", ["eth1", "eth2"])
     assert client.ran("ip", "addr", "add") == [["ip", "addr", "add", "10.77.0.1/24", "dev", "eth1"]]

@@ -10,7 +10,7 @@ import pytest
 
 import server.languages as languages
 from contracts.errors import UserError
-from contracts.stages import grpc_port
+from contracts.stages import grpc_port, tagless_servers
 from server.__main__ import main as server_main
 
 
@@ -94,5 +94,32 @@ def test_the_server_dry_run_names_each_grpc_server_and_its_port_and_refuses_an_u
     ):
         with pytest.raises(SystemExit) as exit_:
             server_main(["--grpc-port", "50051", *argv, "--dry-run"])
+        assert exit_.value.code == 2
+        assert words in capsys.readouterr().err
+
+
+def test_the_tagless_servers_are_python_and_cpp_beside_it_each_on_its_port(tmp_path, monkeypatch, capsys):
+    assert tagless_servers(("go", "java")) == ("python",) and tagless_servers(("cpp",)) == ("python", "cpp")
+    assert server_main(["--grpc-port", "50051", "--tagless-port", "50061", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["tagless"] == {"python": 50061}
+    for name in ("offload-server-cpp", "tagless-server-cpp"):
+        (tmp_path / name).write_bytes(b"")
+    monkeypatch.setitem(languages.BINARIES, "cpp", tmp_path / "offload-server-cpp")
+    monkeypatch.setitem(languages.TAGLESS_BINARIES, "cpp", tmp_path / "tagless-server-cpp")
+    argv = ["--grpc-port", "50051", "--grpc-servers", "python,cpp", "--tagless-port", "50061", "--dry-run"]
+    assert server_main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["tagless"] == {"python": 50061, "cpp": 50062}
+    assert languages.tagless_argv("cpp", "::1", 50062, 2.0, parent=7) == [
+        str(tmp_path / "tagless-server-cpp"),
+        *("--bind", "::1", "--port", "50062", "--max-body-mb", "2.0", "--parent", "7"),
+    ]
+    monkeypatch.setitem(languages.TAGLESS_BINARIES, "cpp", tmp_path / "missing")
+    for extra, words in (
+        (["--grpc-servers", "cpp", "--tagless-port", "50061"], "the cpp tagless server is not built"),
+        (["--tagless-port", "50051"], "not --port or a gRPC port"),
+        (["--tagless-port", "0"], "must be 1-65535"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            server_main(["--grpc-port", "50051", *extra, "--dry-run"])
         assert exit_.value.code == 2
         assert words in capsys.readouterr().err

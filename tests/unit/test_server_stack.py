@@ -17,7 +17,7 @@ from client.scaler import Scaler
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.run import TrialRecord, TrialWriter, read_manifest
-from testbed.backends.lab import CGI_DIR
+from testbed.backends.offload_servers import CGI_DIR
 from testbed.experiment import load_experiment
 from testbed.overrides import override
 from testbed.sweep.bookkeeping import start_run
