@@ -46,12 +46,14 @@ def ready(target: str, timeout: float) -> bool:
 
 
 class CallRefused(Exception):
-    """The server answered a call with an error frame."""
+    """The server refused a call (a tagless error frame, or a gRPC status): `status` its code, by `name`."""
 
-    def __init__(self, method: str, status: int, message: str) -> None:
-        name = Status(status).name if status in Status._value2member_map_ else str(status)
-        super().__init__(f"the tagless server refused {method}: {name}: {message}")
+    def __init__(self, method: str, status: int, message: str, name: str | None = None) -> None:
+        if name is None:  # a tagless status
+            name = Status(status).name if status in Status._value2member_map_ else str(status)
+        super().__init__(f"the server refused {method}: {name}: {message}")
         self.status = status
+        self.name = name
         self.message = message
 
 

@@ -31,6 +31,7 @@ from contracts.image_wire import ImageWire, peek_op
 from contracts.images import is_image_op
 from contracts.limits import Limits
 from contracts.protobuf_codec import EXECUTE, SERVICE
+from server import rpc_study_grpc
 from server.image_stages import run_image_stages
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
@@ -72,7 +73,10 @@ def build(bind: str, port: int, max_body_mb: float) -> tuple[grpc.Server, int]:
         lambda body, context: execute(body, context, limits)
     )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE, {EXECUTE.rsplit("/", 1)[1]: handler}),)
+        (
+            grpc.method_handlers_generic_handler(SERVICE, {EXECUTE.rsplit("/", 1)[1]: handler}),
+            rpc_study_grpc.handlers(limits),  # the lightweight-RPC study's service, beside it
+        )
     )
     host = f"[{bind}]" if ":" in bind else bind
     bound = server.add_insecure_port(f"{host}:{port}")

@@ -17,7 +17,7 @@ and the payloads being held at once are too: a connection waits for room before 
 reply is at most that limit (`GetRandNums`' count is checked before anything is drawn; an echo is its
 request's size). At most `MAX_CONNECTIONS` connections at once (more are closed as they arrive); one
 silent for `IDLE_S` is closed. Calls run one at a time, like the other servers' (trials never share
-a CPU), each holding the host's CPU lock as a stage does (`contracts.cpu_lock`).
+a CPU), each stage timed as the other servers' are (`server.timing.StageClock`).
 
 `python -m server --tagless-port N` runs this next to the HTTP server (as the gRPC servers run); the
 child stops when its parent goes away.
@@ -33,12 +33,11 @@ import socket
 import socketserver
 import sys
 import threading
-import time
 
-from contracts.cpu_lock import CpuLock
 from contracts.limits import Limits
 from contracts.tagless import TIMING, Frame, Status, TaglessError, Timing, error_frame, read_frame, study
 from server.rpc_study_ops import answer
+from server.timing import StageClock
 
 log = logging.getLogger("offload-tagless")
 MAX_CONNECTIONS = 64
@@ -69,7 +68,6 @@ class Service:
     def __init__(self, max_body: int) -> None:
         self.max_body = max_body
         self.schema = study()
-        self.cpu = CpuLock.from_env()
         self._one = threading.Lock()
         self.budget = Budget(max_body)
 
@@ -80,7 +78,7 @@ class Service:
                 request.call_id, request.method_id, Status.UNKNOWN_METHOD, f"no method {request.method_id}"
             )
         try:
-            with self._one, self.cpu.held():
+            with self._one:
                 payload, timing = self._stages(method, request.payload)
         except TaglessError as exc:
             return error_frame(request.call_id, request.method_id, exc.status, str(exc))
@@ -93,15 +91,17 @@ class Service:
         return Frame(request.call_id, request.method_id, payload, trailer=trailer)
 
     def _stages(self, method, payload: bytes) -> tuple[bytes, Timing]:
-        wall, cpu = time.perf_counter, time.thread_time
-        w0, c0 = wall(), cpu()
-        values = method.request.decode(payload)
-        w1, c1 = wall(), cpu()
-        reply = answer(method.name, values, self.max_body)
-        w2, c2 = wall(), cpu()
-        out = method.reply.encode(reply)
-        w3, c3 = wall(), cpu()
-        return out, Timing(w1 - w0, c1 - c0, w2 - w1, c2 - c1, w3 - w2, c3 - c2)
+        """The call's three stages, timed as every server times its stages (`server.timing.StageClock`:
+        each under the host's CPU lock, the same clocks as the gRPC server's)."""
+        clock = StageClock()
+        with clock.stage("decode"):
+            values = method.request.decode(payload)
+        with clock.stage("compute"):
+            reply = answer(method.name, values, self.max_body)
+        with clock.stage("encode"):
+            out = method.reply.encode(reply)
+        ms, cpu = clock.ms, clock.cpu_ms
+        return out, Timing(*(v / 1000.0 for s in ("decode", "compute", "encode") for v in (ms[s], cpu[s])))
 
 
 class Connection(socketserver.BaseRequestHandler):
