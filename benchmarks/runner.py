@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import codecs, efficiency, fidelity, grid, memory, orchestration
+from benchmarks import codecs, efficiency, fidelity, grid, memory, orchestration, rpc
 from benchmarks.common import MISS, PASS, SKIPPED, Row, fmt_value, skipped
 from benchmarks.session import BenchError, bench_lab, start_worker
 from contracts.errors import UserError
@@ -25,7 +25,7 @@ from testbed.signals import sigterm_as_interrupt
 from testbed.sweep.worker_link import WorkerDied
 
 # table order: the order (marshalling, efficiency, memory, orchestration), then the shipped run
-MODULES = (codecs, efficiency, memory, orchestration, grid, fidelity)
+MODULES = (codecs, efficiency, memory, orchestration, rpc, grid, fidelity)
 CSV_COLUMNS = ("section", "figure", "case", "value", "unit", "target", "status", "note", "details")
 
 
@@ -51,6 +51,7 @@ def testbed_rows(inv: Inventory, quick: bool, out_dir: Path, progress: Callable)
             try:
                 rows += orchestration.run(lab, worker, quick, progress)
                 rows += efficiency.run(lab, worker, quick, progress)
+                rows += rpc.run(lab, quick, progress)
             finally:
                 worker.close()
     except (UserError, BenchError, WorkerDied, TimeoutError, OSError) as exc:

@@ -24,6 +24,7 @@ from client.offload import (
     local,
     make_operands,
 )
+from client.rpc_calls import TRANSPORTS, client_for, request_values, run_batch, study_method
 from contracts.codecs import CODECS, DEFAULT_CODEC
 from contracts.errors import UserError
 from contracts.grid import parse_sizes, size_label
@@ -142,10 +143,38 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_rpc_calls(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rpc-calls", help="time a batch of the lightweight-RPC study's calls; print its figures as JSON"
+    )
+    p.add_argument("--transport", choices=TRANSPORTS, required=True)
+    p.add_argument("--target", required=True, help="HOST:PORT of the transport's server")
+    p.add_argument("--op", required=True, help="SayHello, Average, GetRandNums or SendRcvLargeData")
+    p.add_argument("--n", type=int, default=10, help="Average's list length, GetRandNums' count, or K")
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--per-call-connection", action="store_true", help="a connection per call")
+    p.set_defaults(func=cmd_rpc_calls)
+
+
+def cmd_rpc_calls(args: argparse.Namespace) -> int:
+    try:
+        method = study_method(args.op, args.n)
+    except ValueError as exc:
+        raise UserError(str(exc), "see contracts/rpc_study.tagless") from None
+    if args.calls < 1 or args.n < 0:
+        raise UserError("--calls must be at least 1 and --n not negative")
+    values = request_values(method, args.n)
+    with client_for(args.transport, args.target, persistent=not args.per_call_connection) as client:
+        batch = run_batch(client, method, values, args.calls, args.warmup)
+    print(json.dumps(batch.as_dict()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m client", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_offload, add_local, add_health, add_profile):
+    for add in (add_offload, add_local, add_health, add_profile, add_rpc_calls):
         add(sub)
     return parser
 

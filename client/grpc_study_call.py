@@ -63,10 +63,8 @@ class GrpcStudyClient:
         server_timing = None
         if timing:
             header = dict(call.trailing_metadata() or ()).get("server-timing")
-            ms, cpu = parse_server_timing(header, "dur"), parse_server_timing(header, "cpu")
-            server_timing = Timing(
-                *(v[s] / 1000.0 for s in ("decode", "compute", "encode") for v in (ms, cpu))
-            )
+            ms, cpu = parse_server_timing(header, "dur"), parse_server_timing(header, "cpu")  # seconds
+            server_timing = Timing(*(v[s] for s in ("decode", "compute", "encode") for v in (ms, cpu)))
         return Reply(
             from_proto(method.reply.name, reply),
             server_timing,

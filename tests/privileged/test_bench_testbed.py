@@ -31,7 +31,7 @@ def test_bench_quick_brings_the_testbed_up_and_takes_it_down(inventory, lease, t
     assert "targets:" in proc.stdout
     assert f"bringing testbed {lease.prefix} up" in proc.stderr
     assert unmeasured(rows) == []
-    assert {r["section"] for r in rows} == {"codecs", "efficiency", "memory", "orchestration", "runs"}
+    assert {r["section"] for r in rows} == {"codecs", "efficiency", "memory", "orchestration", "rpc", "runs"}
     assert leftovers(lease.prefix) == [], "a testbed the bench brought up is down again"
     assert (out / "worker.log").exists()
 

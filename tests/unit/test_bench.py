@@ -15,7 +15,7 @@ from contracts.run import Manifest, Session, write_manifest
 from tests.fakes import FAKE_SWEEP
 from tests.helpers import REPO, check_bench_outputs
 
-TESTBED_SECTIONS = {"efficiency", "orchestration"}
+TESTBED_SECTIONS = {"efficiency", "orchestration", "rpc"}
 
 
 def test_a_row_with_a_target_gets_a_verdict():
