@@ -19,8 +19,10 @@ uint32 value count and the packed values. A payload must be consumed exactly.
 payload length, uint32 trailer length), the payload, the trailer. A request has status 0 and no
 trailer; `TIMING` in its flags asks for the server's stage times, which the reply carries as its
 trailer (`Timing`: decode, compute and encode, each wall and CPU seconds, six float64), as
-`Server-Timing` does for HTTP. A reply whose status is not `OK` carries an error message (a `string`)
-as its payload. The Python and C++ implementations agree byte for byte: `contracts/tagless_vectors.txt`
+`Server-Timing` does for HTTP. A reply echoes its request's call id and method id, with flags 0 (its
+trailer's length says whether it has one). A reply whose status is not `OK` carries an error message
+(a `string`) as its payload and no trailer; one that closes its connection (the stream out of step)
+has call id and method id 0. The Python and C++ implementations agree byte for byte: `contracts/tagless_vectors.txt`
 (written by `python -m contracts.tagless_vectors`) is checked by both.
 """
 

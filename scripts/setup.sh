@@ -67,8 +67,9 @@ if [ ! -e "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
-# the C++, Go, Java and Ruby gRPC servers (make rebuilds only what changed, one job at a time)
-for dir in server/cpp server/go server/java server/ruby; do
+# the C++, Go, Java and Ruby gRPC servers and the C++ tagless server (make rebuilds only what changed,
+# one job at a time)
+for dir in server/cpp server/cpp_tagless server/go server/java server/ruby; do
   make -s -C "$dir" >/dev/null || { echo "setup: building $dir failed" >&2; exit 1; }
 done
 echo "setup: ready (.venv/bin/testbed)"

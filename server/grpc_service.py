@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
 import sys
-import threading
 from concurrent import futures
 
 import grpc
@@ -33,6 +30,7 @@ from contracts.limits import Limits
 from contracts.protobuf_codec import EXECUTE, SERVICE
 from server import rpc_study_grpc
 from server.image_stages import run_image_stages
+from server.lifetime import until_stopped
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
 from server.timing import StageClock
@@ -90,12 +88,7 @@ def serve(bind: str, port: int, max_body_mb: float, parent: int | None = None) -
     """Serve until SIGTERM/SIGINT, or until `parent` (the HTTP server's master) is gone."""
     server, bound = build(bind, port, max_body_mb)
     log.info("gRPC %s on %s:%d", SERVICE, bind, bound)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    while not done.wait(1.0):
-        if parent is not None and os.getppid() != parent:
-            break
+    until_stopped(parent)
     server.stop(grace=2.0).wait()
 
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import signal
 import socket
 import socketserver
 import sys
@@ -36,6 +34,7 @@ import threading
 
 from contracts.limits import Limits
 from contracts.tagless import TIMING, Frame, Status, TaglessError, Timing, error_frame, read_frame, study
+from server.lifetime import until_stopped
 from server.rpc_study_ops import answer
 from server.timing import StageClock
 
@@ -164,12 +163,7 @@ def serve(bind: str, port: int, max_body_mb: float, parent: int | None = None) -
     server = Server(bind, port, Limits.from_mb(max_body_mb).max_body)
     log.info("tagless %s on %s:%d", server.service.schema.name, bind, server.server_address[1])
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    while not done.wait(1.0):
-        if parent is not None and os.getppid() != parent:
-            break
+    until_stopped(parent)
     server.shutdown()
     server.server_close()
 

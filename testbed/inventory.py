@@ -15,7 +15,7 @@ from contracts.config import Section, load_yaml
 from contracts.errors import UserError
 from contracts.hosts import Backend, Role
 from contracts.profiles import MALLOC_ENV, CpuProfile, LinkSpec, blas_env, check_burst, check_cpu_quota
-from contracts.stages import GRPC_SERVERS, TAGLESS_SERVERS, grpc_port, tagless_port
+from contracts.stages import GRPC_SERVERS, TAGLESS_SERVERS, grpc_port
 from contracts.units import parse_rate
 
 ROLES = ("client", "appliance", "server")
@@ -185,43 +185,40 @@ def load_inventory(path: Path | str | None = None) -> Inventory:
 
 def _grpc_port(section: Section) -> int:
     """Python's gRPC port; the other languages' servers take the ports after it (grpc_port)."""
-    port = _port(section, "grpc_port", 50051)
-    last = grpc_port(port, GRPC_SERVERS[-1])
-    others = {
-        "server_port": section.get("server_port", int, 8080),
-        "iperf3_port": section.get("iperf3_port", int, 5201),
+    taken = {
+        "server_port": [section.get("server_port", int, 8080)],
+        "iperf3_port": [section.get("iperf3_port", int, 5201)],
     }
-    for key, other in others.items():
-        if port <= other <= last:
-            raise section.error(
-                "grpc_port",
-                f"{port}-{last} (the gRPC servers {', '.join(GRPC_SERVERS)}) include {key} {other}",
-                "give gRPC ports of their own",
-            )
-    if last > 65535:
-        raise section.error("grpc_port", f"{port}-{last} go past 65535", "give a lower grpc_port")
-    return port
+    return _port_span(section, "grpc_port", 50051, "gRPC", GRPC_SERVERS, taken)
 
 
 def _tagless_port(section: Section) -> int:
     """Python's tagless port; C++'s server takes the next (tagless_port)."""
-    port = _port(section, "tagless_port", 50061)
-    last = tagless_port(port, TAGLESS_SERVERS[-1])
     grpc = section.get("grpc_port", int, 50051)
-    others = {
+    taken = {
         "server_port": [section.get("server_port", int, 8080)],
         "iperf3_port": [section.get("iperf3_port", int, 5201)],
         "grpc_port": [grpc_port(grpc, s) for s in GRPC_SERVERS],
     }
-    for key, taken in others.items():
-        if any(port <= other <= last for other in taken):
+    return _port_span(section, "tagless_port", 50061, "tagless", TAGLESS_SERVERS, taken)
+
+
+def _port_span(
+    section: Section, key: str, default: int, transport: str, servers: tuple[str, ...], taken: dict
+) -> int:
+    """A transport's first port, its servers' on the ones after it: none of them one of `taken`'s
+    (another service's ports, by key), nor past 65535."""
+    port = _port(section, key, default)
+    last = port + len(servers) - 1
+    for other_key, ports in taken.items():
+        if any(port <= other <= last for other in ports):
             raise section.error(
-                "tagless_port",
-                f"{port}-{last} (the tagless servers {', '.join(TAGLESS_SERVERS)}) overlap {key}'s ports",
-                "give tagless ports of their own",
+                key,
+                f"{port}-{last} (the {transport} servers {', '.join(servers)}) include {other_key}'s port",
+                f"give {transport} ports of their own",
             )
     if last > 65535:
-        raise section.error("tagless_port", f"{port}-{last} go past 65535", "give a lower tagless_port")
+        raise section.error(key, f"{port}-{last} go past 65535", f"give a lower {key}")
     return port
 
 

@@ -240,7 +240,7 @@ def test_the_tagless_ports_default_and_must_be_their_own(tmp_path):
     assert load_inventory(write(tmp_path, GOOD)).tagless_port == 50061
     services = GOOD + "services:\n  grpc_port: 50051\n  tagless_port: {port}\n"
     assert load_inventory(write(tmp_path, services.format(port=40000))).tagless_port == 40000
-    for port, words in ((50054, "overlap grpc_port's ports"), (65535, "go past 65535")):
+    for port, words in ((50054, "include grpc_port's port"), (65535, "go past 65535")):
         with pytest.raises(UserError, match=words) as info:
             load_inventory(write(tmp_path, services.format(port=port)))
         assert "services.tagless_port" in str(info.value)
