@@ -20,6 +20,7 @@ from contracts.tagless import (
     Method,
     Schema,
     Status,
+    TaglessError,
     Timing,
     error_message,
     read_frame,
@@ -39,7 +40,7 @@ def ready(target: str, timeout: float) -> bool:
         try:
             with TaglessClient(host.strip("[]"), int(port), persistent=False, timeout=max(timeout, 0.5)) as c:
                 return c.call("SayHello", ("testbed",)).values == ("Hello testbed",)
-        except (OSError, CallRefused):
+        except (OSError, CallRefused, TaglessError):  # TaglessError: something else answers there
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)
@@ -103,14 +104,16 @@ class TaglessClient:
         finally:
             if not self.persistent:
                 self.close()
-        if reply is None:
+        if reply is None or (reply.call_id != request.call_id and reply.status == Status.OK):
+            self.close()  # the stream is gone or out of step: the next call opens another
             raise ConnectionError(
-                f"the tagless server at {self.address} closed the connection during {method.name}"
+                f"the tagless server at {self.address} closed the connection or answered out of step "
+                f"during {method.name}"
             )
         if reply.status != Status.OK:
+            if reply.call_id != request.call_id or reply.status == Status.BUSY:  # the server closes it
+                self.close()
             raise CallRefused(method.name, reply.status, error_message(reply))
-        if reply.call_id != request.call_id:
-            raise ConnectionError(f"a reply to call {reply.call_id} came for call {request.call_id}")
         return Reply(
             method.reply.decode(reply.payload),
             Timing.unpack(reply.trailer) if reply.trailer else None,

@@ -54,6 +54,7 @@ class Status(IntEnum):
     UNKNOWN_METHOD = 2
     TOO_LARGE = 3  # a payload past the server's limit (the HTTP server's body limit)
     INTERNAL = 4  # the server's fault (a bug)
+    BUSY = 5  # the server's payload budget stayed full (other calls' bytes): try again
 
 
 class TaglessError(ValueError):

@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from contracts.errors import UserError
@@ -183,13 +185,32 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     )
 
 
-def spawn_grpc(config: ServerConfig, base_port: int, languages: tuple[str, ...]) -> list[subprocess.Popen]:
-    """The gRPC servers as child processes, each on its own port: gRPC's threads must not live in
-    gunicorn's forking master, so this process never imports grpc."""
-    return [
-        subprocess.Popen(grpc_argv(lang, config.bind, port, config.max_body_mb, parent=os.getpid()))
-        for lang, port in grpc_ports(base_port, languages).items()
+def children_argvs(config: ServerConfig, args: argparse.Namespace) -> list[list[str]]:
+    """The long-lived transports' servers this server starts beside it, as child processes, each on
+    its own port: the gRPC servers (gRPC's threads must not live in gunicorn's forking master, so this
+    process never imports grpc) and the tagless ones. Each stops when this process is gone."""
+    argvs = [
+        grpc_argv(lang, config.bind, port, config.max_body_mb, parent=os.getpid())
+        for lang, port in grpc_plan(args).items()
     ]
+    argvs += [
+        tagless_argv(lang, config.bind, port, config.max_body_mb, parent=os.getpid())
+        for lang, port in tagless_plan(args).items()
+    ]
+    return argvs
+
+
+@contextmanager
+def children(config: ServerConfig, args: argparse.Namespace) -> Iterator[None]:
+    """The transports' servers running for the block; every one started is stopped after it, also
+    when a later one fails to start."""
+    started: list[subprocess.Popen] = []
+    try:
+        for argv in children_argvs(config, args):
+            started.append(subprocess.Popen(argv))
+        yield
+    finally:
+        stop_children(started)
 
 
 def stop_children(children: list[subprocess.Popen]) -> None:
@@ -205,13 +226,6 @@ def tagless_plan(args: argparse.Namespace) -> dict[str, int]:
     if args.tagless_port is None:
         return {}
     return {lang: tagless_port(args.tagless_port, lang) for lang in tagless_servers(args.grpc_servers)}
-
-
-def spawn_tagless(config: ServerConfig, plan: dict[str, int]) -> list[subprocess.Popen]:
-    return [
-        subprocess.Popen(tagless_argv(lang, config.bind, port, config.max_body_mb, parent=os.getpid()))
-        for lang, port in plan.items()
-    ]
 
 
 def grpc_plan(args: argparse.Namespace) -> dict[str, int]:
@@ -269,12 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 0
-        grpc = spawn_grpc(config, args.grpc_port, args.grpc_servers) if args.grpc_port else []
-        grpc += spawn_tagless(config, tagless_plan(args))
-        try:
+        with children(config, args):
             return serve_cgi(plan)
-        finally:
-            stop_children(grpc)
     if args.dry_run:
         plan = {
             "server": config.as_dict(),
@@ -284,12 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(plan, indent=2))
         return 0
-    grpc = spawn_grpc(config, args.grpc_port, args.grpc_servers) if args.grpc_port else []
-    grpc += spawn_tagless(config, tagless_plan(args))
-    try:
+    with children(config, args):  # gunicorn exits through SystemExit on SIGTERM/SIGINT
         serve(config)
-    finally:  # gunicorn exits through SystemExit on SIGTERM/SIGINT
-        stop_children(grpc)
     return 0
 
 

@@ -6,7 +6,7 @@ row here. Rows are tried in order: a subclass, or a row for one `error` of an ex
 the row it narrows.
 
 The gRPC code is a `grpc.StatusCode` name, not the enum: the HTTP server's master forks gunicorn's
-workers and must never import grpc (`server.__main__.spawn_grpc`).
+workers and must never import grpc (`server.__main__.children`).
 
 What only one transport meets stays with it: a body over the limit or too slow to arrive (HTTP 413 and
 408; gRPC's own receive limit answers RESOURCE_EXHAUSTED before the handler runs) and a bug (500,

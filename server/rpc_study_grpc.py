@@ -7,7 +7,8 @@ serialized bytes, so that parsing is the timed `decode` stage; `compute` builds 
 `encode` serializes it, each timed as every server's stages are (`server.timing.StageClock`), and the
 three go back in the trailing metadata `server-timing`, as the tagless server's trailer carries them.
 Refusals: a request that does not parse INVALID_ARGUMENT, a GetRandNums count below 0
-INVALID_ARGUMENT and one whose reply passes the body limit RESOURCE_EXHAUSTED; the server goes on.
+INVALID_ARGUMENT, and RESOURCE_EXHAUSTED for one whose reply could pass the body limit (5 bytes a
+value, a varint's most) or a SayHello name past `server.rpc_study_ops.MAX_NAME`; the server goes on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from google.protobuf.message import DecodeError
 from contracts.limits import Limits
 from contracts.rpc_study_proto import SERVICE, messages
 from contracts.tagless import Status, TaglessError, study
-from server.rpc_study_ops import RAND_MAX
+from server.rpc_study_ops import MAX_NAME, RAND_MAX
 from server.timing import StageClock
 
 CODES = {
@@ -27,6 +28,8 @@ CODES = {
     Status.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 _rng = np.random.default_rng()
+VARINT_MAX = 5  # bytes of a value in [0, 2^31 - 1] as a varint
+CHUNK = 1 << 16
 
 
 def compute(name: str, request, reply_type: type, max_reply: int):
@@ -39,18 +42,22 @@ def compute(name: str, request, reply_type: type, max_reply: int):
     if name == "GetRandNums":
         if request.n < 0:
             raise TaglessError(Status.BAD_FRAME, f"GetRandNums: a count of {request.n}")
-        if 4 * request.n > max_reply:
+        if VARINT_MAX * request.n + 10 > max_reply:  # a packed field: its tag, its length, the varints
             raise TaglessError(Status.TOO_LARGE, f"GetRandNums: {request.n} values pass the reply limit")
         reply = reply_type()
-        reply.values.extend(_rng.integers(0, RAND_MAX, size=request.n, endpoint=True).tolist())
+        for start in range(0, request.n, CHUNK):  # a chunk at a time: no list of n Python integers
+            n = min(CHUNK, request.n - start)
+            reply.values.extend(_rng.integers(0, RAND_MAX, size=n, endpoint=True, dtype=np.int32))
         return reply
     return request  # SendRcvLargeDataK: the message echoed
 
 
 def handler(name: str, request_type: type, reply_type: type, limits: Limits):
     def call(body: bytes, context: grpc.ServicerContext) -> bytes:
-        clock = StageClock()
+        clock = StageClock(thread_clock=True)  # as the tagless server's: the call's thread alone
         try:
+            if name == "SayHello" and len(body) > MAX_NAME + 8:  # its tag and length, then the name
+                raise TaglessError(Status.TOO_LARGE, f"SayHello: a name past {MAX_NAME} bytes")
             with clock.stage("decode"):
                 request = request_type.FromString(body)
             with clock.stage("compute"):

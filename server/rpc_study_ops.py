@@ -15,7 +15,20 @@ import numpy as np
 from contracts.tagless import Status, TaglessError
 
 RAND_MAX = (1 << 31) - 1  # GetRandNums' values: uniform in [0, RAND_MAX]
+MAX_NAME = 1 << 20  # SayHello's name, bytes: a larger one is refused (its text may take 4 bytes a character)
 _rng = np.random.default_rng()
+
+
+def reply_bytes(method: str, values: tuple, payload_bytes: int) -> int:
+    """The tagless reply's payload size for a call, known before it is built (what a server reserves
+    of its memory budget): "Hello " and the name, a double, a count and n values, or the echo."""
+    if method == "SayHello":
+        return payload_bytes + len("Hello ")
+    if method == "Average":
+        return 8
+    if method == "GetRandNums":
+        return 4 + 4 * max(0, values[0])
+    return payload_bytes
 
 
 def say_hello(values: tuple) -> tuple:
@@ -35,7 +48,7 @@ def get_rand_nums(values: tuple, max_reply: int) -> tuple:
     (n,) = values
     if n < 0:
         raise TaglessError(Status.BAD_FRAME, f"GetRandNums: a count of {n}")
-    if 4 * n > max_reply:
+    if 4 + 4 * n > max_reply:
         raise TaglessError(
             Status.TOO_LARGE, f"GetRandNums: {n} values pass the reply limit of {max_reply} bytes"
         )

@@ -7,17 +7,23 @@ with `TIMING` in the request's flags, the three stages' wall and CPU seconds go 
 trailer, as `Server-Timing` does for HTTP.
 
 **Refusals, and the server goes on.** A payload that does not decode is answered `BAD_FRAME`, an
-unknown method `UNKNOWN_METHOD`, and the connection stays usable (the frame's length kept it in
-step). A header that cannot be a request (a status, a trailer, cut short) is answered `BAD_FRAME`
-and a payload past the body limit `TOO_LARGE` before any of it is read; then the connection is
-closed, since its stream is out of step. A bug is answered `INTERNAL` and logged with its traceback.
+unknown method `UNKNOWN_METHOD`, a reply that would pass the body limit (a GetRandNums count, a
+SayHello name past `MAX_NAME`) `TOO_LARGE`, and the connection stays usable (the frame's length kept
+it in step). A header that cannot be a request (a status, a trailer, cut short) is answered
+`BAD_FRAME`, and a payload past the body limit `TOO_LARGE` before any of it is read; then the
+connection is closed, since its stream is out of step. A bug is answered `INTERNAL` and logged with
+its traceback.
 
-**Bounds.** A payload is at most `--max-body-mb` (the HTTP server's body limit, `contracts.limits`),
-and the payloads being held at once are too: a connection waits for room before it reads one. A
-reply is at most that limit (`GetRandNums`' count is checked before anything is drawn; an echo is its
-request's size). At most `MAX_CONNECTIONS` connections at once (more are closed as they arrive); one
-silent for `IDLE_S` is closed. Calls run one at a time, like the other servers' (trials never share
-a CPU), each stage timed as the other servers' are (`server.timing.StageClock`).
+**Bounds.** The bytes held for calls at once, their request payloads and their replies until sent,
+are at most `--max-body-mb` (the HTTP server's body limit, `contracts.limits`): a call waits for
+room before it reads a payload or builds a reply (the reply's size is known from its request,
+`server.rpc_study_ops.reply_bytes`), at most `BUDGET_WAIT_S`; then it is answered `BUSY` and its
+connection closed, so no peer holds the others up for longer. Python's objects for a call come on
+top: a LargeData message's members as integers, at most about 9 times its bytes (8192 members). A
+payload must arrive within `PAYLOAD_S` of its header, however slowly it trickles. At most
+`MAX_CONNECTIONS` connections at once (more are closed as they arrive); one silent for `IDLE_S` is
+closed. Calls run one at a time, like the other servers' (trials never share a CPU), each stage
+timed as the other servers' are (`server.timing.StageClock`), on the calling thread's CPU clock.
 
 `python -m server --tagless-port N` runs this next to the HTTP server (as the gRPC servers run); the
 child stops when its parent goes away.
@@ -31,34 +37,59 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 
 from contracts.limits import Limits
 from contracts.tagless import TIMING, Frame, Status, TaglessError, Timing, error_frame, read_frame, study
 from server.lifetime import until_stopped
-from server.rpc_study_ops import answer
+from server.rpc_study_ops import MAX_NAME, answer, reply_bytes
 from server.timing import StageClock
 
 log = logging.getLogger("offload-tagless")
 MAX_CONNECTIONS = 64
 IDLE_S = 120.0  # a connection silent this long is closed: it holds a thread
+PAYLOAD_S = 300.0  # a payload must arrive within this long of its header, however it trickles
+BUDGET_WAIT_S = 30.0  # a call waits at most this long for room in the budget, then is answered BUSY
+MAX_BODY_MB = 4095.0  # a frame's lengths are 32-bit
 
 
 class Budget:
-    """Bytes of payload held at once, at most `limit`: a reader waits for room before it reads."""
+    """Bytes held at once for calls (their request payloads, and their replies until sent), at most
+    `limit`: a call waits for room before it reads or builds them, at most `BUDGET_WAIT_S`."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, wait_s: float | None = None) -> None:
         self.limit, self.held = limit, 0
+        self.wait_s = BUDGET_WAIT_S if wait_s is None else wait_s
         self._cond = threading.Condition()
 
     def take(self, n: int) -> None:
+        """Hold `n` bytes; TaglessError (BUSY) when there is no room for them in time."""
         with self._cond:
-            self._cond.wait_for(lambda: self.held + n <= self.limit)
+            if not self._cond.wait_for(lambda: self.held + n <= self.limit, timeout=self.wait_s):
+                raise TaglessError(
+                    Status.BUSY, "the server holds its limit of payload bytes in other calls; try again"
+                )
             self.held += n
 
     def give(self, n: int) -> None:
         with self._cond:
             self.held -= n
             self._cond.notify_all()
+
+
+class Held:
+    """The bytes one connection holds of the service's budget, given back at once when it is done."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget, self.n = budget, 0
+
+    def take(self, n: int) -> None:
+        self.budget.take(n)
+        self.n += n
+
+    def give_all(self) -> None:
+        self.budget.give(self.n)
+        self.n = 0
 
 
 class Service:
@@ -70,15 +101,18 @@ class Service:
         self._one = threading.Lock()
         self.budget = Budget(max_body)
 
-    def call(self, request: Frame) -> Frame:
+    def call(self, request: Frame, held: Held | None = None) -> Frame:
+        """The reply frame; its payload's bytes are taken of `held`'s budget before it is built."""
         method = self.schema.methods.get(request.method_id)
         if method is None:
             return error_frame(
                 request.call_id, request.method_id, Status.UNKNOWN_METHOD, f"no method {request.method_id}"
             )
         try:
+            if method.name == "SayHello" and len(request.payload) > 4 + MAX_NAME:
+                raise TaglessError(Status.TOO_LARGE, f"SayHello: a name past {MAX_NAME} bytes")
             with self._one:
-                payload, timing = self._stages(method, request.payload)
+                payload, timing = self._stages(method, request.payload, held or Held(Budget(self.max_body)))
         except TaglessError as exc:
             return error_frame(request.call_id, request.method_id, exc.status, str(exc))
         except Exception as exc:  # a bug: logged with its traceback, answered, and the server goes on
@@ -89,12 +123,16 @@ class Service:
         trailer = timing.pack() if request.flags & TIMING else b""
         return Frame(request.call_id, request.method_id, payload, trailer=trailer)
 
-    def _stages(self, method, payload: bytes) -> tuple[bytes, Timing]:
-        """The call's three stages, timed as every server times its stages (`server.timing.StageClock`:
-        each under the host's CPU lock, the same clocks as the gRPC server's)."""
-        clock = StageClock()
+    def _stages(self, method, payload: bytes, held: Held) -> tuple[bytes, Timing]:
+        """The call's three stages, timed as every server times its stages (`server.timing.StageClock`,
+        each under the host's CPU lock; every stage on the thread's CPU clock, as the C++ server's)."""
+        clock = StageClock(thread_clock=True)
         with clock.stage("decode"):
             values = method.request.decode(payload)
+        size = reply_bytes(method.name, values, len(payload))
+        if size > self.max_body:
+            raise TaglessError(Status.TOO_LARGE, f"{method.name}: a reply of {size} bytes passes the limit")
+        held.take(size)
         with clock.stage("compute"):
             reply = answer(method.name, values, self.max_body)
         with clock.stage("encode"):
@@ -112,29 +150,50 @@ class Connection(socketserver.BaseRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         service = self.server.service
         reader = sock.makefile("rb")
-        held = [0]  # payload bytes this connection holds of the service's budget
+        held = Held(service.budget)
+        deadline: list[float | None] = [None]  # the payload being read must be in by then
 
         def reserve(n: int) -> None:
-            service.budget.take(n)
-            held[0] += n
+            held.take(n)
+            deadline[0] = time.monotonic() + PAYLOAD_S
+
+        def read(n: int) -> bytes:
+            if deadline[0] is None:  # a header: its wait is the connection's idle time
+                return reader.read(n)
+            parts, left = [], n
+            while left:
+                remaining = deadline[0] - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"a payload of {n} bytes took over {PAYLOAD_S:g} s")
+                sock.settimeout(min(IDLE_S, remaining))  # silence counts against the deadline too
+                part = reader.read1(min(left, 1 << 20))
+                if not part:
+                    break
+                parts.append(part)
+                left -= len(part)
+            return b"".join(parts)
 
         try:
             while True:
                 try:
-                    request = read_frame(reader.read, service.max_body, reserve=reserve)
-                except TaglessError as exc:  # out of step: answer, then close
+                    request = read_frame(read, service.max_body, reserve=reserve)
+                except TaglessError as exc:  # out of step, or no room: answer, then close
                     sock.sendall(error_frame(0, 0, exc.status, str(exc)).pack())
                     return
+                deadline[0] = None
+                sock.settimeout(IDLE_S)
                 if request is None:
                     return
-                reply = service.call(request)
-                service.budget.give(held[0])
-                held[0] = 0
+                reply = service.call(request, held)
+                del request  # its payload is no longer held
                 sock.sendall(reply.pack())
-        except OSError:  # the peer went away, or stayed silent past IDLE_S
+                held.give_all()
+                if reply.status == Status.BUSY:
+                    return
+        except OSError:  # the peer went away, stayed silent past IDLE_S, or trickled past PAYLOAD_S
             return
         finally:
-            service.budget.give(held[0])
+            held.give_all()
             reader.close()
 
 
@@ -175,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-body-mb", type=float, default=256.0)
     p.add_argument("--parent", type=int, help="stop when this process is no longer the parent")
     args = p.parse_args(argv)
+    if not 0 < args.max_body_mb <= MAX_BODY_MB:
+        p.error(f"--max-body-mb {args.max_body_mb:g}: must be above 0 and at most {MAX_BODY_MB:g}")
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [tagless] %(levelname)s %(message)s")
     try:
         serve(args.bind, args.port, args.max_body_mb, args.parent)

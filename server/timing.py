@@ -73,8 +73,12 @@ class StageClock:
         pace: DeviceProfile | None = None,
         retime: bool = False,
         expected: Mapping[str, float] | None = None,
+        thread_clock: bool = False,
     ) -> None:
         self.pace = pace
+        # every stage on the calling thread's CPU clock, its kernel too (`thread_clock`): a call whose
+        # work is its thread's alone, in a server whose other threads read other connections meanwhile
+        self.thread_clock = thread_clock
         self.retime = retime  # the request asked (`RETIME_HEADER`): a stage's work is timed again
         # a scaled stage holds its core (`contracts.cpu_lock`); a paced one shares the device's cores
         self.holds_core = retime and pace is None
@@ -92,7 +96,8 @@ class StageClock:
     @contextmanager
     def stage(self, name: str) -> Iterator[StageTarget]:
         target = StageTarget(self, self.KINDS.get(name, name))
-        clock = cpu_clock(target.kind)  # the thread's for marshalling, the process's for a kernel
+        # the thread's for marshalling, the process's for a kernel (BLAS's threads are its)
+        clock = time.thread_time if self.thread_clock else cpu_clock(target.kind)
         # replicas on this host: the stage holds the host's CPU lock; waiting for it happens before
         # the clocks start, inside the request, and is reported (`cpulock`) for communication to exclude
         # scaled, not paced: its core too (`contracts.cpu_lock`)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -19,6 +20,7 @@ from benchmarks.loopback import free_port, stop
 from client.tagless_call import CallRefused, TaglessClient
 from contracts.processes import alive
 from contracts.tagless import HEADER, Frame, Status, error_message, read_frame, study
+from server import tagless_service
 from tests.helpers import REPO
 
 
@@ -157,6 +159,44 @@ def test_random_frames_never_stop_the_server(tagless, data):
     assert proc.poll() is None
     with TaglessClient("127.0.0.1", port, persistent=False) as client:
         assert client.call("SayHello", ("still",)).values == ("Hello still",)
+
+
+@pytest.fixture
+def impatient(monkeypatch):
+    """An in-process server (limit 16 MiB) whose payload deadline is 1 s and budget wait 0.5 s."""
+    monkeypatch.setattr(tagless_service, "PAYLOAD_S", 1.0)
+    monkeypatch.setattr(tagless_service, "BUDGET_WAIT_S", 0.5)
+    server = tagless_service.Server("127.0.0.1", 0, 16 << 20)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_peer_trickling_a_payload_holds_the_others_up_no_longer_than_the_deadlines(impatient):
+    port = impatient
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+        slow.sendall(HEADER.pack(1, 1, 0, 0, 16 << 20, 0) + b"x")  # the whole budget, one byte of it
+        time.sleep(0.1)
+        with TaglessClient("127.0.0.1", port, persistent=False) as other:
+            with pytest.raises(CallRefused, match="BUSY"):  # no room: answered, not held up
+                other.call("SayHello", ("me",))
+            time.sleep(1.2)  # the slow payload's deadline has passed: its connection is closed
+            assert slow.recv(1) == b""
+            assert other.call("SayHello", ("me",)).values == ("Hello me",)
+
+
+def test_a_peer_that_does_not_read_its_reply_holds_it_in_the_budget_not_the_others_up(impatient):
+    port = impatient
+    n = (4 << 20) - 2  # its 4 bytes and a reply of 16 MiB - 4: the whole budget, past the socket buffers
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as deaf:
+        deaf.sendall(Frame(1, 3, study().messages["Count"].encode((n,))).pack())
+        time.sleep(0.5)
+        with TaglessClient("127.0.0.1", port, persistent=False) as other:
+            began = time.monotonic()
+            with pytest.raises(CallRefused, match="BUSY"):
+                other.call("Average", (np.arange(10, dtype=np.int32),))
+            assert time.monotonic() - began < 5
 
 
 def test_the_server_stops_on_sigterm_and_when_its_parent_is_gone():

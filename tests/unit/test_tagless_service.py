@@ -9,7 +9,8 @@ import pytest
 
 from contracts.tagless import TIMING, Frame, Status, Timing, error_message, study
 from server import rpc_study_ops
-from server.tagless_service import Budget, Service
+from server.rpc_study_ops import MAX_NAME
+from server.tagless_service import Budget, Held, Service
 
 
 @pytest.fixture
@@ -42,9 +43,13 @@ def test_an_unknown_method_and_a_bad_payload_are_refused_by_status(service):
 
 
 def test_a_reply_past_the_limit_is_refused_before_it_is_drawn(service):
-    assert call(service, "GetRandNums", (1 << 14,)).status == Status.OK  # 64 KiB: the limit
-    refused = call(service, "GetRandNums", ((1 << 14) + 1,))
+    assert call(service, "GetRandNums", ((1 << 14) - 1,)).status == Status.OK  # 4 + 4n = 64 KiB: the limit
+    refused = call(service, "GetRandNums", (1 << 14,))
     assert refused.status == Status.TOO_LARGE
+    name = "x" * (MAX_NAME + 1)
+    big = Service(max_body=4 * MAX_NAME)
+    assert call(big, "SayHello", (name,)).status == Status.TOO_LARGE
+    assert call(big, "SayHello", (name[1:],)).status == Status.OK
 
 
 def test_a_bug_is_answered_internal_and_the_service_goes_on(service, monkeypatch):
@@ -65,6 +70,18 @@ def test_the_operations():
     (drawn,) = rpc_study_ops.get_rand_nums((1000,), 1 << 20)
     assert drawn.dtype == np.int32 and drawn.min() >= 0
     assert rpc_study_ops.echo((1, 2)) == (1, 2)
+
+
+def test_a_reply_is_held_in_the_budget_and_a_full_budget_answers_busy():
+    service = Service(max_body=1 << 16)
+    held = Held(Budget(1 << 16, wait_s=0.05))
+    assert service.call(Frame(1, 3, study().messages["Count"].encode((100,))), held).status == Status.OK
+    assert held.n == 4 + 400 and held.budget.held == 404  # the reply's bytes, until it is sent
+    held.budget.take((1 << 16) - 404)  # another call's
+    busy = service.call(Frame(2, 3, study().messages["Count"].encode((1,))), held)
+    assert busy.status == Status.BUSY and "try again" in error_message(busy)
+    held.give_all()
+    assert held.budget.held == (1 << 16) - 404
 
 
 def test_the_budget_holds_a_reader_until_there_is_room():
