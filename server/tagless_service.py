@@ -15,8 +15,8 @@ connection is closed, since its stream is out of step. A bug is answered `INTERN
 its traceback.
 
 **Bounds.** The bytes held for calls at once, their request payloads and their replies until sent,
-are at most `--max-body-mb` (the HTTP server's body limit, `contracts.limits`): a call waits for
-room before it reads a payload or builds a reply (the reply's size is known from its request,
+are at most `--max-body-mb` (the HTTP server's body limit, `contracts.limits`; one call alone may
+hold its request and its reply, each within the limit): a call waits for room before it reads a payload or builds a reply (the reply's size is known from its request,
 `server.rpc_study_ops.reply_bytes`), at most `BUDGET_WAIT_S`; then it is answered `BUSY` and its
 connection closed, so no peer holds the others up for longer. Python's objects for a call come on
 top: a LargeData message's members as integers, at most about 9 times its bytes (8192 members). A
@@ -62,10 +62,13 @@ class Budget:
         self.wait_s = BUDGET_WAIT_S if wait_s is None else wait_s
         self._cond = threading.Condition()
 
-    def take(self, n: int) -> None:
-        """Hold `n` bytes; TaglessError (BUSY) when there is no room for them in time."""
+    def take(self, n: int, own: int = 0) -> None:
+        """Hold `n` more bytes for a caller that holds `own` already; TaglessError (BUSY) when there is
+        no room for them in time. A call never waits for its own bytes: with nothing else held, it may
+        hold its request and its reply (each at most the limit)."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self.held + n <= self.limit, timeout=self.wait_s):
+            room = lambda: self.held + n <= self.limit or self.held == own  # noqa: E731
+            if not self._cond.wait_for(room, timeout=self.wait_s):
                 raise TaglessError(
                     Status.BUSY, "the server holds its limit of payload bytes in other calls; try again"
                 )
@@ -84,7 +87,7 @@ class Held:
         self.budget, self.n = budget, 0
 
     def take(self, n: int) -> None:
-        self.budget.take(n)
+        self.budget.take(n, own=self.n)
         self.n += n
 
     def give_all(self) -> None:

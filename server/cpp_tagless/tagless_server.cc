@@ -5,13 +5,17 @@
 // codec generated from the same schema (contracts/rpc_study.tagless, build/tagless_study.h): frames
 // over TCP, each connection's calls one after another; the decode, compute and encode stages' wall and
 // thread CPU seconds as the reply's trailer when the request's flags ask (TIMING). A payload that does
-// not decode is answered BAD_FRAME and an unknown method UNKNOWN_METHOD, and the connection goes on; a
+// not decode is answered BAD_FRAME, an unknown method UNKNOWN_METHOD, a reply that would pass the body
+// limit (a GetRandNums count, a SayHello name past 1 MiB) TOO_LARGE, and the connection goes on; a
 // header that cannot be a request's (a status, a trailer, cut short) is answered BAD_FRAME and a payload
 // past --max-body-mb TOO_LARGE, and then the connection is closed (its stream is out of step; what the
-// peer still sends is read and dropped for up to a second first, so that the refusal reaches it). Calls run
-// one at a time across connections, each holding the host's CPU lock (TESTBED_CPU_LOCK,
-// contracts/cpu_lock.py); the payloads held at once are bounded by the body limit, as in Python; at
-// most 64 connections at once (more are closed as they arrive), one silent for 120 s is closed.
+// peer still sends is read and dropped for up to a second first, so that the refusal reaches it). Calls'
+// stages run one at a time across connections, each holding the host's CPU lock (TESTBED_CPU_LOCK,
+// contracts/cpu_lock.py). The bytes held at once for calls, their request payloads and their replies until
+// sent, are at most the body limit, as in Python: a call waits for room before it reads a payload or builds
+// a reply (whose size is known once its request is decoded), at most 30 s; then it is answered BUSY and its
+// connection closed. A payload must arrive within 300 s of its header, or the connection is closed without
+// a reply. At most 64 connections at once (more are closed as they arrive), one silent for 120 s is closed.
 //
 //   tagless-server-cpp --port N [--bind ADDR] [--max-body-mb M] [--parent PID]
 //
@@ -58,6 +62,10 @@ using tagless::Status;
 
 constexpr int kMaxConnections = 64;  // server/tagless_service.py MAX_CONNECTIONS
 constexpr int kIdleSeconds = 120;    // server/tagless_service.py IDLE_S
+constexpr int kPayloadSeconds = 300;    // server/tagless_service.py PAYLOAD_S: a payload's whole arrival
+constexpr int kBudgetWaitSeconds = 30;  // server/tagless_service.py BUDGET_WAIT_S
+constexpr size_t kMaxName = 1 << 20;    // server/rpc_study_ops.py MAX_NAME: SayHello's name, bytes
+constexpr const char* kBusy = "the server holds its limit of payload bytes in other calls; try again";
 constexpr int32_t kRandMax = INT32_MAX;  // GetRandNums: uniform in [0, 2^31 - 1]
 constexpr double kMib = 1 << 20;
 
@@ -88,14 +96,22 @@ class CpuLock {
   int fd_ = -1;
 };
 
-// The payload bytes held at once, at most the body limit: a connection waits for room before it reads.
+// The bytes held at once for calls (request payloads, and replies until sent), at most the body limit: a
+// call waits for room before it reads a payload or builds a reply, at most kBudgetWaitSeconds.
 class Budget {
  public:
   explicit Budget(uint64_t limit) : limit_(limit) {}
-  void take(uint64_t n) {
+  // Holds `n` bytes; false when no room came in time. A caller holding `own` bytes already never waits
+  // for them: with nothing else held it goes on (a call's reply, itself at most the limit, may come
+  // beside its own request's bytes: GetRandNums's reply of exactly the limit beside its 4-byte count).
+  bool take(uint64_t n, uint64_t own) {
+    if (!n) return true;
     std::unique_lock<std::mutex> lock(mutex_);
-    room_.wait(lock, [&] { return held_ + n <= limit_; });
+    auto room = [&] { return held_ + n <= limit_ || held_ == own; };
+    if (!room_.wait_for(lock, std::chrono::seconds(kBudgetWaitSeconds), room))
+      return false;
     held_ += n;
+    return true;
   }
   void give(uint64_t n) {
     if (!n) return;
@@ -103,20 +119,35 @@ class Budget {
     held_ -= n;
     room_.notify_all();
   }
-  // Bytes taken for a scope, given back however it ends.
-  struct Held {
-    Budget& budget;
-    uint64_t n;
-    Held(Budget& b, uint64_t bytes) : budget(b), n(bytes) { budget.take(n); }
-    ~Held() { budget.give(n); }
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-  };
 
  private:
   uint64_t limit_, held_ = 0;
   std::mutex mutex_;
   std::condition_variable room_;
+};
+
+// The bytes one connection holds of the budget, given back however it ends.
+class Held {
+ public:
+  explicit Held(Budget& budget) : budget_(budget) {}
+  ~Held() { give_all(); }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  bool take(uint64_t n) {
+    if (!budget_.take(n, n_)) return false;
+    n_ += n;
+    return true;
+  }
+  void give(uint64_t n) {
+    n = std::min(n, n_);
+    budget_.give(n);
+    n_ -= n;
+  }
+  void give_all() { give(n_); }
+
+ private:
+  Budget& budget_;
+  uint64_t n_ = 0;
 };
 
 // The clocks at a stage's edge: wall (steady) and this thread's CPU.
@@ -144,33 +175,47 @@ class Service {
 
   uint64_t max_body() const { return max_body_; }
 
-  // The reply frame to one request frame (its header and payload).
-  std::string call(const Header& request, const std::string& payload) {
+  // The reply frame to one request frame (its header and payload); the reply's payload bytes are taken of
+  // `held` before it is built. `busy`: no room for them came in time (the reply is BUSY; close after it).
+  std::string call(const Header& request, const std::string& payload, Held& held, bool& busy) {
     using namespace tagless;
+    busy = false;
     try {
       switch (request.method_id) {
         case method::SayHello:
-          return stages<Hello, Greeting>(request, payload, [](const Hello& in, Greeting& out) {
-            out.message = "Hello " + in.name;
-          });
+          if (payload.size() > 4 + kMaxName)
+            throw Refused{Status::TOO_LARGE, "SayHello: a name past " + std::to_string(kMaxName) + " bytes"};
+          return stages<Hello, Greeting>(
+              request, payload, held, "SayHello", [&](const Hello&) { return payload.size() + 6; },
+              [](const Hello& in, Greeting& out) { out.message = "Hello " + in.name; });
         case method::Average:
-          return stages<Numbers, Mean>(request, payload, [](const Numbers& in, Mean& out) {
-            int64_t sum = 0;  // exact: a payload's values are at most 2^30, each below 2^31
-            for (int32_t v : in.values) sum += v;
-            out.value = in.values.empty() ? 0.0 : static_cast<double>(sum) / static_cast<double>(in.values.size());
-          });
+          return stages<Numbers, Mean>(
+              request, payload, held, "Average", [](const Numbers&) { return uint64_t{8}; },
+              [](const Numbers& in, Mean& out) {
+                int64_t sum = 0;  // exact: a payload's values are at most 2^30, each below 2^31
+                for (int32_t v : in.values) sum += v;
+                out.value =
+                    in.values.empty() ? 0.0 : static_cast<double>(sum) / static_cast<double>(in.values.size());
+              });
         case method::GetRandNums:
-          return stages<Count, Numbers>(request, payload, [this](const Count& in, Numbers& out) { draw(in.n, out); });
-        case method::SendRcvLargeData128: return echo<LargeData128>(request, payload);
-        case method::SendRcvLargeData256: return echo<LargeData256>(request, payload);
-        case method::SendRcvLargeData512: return echo<LargeData512>(request, payload);
-        case method::SendRcvLargeData1024: return echo<LargeData1024>(request, payload);
-        case method::SendRcvLargeData2048: return echo<LargeData2048>(request, payload);
-        case method::SendRcvLargeData4096: return echo<LargeData4096>(request, payload);
-        case method::SendRcvLargeData8192: return echo<LargeData8192>(request, payload);
+          return stages<Count, Numbers>(
+              request, payload, held, "GetRandNums",
+              [](const Count& in) {
+                if (in.n < 0) throw Refused{Status::BAD_FRAME, "GetRandNums: a count of " + std::to_string(in.n)};
+                return 4 + 4 * static_cast<uint64_t>(in.n);
+              },
+              [this](const Count& in, Numbers& out) { draw(in.n, out); });
+        case method::SendRcvLargeData128: return echo<LargeData128>(request, payload, held, "SendRcvLargeData128");
+        case method::SendRcvLargeData256: return echo<LargeData256>(request, payload, held, "SendRcvLargeData256");
+        case method::SendRcvLargeData512: return echo<LargeData512>(request, payload, held, "SendRcvLargeData512");
+        case method::SendRcvLargeData1024: return echo<LargeData1024>(request, payload, held, "SendRcvLargeData1024");
+        case method::SendRcvLargeData2048: return echo<LargeData2048>(request, payload, held, "SendRcvLargeData2048");
+        case method::SendRcvLargeData4096: return echo<LargeData4096>(request, payload, held, "SendRcvLargeData4096");
+        case method::SendRcvLargeData8192: return echo<LargeData8192>(request, payload, held, "SendRcvLargeData8192");
         default: return error_reply(request, Status::UNKNOWN_METHOD, "no method " + std::to_string(request.method_id));
       }
     } catch (const Refused& refused) {
+      busy = refused.status == Status::BUSY;
       return error_reply(request, refused.status, refused.message);
     } catch (const std::exception& exc) {  // a bug, or no memory: logged, answered, and the server goes on
       std::fprintf(stderr, "[tagless-cpp] ERROR method %u failed: %s\n", request.method_id, exc.what());
@@ -179,28 +224,43 @@ class Service {
   }
 
  private:
-  // Decode, compute, encode, one call at a time: the reply frame, with the stage times when asked.
-  template <typename Req, typename Rep, typename Compute>
-  std::string stages(const Header& request, const std::string& payload, Compute compute) {
+  // Decode; the reply's size taken of the budget (refused past the body limit, BUSY when no room comes);
+  // compute and encode. Each stage one at a time across calls (trials never share a CPU), none waiting for
+  // the budget meanwhile. The reply frame, with the stage times when asked.
+  template <typename Req, typename Rep, typename Size, typename Compute>
+  std::string stages(const Header& request, const std::string& payload, Held& held, const char* name,
+                     Size reply_size, Compute compute) {
     Req in;
     Rep out;
     std::string frame;
+    Mark m0, m1;
+    bool ok;
+    {
+      std::lock_guard<std::mutex> one_at_a_time(one_);
+      std::lock_guard<const CpuLock> cpu(cpu_);  // waiting for it counts in no stage
+      m0 = Mark::now();
+      ok = in.decode(payload.data(), payload.size());
+      m1 = Mark::now();
+    }
+    if (!ok) throw Refused{Status::BAD_FRAME, "the payload is not one request message of method " +
+                                                  std::to_string(request.method_id)};
+    uint64_t size = reply_size(static_cast<const Req&>(in));
+    if (size > max_body_)
+      throw Refused{Status::TOO_LARGE, std::string(name) + ": a reply of " + std::to_string(size) +
+                                           " bytes passes the limit of " + std::to_string(max_body_)};
+    if (!held.take(size)) throw Refused{Status::BUSY, kBusy};
     tagless::Timing timing;
     {
-      std::lock_guard<std::mutex> one_at_a_time(one_);  // trials never share a CPU
-      std::lock_guard<const CpuLock> held(cpu_);         // waiting for it counts in no stage
-      Mark m0 = Mark::now();
-      bool ok = in.decode(payload.data(), payload.size());
-      Mark m1 = Mark::now();
-      if (!ok) throw Refused{Status::BAD_FRAME, "the payload is not one request message of method " +
-                                                    std::to_string(request.method_id)};
+      std::lock_guard<std::mutex> one_at_a_time(one_);
+      std::lock_guard<const CpuLock> cpu(cpu_);
+      Mark c0 = Mark::now();
       compute(static_cast<const Req&>(in), out);
       Mark m2 = Mark::now();
       frame.reserve(tagless::kHeaderSize + out.size() + tagless::Timing::kSize);
       frame.resize(tagless::kHeaderSize);  // the payload goes in place, after the header written below
       out.encode(frame);
       Mark m3 = Mark::now();
-      timing = {m1.wall_since(m0), m1.cpu - m0.cpu, m2.wall_since(m1), m2.cpu - m1.cpu, m3.wall_since(m2), m3.cpu - m2.cpu};
+      timing = {m1.wall_since(m0), m1.cpu - m0.cpu, m2.wall_since(c0), m2.cpu - c0.cpu, m3.wall_since(m2), m3.cpu - m2.cpu};
     }
     Header head;
     head.call_id = request.call_id;
@@ -217,17 +277,14 @@ class Service {
   }
 
   template <typename M>
-  std::string echo(const Header& request, const std::string& payload) {
-    return stages<M, M>(request, payload, [](const M& in, M& out) { out = in; });
+  std::string echo(const Header& request, const std::string& payload, Held& held, const char* name) {
+    return stages<M, M>(
+        request, payload, held, name, [&](const M&) { return static_cast<uint64_t>(payload.size()); },
+        [](const M& in, M& out) { out = in; });
   }
 
-  // GetRandNums: n values uniform in [0, 2^31 - 1], refused before anything is drawn when n is below 0
-  // or its reply would pass the body limit.
+  // GetRandNums: n values uniform in [0, 2^31 - 1] (n checked, and its reply's bytes taken, before).
   void draw(int32_t n, tagless::Numbers& out) {
-    if (n < 0) throw Refused{Status::BAD_FRAME, "GetRandNums: a count of " + std::to_string(n)};
-    if (4 * static_cast<uint64_t>(n) > max_body_)
-      throw Refused{Status::TOO_LARGE, "GetRandNums: " + std::to_string(n) + " values pass the reply limit of " +
-                                           std::to_string(max_body_) + " bytes"};
     std::uniform_int_distribution<int32_t> uniform(0, kRandMax);
     out.values.resize(static_cast<size_t>(n));
     for (int32_t& v : out.values) v = uniform(rng_);
@@ -239,30 +296,43 @@ class Service {
   CpuLock cpu_;
 };
 
-// Exactly `n` bytes into `p` unless the stream ends or fails first: how many arrived.
-size_t read_full(int fd, char* p, size_t n) {
-  size_t got = 0;
+// How a read ended: all its bytes, the peer's end first, or a failure (a reset, silence past the idle
+// timeout, a payload's deadline passed).
+enum class Read { all, end, failed };
+
+// Exactly `n` bytes into `p` unless the stream ends or fails first (`got`: how many arrived); with a
+// `deadline`, all of them by then, each wait also at most the idle timeout.
+Read read_full(int fd, char* p, size_t n, size_t& got,
+               const std::chrono::steady_clock::time_point* deadline = nullptr) {
+  got = 0;
   while (got < n) {
+    if (deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return Read::failed;
+      pollfd readable{fd, POLLIN, 0};
+      int wait = static_cast<int>(std::min<long long>(left.count() + 1, kIdleSeconds * 1000LL));
+      int ready = ::poll(&readable, 1, wait);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) return Read::failed;  // silence: past the idle timeout or the deadline
+    }
     ssize_t r = ::recv(fd, p + got, n - got, 0);
     if (r > 0) got += static_cast<size_t>(r);
-    else if (r < 0 && errno == EINTR) continue;
-    else break;  // the end, a reset, or silence past the idle timeout
+    else if (r == 0) return Read::end;
+    else if (errno == EINTR) continue;
+    else return Read::failed;  // a reset, or silence past the idle timeout
   }
-  return got;
+  return Read::all;
 }
 
-// A payload of `n` bytes, the buffer grown as its bytes arrive (a header alone reserves nothing).
-bool read_payload(int fd, uint32_t n, std::string& out) {
-  out.clear();
-  while (out.size() < n) {
-    size_t want = std::min<size_t>(n - out.size(), std::max<size_t>(1 << 16, out.size()));
-    size_t at = out.size();
-    out.resize(at + want);
-    size_t got = read_full(fd, &out[at], want);
-    out.resize(at + got);
-    if (got < want) return false;
-  }
-  return true;
+// A payload of `n` bytes (already taken of the budget) into a buffer of exactly that size, by the
+// deadline kPayloadSeconds after its header.
+Read read_payload(int fd, uint32_t n, std::string& out) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kPayloadSeconds);
+  out.resize(n);
+  size_t got = 0;
+  Read how = n ? read_full(fd, &out[0], n, got, &deadline) : Read::all;
+  if (how != Read::all) out.clear();
+  return how;
 }
 
 bool write_all(int fd, const std::string& data) {
@@ -297,10 +367,12 @@ void linger_close(int fd, const std::string& reply) {
 // One connection's frames, one after another, until it ends or goes out of step.
 void serve(int fd, Service& service, Budget& budget) {
   std::string payload;
+  Held held(budget);  // this connection's request payload and reply, until sent
   for (;;) {
     char head_bytes[tagless::kHeaderSize];
-    size_t got = read_full(fd, head_bytes, sizeof head_bytes);
-    if (got == 0) return;  // a clean end between frames
+    size_t got = 0;
+    Read how = read_full(fd, head_bytes, sizeof head_bytes, got);
+    if (got == 0 || (how == Read::failed && got < sizeof head_bytes)) return;  // an end between frames, or silence
     Header head;
     if (!head.decode(head_bytes, got)) {
       linger_close(fd, error_reply(Header(), Status::BAD_FRAME,
@@ -317,17 +389,30 @@ void serve(int fd, Service& service, Budget& budget) {
                                     std::to_string(service.max_body())));
       return;
     }
-    bool whole;
-    std::string reply;
-    {
-      Budget::Held held(budget, head.payload_length);
-      whole = read_payload(fd, head.payload_length, payload);
-      reply = whole ? service.call(head, payload)
-                    : error_reply(Header(), Status::BAD_FRAME, "the stream ended inside a frame");
-      if (payload.capacity() > (1 << 20)) std::string().swap(payload);  // a large one is not kept idle
+    if (!held.take(head.payload_length)) {  // no room in time: answered, and the stream left behind
+      linger_close(fd, error_reply(Header(), Status::BUSY, kBusy));
+      return;
     }
-    if (!whole) return linger_close(fd, reply);
-    if (!write_all(fd, reply)) return;
+    how = read_payload(fd, head.payload_length, payload);
+    if (how == Read::failed) return;  // a reset, or silence or a trickle past its time: closed without a reply
+    if (how == Read::end) {
+      held.give_all();
+      linger_close(fd, error_reply(Header(), Status::BAD_FRAME, "the stream ended inside a frame"));
+      return;
+    }
+    bool busy = false;
+    std::string reply = service.call(head, payload, held, busy);  // the reply's bytes are held from here
+    if (payload.capacity() > (1 << 20)) std::string().swap(payload);  // a large one is not kept idle
+    held.give(head.payload_length);  // the request's bytes, once its reply is built
+    if (busy) {
+      held.give_all();
+      linger_close(fd, reply);
+      return;
+    }
+    bool sent = write_all(fd, reply);
+    std::string().swap(reply);
+    held.give_all();  // the reply's bytes, once sent (or failed)
+    if (!sent) return;
   }
 }
 
@@ -362,8 +447,12 @@ class Connections {
 };
 
 void accept_one(int listener, Service& service, Budget& budget, Connections& connections) {
-  int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return;  // the peer gave up, or no descriptors left: the next one may do
+  int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);  // blocking, unlike the listener
+  if (fd < 0) {  // none waiting after all (the peer gave up: EAGAIN, ECONNABORTED), or out of descriptors
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED && errno != EINTR)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // EMFILE and kin: no busy loop meanwhile
+    return;
+  }
   if (!connections.add(fd)) {
     ::close(fd);  // past the limit: closed at once
     return;
@@ -401,7 +490,8 @@ int listen_on(const std::string& bind, long port, std::string& why) {
   }
   int fd = -1;
   for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    // non-blocking: a connection reset between poll and accept must not block the main loop
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);

@@ -188,7 +188,7 @@ def test_a_peer_trickling_a_payload_holds_the_others_up_no_longer_than_the_deadl
 
 def test_a_peer_that_does_not_read_its_reply_holds_it_in_the_budget_not_the_others_up(impatient):
     port = impatient
-    n = (4 << 20) - 2  # its 4 bytes and a reply of 16 MiB - 4: the whole budget, past the socket buffers
+    n = (4 << 20) - 1  # a reply of 16 MiB, the whole budget, past the socket buffers
     with socket.create_connection(("127.0.0.1", port), timeout=10) as deaf:
         deaf.sendall(Frame(1, 3, study().messages["Count"].encode((n,))).pack())
         time.sleep(0.5)

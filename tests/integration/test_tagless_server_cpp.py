@@ -5,8 +5,11 @@ so what passes here is the wire format itself. Each of the study's methods answe
 stage times as the trailer when asked; refusals come as error frames, and those that leave the stream in
 step (an unknown method, a payload that does not decode, a count the limit refuses) keep the connection
 usable, while those that do not (a status or trailer in a request, a header or payload cut short, a
-payload past --max-body-mb) close it. Random bytes and random well-formed frames never stop it. The
-connection limit, IPv6, SIGTERM, SIGINT and --parent are checked too. No root needed.
+payload past --max-body-mb) close it. Replies count in the body limit (GetRandNums's 4 + 4n), a
+SayHello name past 1 MiB is refused, and a peer holding the whole budget (a payload trickled, a reply
+never read) holds no one else up past the bounded wait: they are answered, BUSY at worst. Random
+bytes and random well-formed frames never stop it. The connection limit, IPv6, SIGTERM, SIGINT and
+--parent are checked too. No root needed.
 """
 
 from __future__ import annotations
@@ -295,8 +298,9 @@ def test_a_frame_out_of_step_is_refused_then_the_connection_closed(conn, frame, 
 def test_the_body_limit_refuses_payloads_and_replies_past_it(small):
     conn = small.connect()
     try:
-        assert conn.values("GetRandNums", (MIB // 4,))[0].size == MIB // 4  # 1 MiB of values: at the limit
-        reply = conn.call("GetRandNums", (MIB // 4 + 1,))
+        # a reply of 4 + 4n bytes: n = (1 MiB - 4) / 4 is exactly at the limit, one more past it
+        assert conn.values("GetRandNums", ((MIB - 4) // 4,))[0].size == (MIB - 4) // 4
+        reply = conn.call("GetRandNums", ((MIB - 4) // 4 + 1,))
         assert reply.status == Status.TOO_LARGE and "limit" in error_message(reply)
         assert conn.values("Average", (np.ones(MIB // 4 - 1, dtype=np.int32),)) == (1.0,)  # 1 MiB payload
         hello = study().method("SayHello")
@@ -308,6 +312,95 @@ def test_the_body_limit_refuses_payloads_and_replies_past_it(small):
     again = small.connect()
     assert again.values("SayHello", ("after",)) == ("Hello after",)
     again.close()
+
+
+def test_get_rand_nums_counts_its_reply_with_its_count(small):
+    """The reply's 4-byte count is held too: 4 + 4n past the limit is refused, exactly at it answered."""
+    conn = small.connect()
+    try:
+        for n in (MIB // 4, MIB // 4 + 1):  # 4n = MIB is at the limit, but 4 + 4n passes it by the count
+            reply = conn.call("GetRandNums", (n,))
+            assert reply.status == Status.TOO_LARGE and "limit" in error_message(reply)
+        (values,) = conn.values("GetRandNums", ((MIB - 4) // 4,))  # 4 + 4n = MIB: at the limit
+        assert values.size == (MIB - 4) // 4
+        assert conn.values("SayHello", ("still",)) == ("Hello still",)  # the refusal kept it in step
+    finally:
+        conn.close()
+
+
+def test_a_say_hello_name_past_one_mib_is_refused_and_the_connection_goes_on(built, tmp_path):
+    server = start(tmp_path, "--max-body-mb", "4")  # room for the name: the cap, not the body limit, refuses
+    conn = server.connect()
+    try:
+        reply = conn.call("SayHello", ("x" * (MIB + 1),))
+        assert reply.status == Status.TOO_LARGE and str(MIB) in error_message(reply)
+        name = "y" * MIB  # at the cap: answered
+        assert conn.values("SayHello", (name,)) == (f"Hello {name}",)
+    finally:
+        conn.close()
+        finish(server)
+
+
+def answered_despite(server: CppServer, started: float) -> Frame:
+    """A second connection's SayHello, while another holds the budget: a reply frame (OK, or BUSY once
+    the bounded wait has passed) well within 35 s, and the server still up."""
+    other = server.connect()
+    other.sock.settimeout(45)
+    try:
+        hello = study().method("SayHello")
+        other.send(Frame(11, hello.id, hello.request.encode(("second",))))
+        reply = other.reply()
+        assert reply is not None, "the second connection was closed without a reply"
+        assert time.monotonic() - started < 40
+        if reply.status == Status.BUSY:
+            assert "try again" in error_message(reply) and other.closed()
+        else:
+            assert reply.status == Status.OK and hello.reply.decode(reply.payload) == ("Hello second",)
+        return reply
+    finally:
+        other.close()
+
+
+def test_a_peer_trickling_a_full_limit_payload_does_not_stall_the_others(built, tmp_path):
+    server = start(tmp_path, "--max-body-mb", "1")  # its own: the budget is held for the test's length
+    trickler = server.connect()
+    done = threading.Event()
+
+    def trickle() -> None:
+        try:
+            while not done.wait(1.0):
+                trickler.send(b"\0")  # a byte a second: never idle, never whole
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    try:
+        trickler.send(HEADER.pack(1, study().method("Average").id, 0, 0, MIB, 0) + b"\0" * 1000)
+        time.sleep(0.2)  # the full limit taken by the first connection
+        thread.start()
+        answered_despite(server, time.monotonic())
+        assert server.proc.poll() is None
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        trickler.close()
+        finish(server)
+
+
+def test_a_peer_that_never_reads_a_full_limit_reply_does_not_stall_the_others(built, tmp_path):
+    server = start(tmp_path, "--max-body-mb", "32")  # a reply larger than loopback's socket buffers
+    stuck = server.connect()
+    try:
+        stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        n = (32 * MIB - 4) // 4  # 4 + 4n: the whole limit
+        m = study().method("GetRandNums")
+        stuck.send(Frame(1, m.id, m.request.encode((n,))))  # and never a byte read
+        time.sleep(0.5)  # its reply built and being sent
+        answered_despite(server, time.monotonic())
+        assert server.proc.poll() is None
+    finally:
+        stuck.close()
+        finish(server)
 
 
 def test_calls_from_many_connections_at_once_all_come_right_and_print_nothing(built, tmp_path):

@@ -82,6 +82,10 @@ def test_a_reply_is_held_in_the_budget_and_a_full_budget_answers_busy():
     assert busy.status == Status.BUSY and "try again" in error_message(busy)
     held.give_all()
     assert held.budget.held == (1 << 16) - 404
+    alone = Held(Budget(1 << 16, wait_s=0.05))  # a call alone never waits for its own bytes
+    full = Frame(3, 3, study().messages["Count"].encode(((1 << 14) - 1,)))  # a reply of the whole limit
+    alone.take(len(full.payload))
+    assert service.call(full, alone).status == Status.OK and alone.n == 4 + (1 << 16)
 
 
 def test_the_budget_holds_a_reader_until_there_is_room():
