@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <random>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -33,6 +34,10 @@
 #include <type_traits>
 #include <vector>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include "images.h"
@@ -458,10 +463,251 @@ class OffloadService final : public offload::v1::Offload::WithRawCallbackMethod_
     return reactor;
   }
 
+  const CpuLock& cpu_lock() const { return cpu_lock_; }
+  std::mutex& mutex() { return mutex_; }
+
  private:
   Limits limits_;
   CpuLock cpu_lock_;
   std::mutex mutex_;
+};
+
+// The lightweight-RPC study's service `rpcstudy.v1.Study` (contracts/rpc_study.tagless, as
+// contracts/rpc_study_proto.py numbers its fields), answered as server/rpc_study_grpc.py answers it.
+//
+// How, and why not protoc's classes: protoc's C++ output for the LargeData messages (fields 1..8192,
+// one int32 each) is ~30 MB, and with Debian's protobuf 3.21 headers `g++ -O2` of it did not finish in
+// 5 minutes (nor compile at all without -ftemplate-depth: InternalSwap's memswap recursion). So the
+// Study methods are served by gRPC's generic callback service (raw request bytes, like Execute's raw
+// method), and each message is read and written field by field with protobuf's own wire-format API
+// (io::CodedInputStream / io::CodedOutputStream and internal::WireFormatLite: tag, varint, packed,
+// length-delimited), which is what the generated parsers and serializers do: the same library, the
+// same wire format (proto3: zero values omitted, `repeated` packed and read packed or not, unknown
+// fields skipped, a string checked as UTF-8, a message that does not parse refused). What it leaves
+// out is building a generated message object per call; it keeps no unknown fields in an echo.
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::StringOutputStream;
+using WFL = google::protobuf::internal::WireFormatLite;
+
+const char* const kStudyPrefix = "/rpcstudy.v1.Study/";
+constexpr int32_t kRandMax = std::numeric_limits<int32_t>::max();  // server/rpc_study_ops.py RAND_MAX
+
+enum class StudyMethod { say_hello, average, get_rand_nums, large_data };
+
+struct StudyCall {
+  StudyMethod method;
+  int fields;  // LargeDataK: K
+};
+
+const std::map<std::string, StudyCall> kStudyMethods = {
+    {"SayHello", {StudyMethod::say_hello, 1}},
+    {"Average", {StudyMethod::average, 1}},
+    {"GetRandNums", {StudyMethod::get_rand_nums, 1}},
+    {"SendRcvLargeData128", {StudyMethod::large_data, 128}},
+    {"SendRcvLargeData256", {StudyMethod::large_data, 256}},
+    {"SendRcvLargeData512", {StudyMethod::large_data, 512}},
+    {"SendRcvLargeData1024", {StudyMethod::large_data, 1024}},
+    {"SendRcvLargeData2048", {StudyMethod::large_data, 2048}},
+    {"SendRcvLargeData4096", {StudyMethod::large_data, 4096}},
+    {"SendRcvLargeData8192", {StudyMethod::large_data, 8192}},
+};
+
+// A study request's fields: `text` (Hello.name), `ints` (Numbers.values, Count.n, LargeDataK.m1..mK).
+struct StudyRequest {
+  std::string text;
+  std::vector<int32_t> ints;
+};
+
+Refused unparsable(const std::string& name, const std::string& why) {
+  return bad_input(name + ": the request does not parse", why);
+}
+
+// One message's fields off the wire, as protobuf's generated parser takes them.
+StudyRequest parse_study(const std::string& name, const StudyCall& call, const std::string& body) {
+  StudyRequest req;
+  if (call.method == StudyMethod::large_data || call.method == StudyMethod::get_rand_nums)
+    req.ints.assign(call.fields, 0);
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(body.data()), static_cast<int>(body.size()));
+  while (uint32_t tag = in.ReadTag()) {
+    int field = WFL::GetTagFieldNumber(tag);
+    WFL::WireType type = WFL::GetTagWireType(tag);
+    bool ok = true, known = true;
+    if (call.method == StudyMethod::say_hello && field == 1 && type == WFL::WIRETYPE_LENGTH_DELIMITED) {
+      ok = WFL::ReadString(&in, &req.text) &&
+           WFL::VerifyUtf8String(req.text.data(), static_cast<int>(req.text.size()), WFL::PARSE,
+                                 "rpcstudy.v1.Hello.name");
+    } else if (call.method == StudyMethod::average && field == 1 && type == WFL::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t length;  // packed: proto3's way
+      ok = in.ReadVarint32(&length) && length <= body.size() - static_cast<size_t>(in.CurrentPosition());
+      if (ok) {
+        CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(length));
+        while (ok && in.BytesUntilLimit() > 0) {
+          int32_t v;
+          ok = WFL::ReadPrimitive<int32_t, WFL::TYPE_INT32>(&in, &v);
+          req.ints.push_back(v);
+        }
+        ok = ok && in.BytesUntilLimit() == 0;
+        in.PopLimit(limit);
+      }
+    } else if (call.method == StudyMethod::average && field == 1 && type == WFL::WIRETYPE_VARINT) {
+      int32_t v;  // not packed: a parser accepts either
+      ok = WFL::ReadPrimitive<int32_t, WFL::TYPE_INT32>(&in, &v);
+      req.ints.push_back(v);
+    } else if (call.method != StudyMethod::say_hello && call.method != StudyMethod::average && field >= 1 &&
+               field <= call.fields && type == WFL::WIRETYPE_VARINT) {
+      ok = WFL::ReadPrimitive<int32_t, WFL::TYPE_INT32>(&in, &req.ints[field - 1]);
+    } else {
+      known = false;
+    }
+    if (!known) ok = WFL::SkipField(&in, tag);  // an unknown field (or one of another wire type)
+    if (!ok) throw unparsable(name, "a field of number " + std::to_string(field) + " does not parse");
+  }
+  if (!in.ConsumedEntireMessage()) throw unparsable(name, "a bad tag or a truncated message");
+  return req;
+}
+
+// The reply's bytes, as a generated serializer writes them (fields in order, zero values omitted).
+std::string serialize_study(const StudyCall& call, const std::string& text, const std::vector<int32_t>& ints,
+                            double mean) {
+  std::string out;
+  {
+    StringOutputStream stream(&out);
+    CodedOutputStream os(&stream);
+    if (call.method == StudyMethod::say_hello) {
+      if (!text.empty()) WFL::WriteString(1, text, &os);
+    } else if (call.method == StudyMethod::average) {
+      if (mean != 0.0 || std::signbit(mean)) WFL::WriteDouble(1, mean, &os);
+    } else if (call.method == StudyMethod::get_rand_nums) {
+      if (!ints.empty()) {
+        size_t size = 0;
+        for (int32_t v : ints) size += WFL::Int32Size(v);
+        WFL::WriteTag(1, WFL::WIRETYPE_LENGTH_DELIMITED, &os);
+        os.WriteVarint32(static_cast<uint32_t>(size));
+        for (int32_t v : ints) WFL::WriteInt32NoTag(v, &os);
+      }
+    } else {
+      for (size_t i = 0; i < ints.size(); ++i)
+        if (ints[i] != 0) WFL::WriteInt32(static_cast<int>(i + 1), ints[i], &os);
+    }
+  }
+  return out;
+}
+
+constexpr size_t kMaxName = 1 << 20;  // SayHello's name, bytes (server/rpc_study_ops.py: MAX_NAME)
+
+// One study call: decode (parse), compute (the reply's values), encode (serialize), each timed.
+std::string run_study(const std::string& name, const StudyCall& call, const grpc::ByteBuffer& request,
+                      StageClock& clock, const Limits& limits, std::mt19937_64& rng) {
+  if (call.method == StudyMethod::say_hello && request.Length() > kMaxName + 8)  // its tag and length, the name
+    throw over_limit("SayHello: a name past " + std::to_string(kMaxName) + " bytes", "");
+  StudyRequest req = clock.stage("decode", [&] {
+    std::vector<grpc::Slice> slices;
+    request.Dump(&slices);
+    std::string body;
+    body.reserve(request.Length());
+    for (const auto& s : slices) body.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    return parse_study(name, call, body);
+  });
+  std::string text;
+  std::vector<int32_t> ints;
+  double mean = 0.0;
+  clock.stage("compute", [&] {
+    if (call.method == StudyMethod::say_hello) {
+      text = "Hello " + req.text;
+    } else if (call.method == StudyMethod::average) {
+      double sum = 0.0;  // exact: int32 values, far fewer than 2^22 of them under any body limit
+      for (int32_t v : req.ints) sum += v;
+      mean = req.ints.empty() ? 0.0 : sum / static_cast<double>(req.ints.size());
+    } else if (call.method == StudyMethod::get_rand_nums) {
+      int32_t n = req.ints[0];
+      if (n < 0) throw bad_input("GetRandNums: a count of " + std::to_string(n));
+      if (5 * static_cast<int64_t>(n) + 10 > limits.max_body)  // a varint's 5 bytes a value, its tag and length
+        throw over_limit("GetRandNums: " + std::to_string(n) + " values pass the reply limit of " +
+                             std::to_string(limits.max_body) + " bytes",
+                         "");
+      std::uniform_int_distribution<int32_t> uniform(0, kRandMax);
+      ints.resize(n);
+      for (int32_t& v : ints) v = uniform(rng);
+    } else {
+      ints = std::move(req.ints);  // SendRcvLargeDataK: the message echoed
+    }
+  });
+  return clock.stage("encode", [&] { return serialize_study(call, text, ints, mean); });
+}
+
+// rpcstudy.v1.Study's methods, and UNIMPLEMENTED for any other method no service registered.
+class StudyService final : public grpc::CallbackGenericService {
+ public:
+  StudyService(Limits limits, const CpuLock& cpu_lock, std::mutex& mutex)
+      : limits_(limits), cpu_lock_(cpu_lock), mutex_(mutex), rng_(std::random_device{}()) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
+    return new Reactor(this, context);
+  }
+
+ private:
+  class Reactor final : public grpc::ServerGenericBidiReactor {
+   public:
+    Reactor(StudyService* service, grpc::GenericCallbackServerContext* context)
+        : service_(service), context_(context) {
+      const std::string& path = context->method();
+      auto found = path.rfind(kStudyPrefix, 0) == 0 ? kStudyMethods.find(path.substr(std::strlen(kStudyPrefix)))
+                                                    : kStudyMethods.end();
+      if (found == kStudyMethods.end()) {
+        Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no method " + path));
+        return;
+      }
+      name_ = found->first;
+      call_ = found->second;
+      StartRead(&request_);
+    }
+
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, name_ + ": no request message"));
+        return;
+      }
+      grpc::Status status = service_->answer(name_, call_, request_, context_, &response_);
+      if (status.ok())
+        StartWriteAndFinish(&response_, grpc::WriteOptions(), status);
+      else
+        Finish(status);
+    }
+
+    void OnDone() override { delete this; }
+
+   private:
+    StudyService* service_;
+    grpc::GenericCallbackServerContext* context_;
+    std::string name_;
+    StudyCall call_{};
+    grpc::ByteBuffer request_, response_;
+  };
+
+  grpc::Status answer(const std::string& name, const StudyCall& call, const grpc::ByteBuffer& request,
+                      grpc::GenericCallbackServerContext* context, grpc::ByteBuffer* response) {
+    grpc::Status status;
+    std::lock_guard<std::mutex> one_at_a_time(mutex_);  // shared with Execute: trials never share a CPU
+    StageClock clock(cpu_lock_);
+    try {
+      std::string out = run_study(name, call, request, clock, limits_, rng_);
+      grpc::Slice slice(out);
+      *response = grpc::ByteBuffer(&slice, 1);
+    } catch (const Refused& exc) {
+      status = grpc::Status(exc.code, exc.what());
+    } catch (const std::exception& exc) {  // a bug: logged, answered, and the server goes on
+      std::fprintf(stderr, "[grpc-cpp] ERROR %s failed: %s\n", name.c_str(), exc.what());
+      status = grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + exc.what());
+    }
+    if (!clock.empty()) context->AddTrailingMetadata("server-timing", clock.header());
+    return status;
+  }
+
+  Limits limits_;
+  const CpuLock& cpu_lock_;
+  std::mutex& mutex_;
+  std::mt19937_64 rng_;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
@@ -508,12 +754,14 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(limits.max_body));
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(&service);
+  StudyService study(limits, service.cpu_lock(), service.mutex());  // rpcstudy.v1.Study, beside Execute
+  builder.RegisterCallbackGenericService(&study);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || !bound) {
     std::fprintf(stderr, "error: cannot listen on %s:%ld for gRPC (fix: choose a free --port)\n", host.c_str(), port);
     return 1;
   }
-  std::fprintf(stderr, "[grpc-cpp] INFO gRPC offload.v1.Offload on %s:%d\n", bind.c_str(), bound);
+  std::fprintf(stderr, "[grpc-cpp] INFO gRPC offload.v1.Offload and rpcstudy.v1.Study on %s:%d\n", bind.c_str(), bound);
   std::fflush(stderr);
   timespec second{1, 0};
   while (sigtimedwait(&stop_signals, nullptr, &second) < 0) {
