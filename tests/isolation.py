@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from contracts.processes import alive
-from contracts.stages import GRPC_SERVERS
+from contracts.stages import GRPC_SERVERS, TAGLESS_SERVERS
 
 LEASE_DIR = Path(os.environ.get("TESTBED_TEST_LEASES", "/run/testbed-tests"))
 # inventory.py takes a prefix of at most 6 characters (interface names are limited to 15, and the
@@ -32,6 +32,9 @@ PREFIX_LENGTH = 6
 SUBNETS = "10.201"  # each lease's subnets are 10.201.N.0/24, N in 0..255
 
 
+SPAN = len(GRPC_SERVERS) + len(TAGLESS_SERVERS)  # the ports from the gRPC port on that a lease holds
+
+
 @dataclass(frozen=True)
 class Lease:
     """One privileged test's own testbed identity: a prefix, /24 subnets and TCP ports."""
@@ -39,6 +42,11 @@ class Lease:
     prefix: str
     subnets: tuple[str, ...]  # "10.201.N", each a /24 of its own
     ports: tuple[int, ...]  # free TCP ports on this machine, none another lease holds
+
+    @property
+    def tagless_port(self) -> int:
+        """The tagless servers' first port: after the gRPC servers' (the third port's span)."""
+        return self.ports[2] + len(GRPC_SERVERS)
 
     @property
     def net(self) -> str:
@@ -114,8 +122,9 @@ def take(subnets: int = 1, ports: int = 3, test: str = "", replicas: int = 1) ->
         reserved: list[int] = []  # held too, after the chosen ones
         while len(chosen_ports) < ports:
             port = _free_port()
-            # the third port is the gRPC port: the other languages' servers take the ones after it
-            span = list(range(port, port + len(GRPC_SERVERS))) if len(chosen_ports) == 2 else [port]
+            # the third port is the gRPC port: the other languages' servers take the ones after it, and
+            # the tagless servers the ones after those (`Lease.tagless_port`)
+            span = list(range(port, port + SPAN)) if len(chosen_ports) == 2 else [port]
             if (
                 not set(span) & (taken_ports | {*chosen_ports, *reserved})
                 and port >= 1024
@@ -155,6 +164,7 @@ services:
   server_port: {port}
   iperf3_port: {iperf_port}
   grpc_port: {grpc_port}
+  tagless_port: {tagless_port}
 """
 
 
@@ -168,6 +178,7 @@ def write_inventory(path: Path, lease: Lease, quota: float = 0.5) -> Path:
         port=server_port,
         iperf_port=iperf_port,
         grpc_port=grpc_port,
+        tagless_port=lease.tagless_port,
     )
     path.write_text(textwrap.dedent(text))
     return path

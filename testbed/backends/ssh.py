@@ -25,6 +25,8 @@ from testbed.inventory import Inventory
 
 REPO = Path(__file__).resolve().parents[2]  # testbed/backends/ssh.py -> the repository
 PACKAGES = ("contracts", "agent", "appliance", "client", "server")  # what a host needs: never testbed/
+# and the data files they read at run time: the tagless transport's schema (contracts/rpc_study.tagless)
+DATA = ("*.py", "*.tagless")
 
 
 def code_archive() -> bytes:
@@ -32,7 +34,7 @@ def code_archive() -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for package in PACKAGES:
-            for path in sorted((REPO / package).rglob("*.py")):
+            for path in sorted(p for pattern in DATA for p in (REPO / package).rglob(pattern)):
                 tar.add(path, arcname=str(path.relative_to(REPO)))
     return buf.getvalue()
 

@@ -30,7 +30,7 @@ def test_each_largedata_member_costs_grpc_at_least_two_bytes_more_than_tagless_o
     run_cli(inventory, "shape", "--rate", "100mbit")
     server = lease.address(2)
     per_call = {}
-    for transport, port in (("tagless", 50061), ("grpc", lease.ports[2])):
+    for transport, port in (("tagless", lease.tagless_port), ("grpc", lease.ports[2])):
         before = sent_bytes(lease.name("appliance"), lease.name("a1"))  # client -> server
         run_cli(
             inventory, "exec", "--unlimited", "client", "--", sys.executable, "-m", "client", "rpc-calls",

@@ -137,6 +137,7 @@ def inventory_text(
           server_port: {server_port}
           iperf3_port: {iperf_port}
           grpc_port: {grpc_port}
+          tagless_port: {lab.lease.tagless_port}
         """)
 
 

@@ -244,12 +244,12 @@ def test_another_testbed_and_foreign_namespaces_are_not_touched(inventory, lease
 def test_the_tagless_server_comes_with_up_answers_through_the_switch_and_goes_with_down(inventory, lease):
     run_cli(inventory, "up")
     status = json.loads(run_cli(inventory, "status", "--json").stdout)
-    target = f"{lease.address(2)}:50061"  # the inventory's default tagless_port
+    target = f"{lease.address(2)}:{lease.tagless_port}"
     assert status["tagless_servers"]["python"] == {"target": target, "answers": True}
     assert status["tagless_servers"]["cpp"]["answers"] is False  # not asked for: no C++ gRPC server
     call = (
         "import numpy as np; from client.tagless_call import TaglessClient; "
-        f"c = TaglessClient('{lease.address(2)}', 50061); "
+        f"c = TaglessClient('{lease.address(2)}', {lease.tagless_port}); "
         "r = c.call('SendRcvLargeData8192', tuple(range(8192)), timing=True); "
         "print(r.values == tuple(range(8192)), r.bytes_up, r.timing.decode_cpu > 0)"
     )

@@ -227,12 +227,15 @@ def test_an_ssh_hosts_code_is_every_module_of_the_roles_the_agent_and_the_core()
     import io
     import tarfile
 
-    from testbed.backends.ssh import PACKAGES, REPO, code_archive
+    from testbed.backends.ssh import DATA, PACKAGES, REPO, code_archive
 
     with tarfile.open(fileobj=io.BytesIO(code_archive()), mode="r:gz") as tar:
         shipped = sorted(tar.getnames())
-    expected = sorted(str(p.relative_to(REPO)) for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py"))
+    expected = sorted(
+        str(p.relative_to(REPO)) for pkg in PACKAGES for d in DATA for p in (REPO / pkg).rglob(d)
+    )
     assert shipped == expected and "agent/__main__.py" in shipped and "contracts/hosts.py" in shipped
+    assert "contracts/rpc_study.tagless" in shipped  # the servers read the schema at start
     assert not any(name.startswith("testbed/") for name in shipped)
 
 
