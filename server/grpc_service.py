@@ -16,7 +16,6 @@ do not survive gunicorn's fork); the child stops when its parent goes away.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from concurrent import futures
@@ -30,7 +29,7 @@ from contracts.limits import Limits
 from contracts.protobuf_codec import EXECUTE, SERVICE
 from server import rpc_study_grpc
 from server.image_stages import run_image_stages
-from server.lifetime import until_stopped
+from server.lifetime import transport_parser, until_stopped
 from server.refusals import REFUSED, refusal_of
 from server.stages import run_stages
 from server.timing import StageClock
@@ -93,11 +92,7 @@ def serve(bind: str, port: int, max_body_mb: float, parent: int | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m server.grpc_service", description=__doc__.split("\n")[0])
-    p.add_argument("--bind", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--max-body-mb", type=float, default=256.0)
-    p.add_argument("--parent", type=int, help="stop when this process is no longer the parent")
+    p = transport_parser("python -m server.grpc_service", __doc__.split("\n")[0])
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] [grpc] %(levelname)s %(message)s")
     try:

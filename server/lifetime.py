@@ -4,6 +4,7 @@ the offload server's process group, or its master dying, leaves none of them beh
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import threading
@@ -17,3 +18,14 @@ def until_stopped(parent: int | None, poll_s: float = 1.0) -> None:
     while not done.wait(poll_s):
         if parent is not None and os.getppid() != parent:
             return
+
+
+def transport_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The flags every transport server next to the HTTP server takes (`server.languages`: the same
+    for each language's): `--bind`, `--port`, `--max-body-mb`, `--parent`."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--max-body-mb", type=float, default=256.0)
+    p.add_argument("--parent", type=int, help="stop when this process is no longer the parent")
+    return p

@@ -31,7 +31,6 @@ child stops when its parent goes away.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import socket
 import socketserver
@@ -41,7 +40,7 @@ import time
 
 from contracts.limits import Limits
 from contracts.tagless import TIMING, Frame, Status, TaglessError, Timing, error_frame, read_frame, study
-from server.lifetime import until_stopped
+from server.lifetime import transport_parser, until_stopped
 from server.rpc_study_ops import MAX_NAME, answer, reply_bytes
 from server.timing import StageClock
 
@@ -231,11 +230,7 @@ def serve(bind: str, port: int, max_body_mb: float, parent: int | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m server.tagless_service", description=__doc__.split("\n")[0])
-    p.add_argument("--bind", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--max-body-mb", type=float, default=256.0)
-    p.add_argument("--parent", type=int, help="stop when this process is no longer the parent")
+    p = transport_parser("python -m server.tagless_service", __doc__.split("\n")[0])
     args = p.parse_args(argv)
     if not 0 < args.max_body_mb <= MAX_BODY_MB:
         p.error(f"--max-body-mb {args.max_body_mb:g}: must be above 0 and at most {MAX_BODY_MB:g}")
