@@ -36,10 +36,10 @@ def test_netns_up_asks_each_host_agent_in_order(netns):
     iperf, offload = server.args("service.start")
     assert iperf["argv"][0] == "iperf3"
     assert offload["argv"][-8:] == [
-        *("--bind", "10.78.0.2", "--port", "18080", "--grpc-port", "50051", "--tagless-port", "50061")
+        *("--bind", "10.78.0.2", "--port", "18080", "--grpc-port", "50051", "--tagless-port", "50056")
     ]
     assert client.args("grpc.ready") == [{"target": "10.78.0.2:50051", "wait": 60.0}]  # from the client
-    assert client.args("tagless.ready") == [{"target": "10.78.0.2:50061", "wait": 60.0}]
+    assert client.args("tagless.ready") == [{"target": "10.78.0.2:50056", "wait": 60.0}]
     assert client.ran("ethtool") == [["ethtool", "-K", "tbf-c0", "tx", "off"]]
     assert len(appliance.ran("ethtool")) == 2
     assert netns.is_up() and netns.up() is False  # idempotent: nothing asked the second time
@@ -77,8 +77,8 @@ def test_status_reports_whether_grpc_answers(netns):
     assert status["services"] == {"iperf3": True, "offload": True, "grpc": True}
     assert status["grpc_target"] == "10.78.0.2:50051"
     assert status["tagless_servers"] == {
-        "python": {"target": "10.78.0.2:50061", "answers": True},
-        "cpp": {"target": "10.78.0.2:50062", "answers": True},
+        "python": {"target": "10.78.0.2:50056", "answers": True},
+        "cpp": {"target": "10.78.0.2:50057", "answers": True},
     }
     netns.hosts["client"].reply("grpc.ready", False)
     assert netns.status()["services"]["grpc"] is False
@@ -86,7 +86,7 @@ def test_status_reports_whether_grpc_answers(netns):
 
 def test_a_tagless_port_that_does_not_answer_fails_up_in_one_line(netns):
     netns.hosts["client"].reply("tagless.ready", False)
-    with pytest.raises(UserError, match=r"tagless transport at 10\.78\.0\.2:50061 \(python server\)") as exc:
+    with pytest.raises(UserError, match=r"tagless transport at 10\.78\.0\.2:50056 \(python server\)") as exc:
         netns.up()
     assert "services.tagless_port" in exc.value.fix
     assert not netns.is_up() and not netns.state_dir.exists()

@@ -266,7 +266,7 @@ def test_a_failed_remote_trial_with_the_server_gone_restarts_the_server_and_runs
     names = [a["name"] for a in server.args("service.start")]
     assert names == ["server-iperf3", "server-offload", "server-offload"]
     assert server.args("service.start")[-1]["argv"][-8:] == [
-        *("--bind", "10.78.0.2", "--port", "18080", "--grpc-port", "50051", "--tagless-port", "50061")
+        *("--bind", "10.78.0.2", "--port", "18080", "--grpc-port", "50051", "--tagless-port", "50056")
     ]
     # the restarted server is waited for from the client, during the sweep (after its worker started)
     health = [i for i, c in enumerate(client.calls) if c[0] == "run" and tuple(c[1][:4]) == HEALTH]
