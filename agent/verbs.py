@@ -275,6 +275,7 @@ def counters(request: api.ApplianceCounters) -> CounterSnapshot:
         at=time.time(),
         htb=_classes(request.ifs),  # per port: rate, ceil and counters
         ovs={i: s for i, s in interfaces.items() if i in request.ifs},
+        link=_shaper().sent(list(request.ifs)),
     )
 
 

@@ -48,7 +48,9 @@ def analyze(
     from analysis.load import load_run, output_dir
     from analysis.plots import make_plots, remove_plots
     from analysis.report import write_report
+    from analysis.report_rpc import analyze_rpc
     from analysis.report_transfers import analyze_transfers
+    from analysis.rpc_study import is_rpc_run
     from analysis.tables import write_tables
     from analysis.transfers import is_transfer_run
     from contracts.power import load_power
@@ -63,6 +65,8 @@ def analyze(
     out_dir = output_dir(run)
     if is_transfer_run(run.trials):  # a transfer sweep (op fetch): its own tables, figures and page
         return analyze_transfers(run, figures_of.get(""), out_dir, plots, out, embed)
+    if is_rpc_run(run.trials):  # an RPC study (issue 46): its own tables, figures and page
+        return analyze_rpc(run, out_dir, plots, out, embed)
     tables = _tables(run, figures_of)
     write_tables(tables, out_dir)
     remove_plots(out_dir)

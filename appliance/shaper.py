@@ -67,6 +67,13 @@ def plan_shaping(link: LinkSpec, up_if: str, down_if: str, hz: int | None = None
     return ports
 
 
+def link_counters(link) -> dict[str, int]:
+    """Bytes and packets a port has sent, from a link message's IFLA_STATS64 (the kernel's own count,
+    shaped or not). Takes anything with pyroute2's `get_attr`, so a captured message tests it."""
+    stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS") or {}
+    return {"bytes": int(stats.get("tx_bytes", 0)), "packets": int(stats.get("tx_packets", 0))}
+
+
 def class_counters(stats2) -> dict[str, int]:
     """Bytes, packets, drops, overlimits and backlog from a class's TCA_STATS2 attribute.
 
@@ -271,6 +278,17 @@ class Shaper:
                 for cls in ipr.get_classes(found) if found is not None else ():
                     if cls.get_attr("TCA_KIND") == "htb" and cls["handle"] == CLASS_ID:
                         out[ifname] = {**_class_rates(cls), **class_counters(cls.get_attr("TCA_STATS2"))}
+        return out
+
+    def sent(self, ifnames: list[str]) -> dict[str, dict]:
+        """Per port, what it has sent (`link_counters`): what a trial put on an unshaped link, where
+        no HTB class counts it. A missing port is left out."""
+        out: dict[str, dict] = {}
+        with self._ipr() as ipr:
+            for ifname in ifnames:
+                index = self._lookup(ipr, ifname)
+                for link in ipr.get_links(index) if index is not None else ():
+                    out[ifname] = link_counters(link)
         return out
 
     def read(self, ifnames: list[str]) -> dict[str, dict]:

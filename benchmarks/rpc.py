@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from benchmarks.common import Row, skipped
 from benchmarks.session import BenchError
+from contracts.rpc_study import NAME
 from contracts.stages import GRPC, PYTHON, TAGLESS
 from testbed.backends.lab import Lab
 
@@ -41,7 +42,7 @@ def batch(lab: Lab, transport: str, calls: int) -> dict:
     target = lab.tagless_target_of(PYTHON) if transport == TAGLESS else lab.grpc_target
     client = lab.host("client")
     argv = client.python(
-        "client", "rpc-calls", "--transport", transport, "--target", target, "--op", "SayHello",
+        "client", "rpc-calls", "--transport", transport, "--target", target, "--op", "SayHello", "--n", str(len(NAME)),
         "--calls", str(calls), "--warmup", "50",
     )  # fmt: skip
     result = client.run(argv, limited=False, check=False, timeout=300)

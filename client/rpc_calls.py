@@ -4,7 +4,7 @@ the whole batch's wall time and each call's.
 The study (../shared/papers/: HPRPC against gRPC) reports the total time of 1000 calls per
 operation; a batch here gives that (`total_s`) and each call's time besides (median, p99), so one
 slow call shows as what it is. Its request values are drawn once per batch from a seeded generator,
-the same for either transport (`request_values`): SayHello's name, Average's n int32 (any value),
+the same for either transport (`request_values`): SayHello's name of n characters, Average's n int32 (any value),
 GetRandNums' count n, LargeDataK's K members uniform in [0, 2^31 - 1] ("random 32-bit integers").
 """
 
@@ -19,18 +19,18 @@ import numpy as np
 
 from client.grpc_study_call import GrpcStudyClient
 from client.tagless_call import TaglessClient
+from contracts.rpc_study import LARGE_DATA, SAY_HELLO, name_of
 from contracts.stages import GRPC, TAGLESS
 from contracts.tagless import Method, study
 
 TRANSPORTS = (TAGLESS, GRPC)
-NAME = "testbed"  # SayHello's name
 INT32 = (-(1 << 31), (1 << 31) - 1)
 MEMBER = (0, (1 << 31) - 1)  # LargeData's members and GetRandNums' values
 
 
 def study_method(op: str, n: int) -> Method:
     """The schema's method for an operation at its size: SendRcvLargeData at K = n is its own method."""
-    name = f"SendRcvLargeData{n}" if op == "SendRcvLargeData" else op
+    name = f"{LARGE_DATA}{n}" if op == LARGE_DATA else op
     try:
         return study().method(name)
     except KeyError:
@@ -41,8 +41,8 @@ def study_method(op: str, n: int) -> Method:
 def request_values(method: Method, n: int, seed: int = 0) -> tuple:
     """The request's values for `method` at size `n` (a list's length, a count, or K)."""
     rng = np.random.default_rng(seed)
-    if method.name == "SayHello":
-        return (NAME,)
+    if method.name == SAY_HELLO:
+        return (name_of(n),)
     if method.name == "Average":
         return (rng.integers(INT32[0], INT32[1], size=n, endpoint=True, dtype=np.int32),)
     if method.name == "GetRandNums":

@@ -31,6 +31,7 @@ from client.fetch import fetch_dataset
 from client.grpc_offload import GrpcOffloadClient
 from client.host_references import HostReferences
 from client.offload import CPU_LOCK, OffloadClient, OffloadError, StageTimes, local_times
+from client.rpc_calls import client_for, request_values, run_batch, study_method
 from client.scaler import CLIENT, Scaler
 from client.throttle import Aligner
 from contracts.codecs import get_codec
@@ -41,6 +42,7 @@ from contracts.errors import UserError
 from contracts.images import file_pixels, is_image_op, load
 from contracts.operands import IntRange, parse_int_range
 from contracts.ops import execute
+from contracts.rpc_study import is_study_op
 from contracts.short_work import NOTHING, Expected, cpu_clock, per_run_cpu_s
 from contracts.stages import (
     CODEC_TEXTS,
@@ -70,12 +72,14 @@ class TrialWorker:
         pacer: Pacer | None = None,
         codec_text: str = COMPACT,
         int_range: IntRange | None = None,
+        tagless_targets: dict[str, str] | None = None,
     ) -> None:
         """`grpc_target`: the Python gRPC server's HOST:PORT, or each gRPC server's by language;
         `pacer`: its HTTP requests' client stages last the device's time on the cores it shares with
         the client's other workers (concurrency: `client.device_cores`); `codec_text`: the JSON
         codecs' text (CODEC_TEXTS), reported in every result; `int_range`: the integer operands'
-        (`contracts.operands`; None: the ops' own ranges). Both are the experiment's (issue 45)."""
+        (`contracts.operands`; None: the ops' own ranges). Both are the experiment's (issue 45).
+        `tagless_targets`: each tagless server's HOST:PORT by language (an RPC study's)."""
         # under a CPU quota (throttle), each timed stage starts at a known point of the quota's period,
         # with the quota of its kind of work when the calibration gave per-work `quotas`
         self.align = Aligner(quotas=quotas)
@@ -109,6 +113,10 @@ class TrialWorker:
             )
             for server, target in targets.items()
         }
+        # an RPC study's calls (`rpc`): each transport's and server's target, and with a persistent
+        # connection its client, kept across trials
+        self.study_targets = {"tagless": dict(tagless_targets or {}), GRPC: targets}
+        self.study_clients: dict[tuple[str, str], object] = {}
         self.seed = seed
         self.image: str | None = None  # an image file the image ops run on (`--image`)
         self.scaler = scaler  # scaled device emulation; None: the wall clock is the measurement
@@ -247,12 +255,53 @@ class TrialWorker:
         )
         return TrialResult(**out)
 
+    def rpc(self, spec: TrialSpec, out: dict) -> TrialResult:
+        """An RPC study's trial (`client.rpc_calls`): a batch of `calls` calls of the operation at its
+        size over the transport (the method) to the server, after one untimed call; a warm-up (trial
+        -1) makes at most 50. Per-trial connections: the batch's own connection, opened by that first
+        call; persistent: one per transport and server, kept. At host speed: no device emulation."""
+        server = spec.server or PYTHON
+        targets = self.study_targets.get(spec.method, {})
+        if server not in targets:
+            raise UserError(
+                f"no {server} {spec.method} server to call", f"give the worker --{spec.method}-targets"
+            )
+        method = study_method(spec.op, spec.size)
+        values = request_values(method, spec.size, self.seed)
+        calls = spec.calls or 1
+        calls = min(calls, 50) if spec.trial < 0 else calls
+        key = (spec.method, server)
+        client = self.study_clients.get(key) or client_for(spec.method, targets[server], persistent=True)
+        out.update(
+            started_at=datetime.now(UTC).isoformat(timespec="milliseconds"), connection=self.connection
+        )
+        try:
+            batch = run_batch(client, method, values, calls, warmup=1)
+        finally:
+            if self.persistent:
+                self.study_clients[key] = client
+            else:
+                client.close()
+        out.update(
+            ok=True,
+            t_total=batch.total_s,
+            calls=batch.calls,
+            t_call_median=batch.median_s,
+            t_call_p99=batch.p99_s,
+            cpu_server_call=batch.server_cpu_s,
+            bytes_up=batch.bytes_up,
+            bytes_down=batch.bytes_down,
+        )
+        return TrialResult(**out)
+
     def run(self, spec: TrialSpec) -> TrialResult:
         # the record as it grows (the scaler rewrites its times), with the text its JSON codecs write
         out: dict = {"trial": spec.trial, "codec_text": self.codec_text}
         try:
             if spec.op == FETCH:
                 return self.fetch(spec, out)
+            if is_study_op(spec.op):
+                return self.rpc(spec, out)
             op, size, method = spec.op, spec.size, spec.method
             operands = self.operands(op, size, spec.dtype)
             self.meet(op, operands, method, size)
@@ -290,6 +339,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--grpc-targets",
         help='each gRPC server by language, as JSON: {"python": "HOST:PORT", "cpp": ...} (method grpc)',
+    )
+    parser.add_argument(
+        "--tagless-targets", help='each tagless server by language, as JSON: {"python": "HOST:PORT", ...}'
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -360,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         pacer,
         codec_text=args.codec_text,
         int_range=int_range,
+        tagless_targets=json.loads(args.tagless_targets) if args.tagless_targets else None,
     )
     worker.image = args.image
     if quotas:

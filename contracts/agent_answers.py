@@ -176,3 +176,6 @@ class CounterSnapshot(Message):
     at: float
     htb: dict[str, HtbClass]
     ovs: dict[str, dict[str, int]]
+    # per port what the kernel counted it sending (bytes, packets), shaped or not (`Shaper.sent`):
+    # an RPC study's wire bytes on the unshaped link. Absent from an agent before it
+    link: dict[str, dict[str, int]] | None = omitted()

@@ -90,12 +90,41 @@ def parse_sizes(value, where: str = "sizes") -> tuple[int, ...]:
     return tuple(sorted(set(items))) + tuple(sorted(set(images)))
 
 
+# The unshaped link (`none` among the rates): no qdisc on the appliance's ports, the switch's own
+# speed. Held as an unbounded rate, so a wire time over it is 0 and it sorts after every shaped
+# rate; trials.csv writes it `inf`, the manifest `none`. Only the RPC study's sweep takes it
+# (`testbed.experiment`): an offload decision needs a link of known rate.
+UNSHAPED = math.inf
+UNSHAPED_WORDS = ("none", "unshaped")
+
+
+def is_unshaped(rate_mbps: float | None) -> bool:
+    return rate_mbps is not None and math.isinf(rate_mbps)
+
+
+def rate_label(rate_mbps: float) -> str:
+    """`20 Mbit/s`, or `unshaped`."""
+    return "unshaped" if is_unshaped(rate_mbps) else f"{rate_mbps:g} Mbit/s"
+
+
 def parse_rates(value, where: str = "rates") -> tuple[float, ...]:
-    """Sorted distinct rates in Mbit/s from a list, or from comma-separated text with or without units."""
+    """Sorted distinct rates in Mbit/s from a list, or from comma-separated text with or without units;
+    `none` is the unshaped link (`UNSHAPED`)."""
     parts = _items(value)
     if not parts:
         raise UserError(f"{where}: no rates given", "give e.g. 10,20,40 (Mbit/s) or 500kbit")
-    return tuple(sorted({parse_rate(p, where) / 1e6 for p in parts}))
+    unshaped = {UNSHAPED for p in parts if str(p).strip().lower() in UNSHAPED_WORDS}
+    shaped = {parse_rate(p, where) / 1e6 for p in parts if str(p).strip().lower() not in UNSHAPED_WORDS}
+    return tuple(sorted(shaped | unshaped))
+
+
+def rates_to_json(rates) -> list:
+    """Rates as a manifest holds them: the unshaped link as `none` (JSON has no infinity)."""
+    return ["none" if is_unshaped(r) else r for r in rates]
+
+
+def rate_from_json(value) -> float | None:
+    return UNSHAPED if value == "none" else value
 
 
 MAX_DELAY_MS = 10_000.0  # netem's one-way delay; ten seconds is already far beyond any link studied
@@ -146,7 +175,7 @@ class LinkPoint:
 
     def label(self) -> str:
         """E.g. `20 Mbit/s` or `20 Mbit/s, 25 ms, 1% loss`."""
-        parts = [f"{self.rate_mbps:g} Mbit/s"]
+        parts = [rate_label(self.rate_mbps)]
         if self.delay_ms is not None:
             parts.append(f"{self.delay_ms:g} ms delay")
         if self.loss_pct is not None:

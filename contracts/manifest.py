@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contracts.calibration import Calibration
 from contracts.errors import UserError
-from contracts.grid import LinkPoint
+from contracts.grid import LinkPoint, rate_from_json, rates_to_json, sizes_for
 from contracts.message import decode, encode_fields
 from contracts.processes import alive
 from contracts.profiles import CpuProfile
@@ -100,20 +100,52 @@ class Experiment:
     # an image file the image ops run on (`contracts.images`), its pixel count among `sizes`; None:
     # generated images only (a manifest before format 11 reads as None, which is what it ran)
     image: str | None = None
+    # an RPC study (`rpc:`, `contracts.rpc_study`; docs/rpc-study.md): the calls each trial makes, and
+    # each operation's own sizes, (op, sizes) pairs (written as a mapping); None and empty: an
+    # offload sweep. Before format 14: none
+    calls: int | None = None
+    op_sizes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # ... and where its calls differ by rate, (rate, calls) pairs (written as [rate, calls] lists, the
+    # unshaped link's rate as `none`); empty: `calls` at every rate
+    calls_at: tuple[tuple[float, int], ...] = ()
 
     def as_dict(self) -> dict:
-        return encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)
+        data = encode_fields(self)  # a calibration's rows in their own form (contracts.calibration)
+        data["rates_mbps"] = rates_to_json(self.rates_mbps)  # the unshaped link as `none`
+        data["op_sizes"] = {op: list(sizes) for op, sizes in self.op_sizes}
+        data["calls_at"] = [[rates_to_json([r])[0], n] for r, n in self.calls_at]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Experiment:
         data = dict(data)
         cpu = data.pop("client_cpu", None)
         val = data.pop("validation", None) or {}
+        op_sizes = data.pop("op_sizes", None) or {}
+        calls_at = tuple((rate_from_json(r), int(n)) for r, n in data.pop("calls_at", None) or ())
+        data["rates_mbps"] = [rate_from_json(r) for r in data.get("rates_mbps", [])]
         return cls(
             **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()},
             client_cpu=CpuProfile(**cpu) if cpu else None,
             validation=Validation(**val),
+            op_sizes=tuple((op, tuple(sizes)) for op, sizes in dict(op_sizes).items()),
+            calls_at=calls_at,
         )
+
+    def calls_of(self, rate_mbps: float | None) -> int | None:
+        """An RPC study's calls a trial at this rate makes (None: not an RPC study)."""
+        return dict(self.calls_at).get(rate_mbps, self.calls)
+
+    @property
+    def rpc_study(self) -> bool:
+        """Whether it is an RPC study's sweep: each trial a batch of `calls` calls (docs/rpc-study.md)."""
+        return self.calls is not None
+
+    def sizes_of(self, op: str) -> tuple[int, ...]:
+        """The sizes `op` runs at: an RPC study's operation at its own, an image op at the image sizes,
+        a matrix op at the matrix sizes (`contracts.grid.sizes_for`)."""
+        own = dict(self.op_sizes)
+        return own[op] if op in own else sizes_for(op, self.sizes)
 
     @property
     def device_tolerance(self) -> DeviceTolerance:

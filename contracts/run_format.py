@@ -73,6 +73,13 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   null: generated images only), and rows of the image ops (`gray`, `bilateral`, `cartoon`,
   `filters3`), whose `size` is the image's pixel count (0.3MP: 307200; every matrix size is at most
   20000). The columns are version 12's. Older runs load with `image` null, which is what they ran.
+- 14: an RPC study's rows (issue 46, `contracts.rpc_study`: its op an operation, SayHello, Average,
+  GetRandNums or SendRcvLargeData, its size the operation's n or K, its method a transport, `tagless`
+  or `grpc`) and their columns `calls`, `t_call_median`, `t_call_p99`, `cpu_server_call`, `wire_up`
+  and `wire_down`; the unshaped link, a rate of `inf` in trials.csv and `none` among the manifest's
+  `rates_mbps`; the experiment's `calls` and `op_sizes`; the appliance counters' `link` (what each
+  port sent, by the kernel's count). Older runs load with them empty, which is what they ran;
+  resuming one rewrites its trials.csv in version 14's columns.
 """
 
 from __future__ import annotations
@@ -81,7 +88,7 @@ from pathlib import Path
 
 from contracts.errors import UserError
 
-FORMAT_VERSION = 13
+FORMAT_VERSION = 14
 
 
 def check_version(version: int, path: Path) -> None:

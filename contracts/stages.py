@@ -57,9 +57,10 @@ def grpc_port(base: int, server: str) -> int:
 
 def offloads(methods, servers=(PYTHON,), op: str | None = None) -> list[tuple[str, str]]:
     """A sweep's ways to offload, (method, server), in order: the gRPC method once per server, every
-    HTTP method on the Python server (the one HTTP server). With `op`, those of that op: only the
-    servers that have it (`serves`)."""
-    ways = [(m, s) for m in methods for s in (servers if m == GRPC else (PYTHON,))]
+        HTTP method on the Python server (the one HTTP server); the tagless transport (an RPC study's) once
+    per server, as gRPC. With `op`, those of that op: only the
+        servers that have it (`serves`)."""
+    ways = [(m, s) for m in methods for s in (servers if m in (GRPC, TAGLESS) else (PYTHON,))]
     return ways if op is None else [(m, s) for m, s in ways if serves(s, op)]
 
 

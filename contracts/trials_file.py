@@ -1,7 +1,7 @@
 """A run's trials.csv: `TrialRecord` (a row), its columns, `TrialWriter` and `read_trials`, the one
 reader (resume, the stopping rule and the analysis all read through it).
 
-The file's first line is its format mark (`# offload-testbed trials format 13`; none in version 1),
+The file's first line is its format mark (`# offload-testbed trials format 14`; none in version 1),
 then a header of the record's fields and a row per trial; the versions are `contracts.run_format`'s.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import UserError
+from contracts.grid import UNSHAPED
 from contracts.row_file import FALSE_WORDS, TRUE_WORDS, RowWriter, repair
 from contracts.run_format import FORMAT_VERSION, check_version
 from contracts.stage_times import STAGE_TIMES, StageTimes
@@ -101,6 +102,17 @@ class TrialRecord(StageTimes, _TrialHead):
     # a transfer sweep's row (op fetch): the dataset it fetched (`contracts.datasets`); its size is the
     # dataset's number of files, t_total the fetch's seconds, bytes_down its bytes; None before format 12
     dataset: str | None = None
+    # an RPC study's row (`contracts.rpc_study`; its op an operation, its method a transport): the
+    # calls of its batch (t_total: the batch's seconds), one call's seconds (median, p99), the server's
+    # CPU seconds per call (median), and the bytes per call the appliance's ports sent each way while
+    # it ran (the batch and its one untimed call; frames, TCP/IP and the connection's own included),
+    # where bytes_up/down are one call's messages as its transport frames them. None before format 14
+    calls: int | None = None
+    t_call_median: float | None = None
+    t_call_p99: float | None = None
+    cpu_server_call: float | None = None
+    wire_up: float | None = None
+    wire_down: float | None = None
 
     def __post_init__(self) -> None:
         """What every row must hold, checked where a record is made: by the sweep from the worker's
@@ -110,7 +122,9 @@ class TrialRecord(StageTimes, _TrialHead):
                 raise ValueError(f"{name} is empty")
         if self.method != LOCAL and (self.rate_mbps is None or self.rate_mbps <= 0):
             rate = "empty" if self.rate_mbps is None else repr(self.rate_mbps)
-            raise ValueError(f"rate_mbps is {rate}; a remote trial needs a positive rate in Mbit/s")
+            raise ValueError(
+                f"rate_mbps is {rate}; a remote trial needs a positive rate in Mbit/s (inf: unshaped)"
+            )
         if self.ok and self.t_total is None:
             raise ValueError("t_total is empty in a successful trial (ok=true)")
         if self.ok and self.t_total < 0:
@@ -120,13 +134,14 @@ class TrialRecord(StageTimes, _TrialHead):
 COLUMNS = tuple(f.name for f in fields(TrialRecord))
 # how each column is read back (everything else is text)
 _INTS = ("trial", "rep", "bytes_up", "bytes_down", "replica", "client", "clients", "parallelism", "io_kb")
-_INTS += ("concurrency", "stream")
+_INTS += ("concurrency", "stream", "calls")
 _BOOLS = ("ok", "emulation_flagged")
 _TIMES = (*STAGE_TIMES, "t_request", "t_server_start", "t_server_queue")
 _FLOATS = (*_TIMES, "wall_client_encode", "cpu_client_encode", "wall_client_decode")
 _FLOATS += ("cpu_client_decode", "wall_total", "cpu_total")
 _FLOATS += tuple(f"{m}_server_{s}" for s in ("decode", "compute", "encode") for m in ("wall", "cpu"))
 _FLOATS += ("cpu_server_start", "wall_server_start", "delay_ms", "loss_pct")
+_FLOATS += ("t_call_median", "t_call_p99", "cpu_server_call", "wire_up", "wire_down")
 REQUIRED = ("op", "size", "rate_mbps", "method", "ok", *STAGE_TIMES)
 
 
@@ -256,6 +271,8 @@ def _parse_row(raw: dict[str, str], path: Path, line: int) -> TrialRecord:
             if text.lower() not in TRUE_WORDS | FALSE_WORDS and (column == "ok" or text):
                 raise bad(column, f"is {text!r}, expected true or false")
             values[column] = text.lower() in TRUE_WORDS
+        elif column == "rate_mbps" and text.strip().lower() == "inf":
+            values[column] = UNSHAPED  # an RPC study's unshaped link (format 14)
         elif column in _INTS or column in _FLOATS or column in ("size", "rate_mbps"):
             number = _number(text)
             if text and number is None:

@@ -9,7 +9,7 @@ How the worker emulates the devices is a `WorkerEmulation`, given once as its co
 (`testbed.sweep.worker_link.emulation_args`).
 
 The JSON is what the two ends exchanged before these types: the spec's eight keys (and a fetch's
-`concurrency` and `dataset`), and the result's
+`concurrency` and `dataset`, an RPC study's `calls`), and the result's
 flat keys, each a column of `trials.csv` (`contracts.run.TrialRecord`), present only when the trial
 has a value for it.
 """
@@ -39,6 +39,8 @@ class TrialSpec(Message):
     # (an offload's concurrency is its request streams, not the worker's to know)
     concurrency: int | None = omitted()
     dataset: str | None = omitted()
+    # an RPC study's (`contracts.rpc_study`): the calls its batch makes; absent otherwise
+    calls: int | None = omitted()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +83,12 @@ class TrialResult(Message):
     wall_server_compute: float | None = omitted()
     wall_server_encode: float | None = omitted()
     wall_server_start: float | None = omitted()
+    # an RPC study's batch (`client.rpc_calls.Batch`): its calls, one call's time (median, p99) and the
+    # server's CPU per call (median); bytes_up/down are one call's messages as its transport frames them
+    calls: int | None = omitted()
+    t_call_median: float | None = omitted()
+    t_call_p99: float | None = omitted()
+    cpu_server_call: float | None = omitted()
 
     def failed(self, error: str) -> TrialResult:
         """This result failed, saying why: how the orchestrator marks a trial it cannot keep (what it ran

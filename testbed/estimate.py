@@ -32,8 +32,9 @@ import numpy as np
 
 from contracts.datasets import FETCH, FETCH_METHOD, lookup
 from contracts.device import DeviceProfile, Mode, operand_bytes, result_bytes, work
-from contracts.grid import sizes_for
-from contracts.stages import GRPC, LOCAL, Stack, method_codec, offloads
+from contracts.grid import is_unshaped
+from contracts.rpc_study import LARGE_DATA, SAY_HELLO, expected_bytes, is_study_op
+from contracts.stages import GRPC, LOCAL, TAGLESS, Stack, method_codec, offloads
 from contracts.units import expected_goodput
 from testbed.experiment import Experiment
 
@@ -41,6 +42,12 @@ MB = 1e6
 TRIAL_OVERHEAD_S = 0.02  # worker round trip, HTTP request and response, connection set-up
 HTTP_HEADERS = 400  # bytes of request or response headers around a body
 FETCH_FILE_S = 0.01  # a fetch's request per file, beyond its bytes (its round trip, the server's work)
+# an RPC study's call at host speed, for the estimate (docs/measurements.md, "Small messages": 1000
+# SayHello calls took 0.14 s over tagless and 0.51 s over gRPC on the Python servers); and per int32
+# value marshalled both ways, a guess of the right order (protobuf's Python messages are the slower)
+CALL_S = {TAGLESS: 0.13e-3, GRPC: 0.49e-3}
+VALUE_S = {TAGLESS: 0.04e-6, GRPC: 0.2e-6}
+TCP_HEADERS = 66 * 2  # a call's segment and its ACK, each way
 SAMPLE = 64  # matrix size of the sample the codecs and the kernels are timed on
 KERNEL_SAMPLE = 256
 
@@ -88,7 +95,8 @@ def measure_host(
     data = 3 * operands[0].nbytes  # what the sample's request and response carry
     codecs, ratio = {}, {}
     for name in methods:
-        if name in (LOCAL, FETCH_METHOD):  # a fetch moves files, no codec's bodies
+        if name in (LOCAL, FETCH_METHOD, TAGLESS):  # a fetch moves files, no codec's bodies; an
+            # RPC study's calls are estimated per call (`rpc_trial_s`)
             continue
         codec = get_codec(method_codec(name), codec_text)  # grpc: protobuf
         t = marshal_times(codec, operands, result, (2, 5, 0.05))
@@ -152,6 +160,8 @@ class DurationModel:
         `device`, the server's with `server`)."""
         if method == LOCAL:
             return self.client_compute_s(op, size, device) + TRIAL_OVERHEAD_S
+        if is_study_op(op):
+            return self.rpc_trial_s(op, size, rate_mbps, method)
         if op == FETCH:
             return self.wire_s(op, size, rate_mbps, method) + TRIAL_OVERHEAD_S
         up, down = operand_bytes(op, size, self._itemsize()), result_bytes(op, size, self._itemsize())
@@ -173,6 +183,17 @@ class DurationModel:
         client = self.client_marshal_s(method, "encode", up, device)
         client += self.client_marshal_s(method, "decode", down, device)
         return client + wire + server_s + TRIAL_OVERHEAD_S
+
+    def rpc_trial_s(self, op: str, size: int, rate_mbps: float, method: str) -> float:
+        """An RPC study's batch at host speed: each call (and the untimed first) its transport's cost
+        per call and per value marshalled, and its bytes at the link's goodput (none unshaped)."""
+        up, down = expected_bytes(op, size, method)
+        values = 0 if op == SAY_HELLO else size * (2 if op == LARGE_DATA else 1)
+        wire = 0.0
+        if not is_unshaped(rate_mbps):
+            wire = (up + down + 2 * TCP_HEADERS) / (expected_goodput(int(rate_mbps * 1e6), self.mtu) / 8)
+        per_call = CALL_S[method] + values * VALUE_S[method] + wire
+        return ((self.exp.calls_of(rate_mbps) or 1) + 1) * per_call + TRIAL_OVERHEAD_S
 
     def start_up_s(self, server_device: DeviceProfile | None) -> float:
         """A CGI request's process start-up: the server device's figure when its profile has one (what
@@ -226,7 +247,7 @@ class DurationModel:
         total = len(exp.link_points()) * (validation + (5 if exp.needs_netem and validation else 0))
         for rate in ([None] if exp.local else []) + list(exp.rates_mbps):
             total += exp.warmup * sum(
-                self.wall_s(op, min(sizes_for(op, exp.sizes), default=smallest), rate, m)
+                self.wall_s(op, min(exp.sizes_of(op), default=smallest), rate, m)
                 for op in exp.ops
                 for m in ([LOCAL] if rate is None else [m for m, _ in offloads(exp.methods, exp.servers, op)])
             )
@@ -234,7 +255,7 @@ class DurationModel:
 
     def _cells(self) -> list[tuple]:
         exp = self.exp
-        grid = [(op, size) for op in exp.ops for size in sizes_for(op, exp.sizes)]
+        grid = [(op, size) for op in exp.ops for size in exp.sizes_of(op)]
         cells = [(op, size, None, LOCAL, "") for op, size in grid] if exp.local else []
         return cells + [
             (o, s, p.rate_mbps, m, v, *(("delay", p.delay_ms),) * (p.delay_ms is not None))

@@ -17,11 +17,12 @@ from contracts.grid import (
     parse_losses,
     parse_rates,
     parse_sizes,
-    sizes_for,
+    rate_label,
     with_image,
 )
 from contracts.operands import FIX as OPERANDS_FIX
 from contracts.operands import check_int_range, parse_int_range
+from contracts.rpc_study import RPC_TRANSPORTS, STUDY_OPS
 from contracts.run import Experiment, Validation  # noqa: F401 (Validation: the experiment's, as importers take it)
 from contracts.stages import (
     CODEC_TEXTS,
@@ -32,6 +33,8 @@ from contracts.stages import (
     PER_TRIAL,
     PYTHON,
     SERVER_STACKS,
+    TAGLESS,
+    TAGLESS_SERVERS,
     Stack,
     offloads,
 )
@@ -48,6 +51,7 @@ from testbed.experiment_fields import (
     read_workload,
 )
 from testbed.inventory import MAX_CLIENTS, parse_cpu_profile
+from testbed.rpc_doc import rpc_doc
 from testbed.transfer_doc import transfer_doc
 
 
@@ -55,15 +59,15 @@ def known_ops() -> tuple[str, ...]:
     from contracts.images import IMAGE_OPS
     from contracts.ops import OPS
 
-    return (*OPS, *IMAGE_OPS, FETCH)
+    return (*OPS, *IMAGE_OPS, FETCH, *STUDY_OPS)
 
 
 def known_methods() -> tuple[str, ...]:
-    """The codecs over HTTP, then the transports of their own (grpc)."""
+    """The codecs over HTTP, then the transports of their own (grpc; tagless, an RPC study's)."""
     from contracts.codecs import CODECS
     from contracts.stages import TRANSPORTS
 
-    return (*CODECS, *TRANSPORTS, FETCH_METHOD)
+    return (*CODECS, *TRANSPORTS, FETCH_METHOD, TAGLESS)
 
 
 def parse_names(value, where: str, known: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -110,10 +114,12 @@ def load_experiment(path: Path) -> Experiment:
     allowed = set(FLAGS) - {"cpu_quota", "device", "precision"}  # a file's precision is under reps
     allowed |= {"client_cpu", "client_device", "server_device", "validation", "local", "trial_timeout"}
     allowed |= {"description", "clients", "contention", "server_workers", "workload", "parallelism", "io_kb"}
-    allowed |= {"concurrency", "device_tolerance_pct", "device_tolerance_ms", "datasets"}
+    allowed |= {"concurrency", "device_tolerance_pct", "device_tolerance_ms", "datasets", "rpc"}
     doc.reject_unknown(allowed)
     if doc.has("datasets"):  # a transfer sweep: the op, its sizes and method follow from the datasets
         doc = transfer_doc(doc)
+    if doc.has("rpc"):  # an RPC study: the ops and each one's sizes are its operations'
+        doc = rpc_doc(doc)
 
     def wrap(key, fn, *a):
         try:
@@ -161,6 +167,9 @@ def load_experiment(path: Path) -> Experiment:
         device_tolerance_pct=float(doc.get("device_tolerance_pct", float, DEFAULT_PCT)),
         device_tolerance_ms=float(doc.get("device_tolerance_ms", float, DEFAULT_MS)),
         datasets=tuple(doc.raw("datasets", [])),
+        calls=doc.data.get("calls"),
+        calls_at=tuple(doc.data.get("calls_at", ())),
+        op_sizes=tuple((op, tuple(n)) for op, n in doc.data.get("op_sizes", {}).items()),
     )
     try:
         return check(exp)
@@ -188,7 +197,7 @@ def planned_trials(exp: Experiment) -> int:
     """How many trials the grid holds (computed, not listed: a huge grid is refused before it is built).
     Each point of the link (a rate, with each delay and loss varied) is a group of cells. With several clients, a cell offloaded by k clients at once is k trials per repetition, and with
     c requests outstanding per client k x c; with clients of several devices, a local baseline each."""
-    per_op = [(len(sizes_for(op, exp.sizes)), len(offloads(exp.methods, exp.servers, op))) for op in exp.ops]
+    per_op = [(len(exp.sizes_of(op)), len(offloads(exp.methods, exp.servers, op))) for op in exp.ops]
     cells = sum(sizes for sizes, _ in per_op)
     ways = sum(sizes * n for sizes, n in per_op)  # each op's cells x its ways to offload
     each = (sum(exp.contention) or 1) * (sum(exp.concurrency) or 1)
@@ -226,7 +235,8 @@ def check(exp: Experiment) -> Experiment:
             f"unknown server stack {exp.server_stack!r}",
             f"use one of: {', '.join(SERVER_STACKS)} (wsgi: gunicorn; cgi: lighttpd, a process per request)",
         )
-    if set(exp.servers) != {PYTHON} and GRPC not in exp.methods:
+    _check_rpc_study(exp)
+    if set(exp.servers) != {PYTHON} and not {GRPC, TAGLESS} & set(exp.methods):
         raise InvalidValue(
             "servers",
             f"servers {', '.join(exp.servers)} serve only the method {GRPC}, which is not in methods",
@@ -270,6 +280,52 @@ def _check_operands(exp: Experiment) -> None:
     if problem:
         fix = "set dtype: int32 (or int64), or drop int_range" if "dtype is" in problem else OPERANDS_FIX
         raise InvalidValue("int_range", problem, fix)
+
+
+def _check_rpc_study(exp: Experiment) -> None:
+    """An RPC study (`rpc:`, docs/rpc-study.md) runs its operations over the transports on one client,
+    at host speed; its operations, the tagless transport and the unshaped link are its alone."""
+    study = [op for op in exp.ops if op in STUDY_OPS]
+    unshaped = [r for r in exp.rates_mbps if math.isinf(r)]
+    if not exp.rpc_study:
+        if study or TAGLESS in exp.methods or unshaped:
+            key = "ops" if study else "methods" if TAGLESS in exp.methods else "rates"
+            raise InvalidValue(
+                key,
+                f"{', '.join(study) or TAGLESS if key != 'rates' else 'none (unshaped)'} is an RPC study's",
+                "give them under rpc: (docs/rpc-study.md)",
+            )
+        return
+    if len(study) != len(exp.ops):
+        raise InvalidValue("ops", "an RPC study runs its operations only", "drop ops")
+    if other := [m for m in exp.methods if m not in RPC_TRANSPORTS]:
+        raise InvalidValue(
+            "methods",
+            f"{', '.join(other)} is not an RPC study's transport",
+            f"use {', '.join(RPC_TRANSPORTS)}",
+        )
+    if other := [s for s in exp.servers if s not in TAGLESS_SERVERS]:
+        raise InvalidValue(
+            "servers", f"no study server in {', '.join(other)}", f"use {', '.join(TAGLESS_SERVERS)}"
+        )
+    if exp.calls_at and (missing := [r for r in exp.rates_mbps if r not in dict(exp.calls_at)]):
+        raise InvalidValue(
+            "rates",
+            f"rpc.calls gives no count of calls for {', '.join(map(rate_label, missing))}",
+            "give rpc.calls one count per rate, or one count for all",
+        )
+    refused = {
+        "clients": exp.clients > 1 or exp.concurrency,
+        "parallelism": exp.parallelism or exp.io_kb,
+        "replicas": exp.replicas > 1,
+        "client_device": exp.client_device or exp.server_device or exp.client_cpu,
+        "delays": exp.delays_ms or exp.losses_pct,
+    }
+    for key, bad in refused.items():
+        if bad:
+            raise InvalidValue(
+                key, "an RPC study's calls run at host speed, one client on one testbed", f"drop {key}"
+            )
 
 
 def _check_datasets(exp: Experiment) -> None:

@@ -142,12 +142,14 @@ class OffloadServers:
             api.GrpcReady(target=self.grpc_target_of(server), wait=timeout), timeout=timeout + 30
         )
 
-    def server_alive(self, grpc: bool = False) -> bool:
+    def server_alive(self, grpc: bool = False, tagless: bool = False) -> bool:
         """The offload server runs (and, with `grpc`, each of its gRPC children answers: one can die
-        alone)."""
+        alone; with `tagless`, each tagless server)."""
         if self.host("server").service_pid("offload") is None:
             return False
-        return not grpc or all(self.grpc_answers(server=s) for s in self.grpc_servers)
+        if grpc and not all(self.grpc_answers(server=s) for s in self.grpc_servers):
+            return False
+        return not tagless or all(self.tagless_answers(server=s) for s in tagless_servers(self.grpc_servers))
 
     def restart_offload_server(self) -> None:
         """Stop what is left of the server (a master whose gRPC child died), then start it afresh."""

@@ -129,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(
         f"estimated duration{whole}: {span} (from the device profile, each method's bytes on the wire, the rates)"
     )
-    if not exp.datasets and (hint := replica_hint(model.cpu_share(), len(labs))):
+    if not (exp.datasets or exp.rpc_study) and (hint := replica_hint(model.cpu_share(), len(labs))):
         print(hint)
     if not args.resume:
         one = replace(model, replicas=1).sweep_s(exp.reps)

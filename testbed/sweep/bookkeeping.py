@@ -90,10 +90,12 @@ def trial_row(
     emulation_flagged: bool = False,
     replica: int | None = None,
     repair: str | None = None,
+    wire: tuple[float, float] | None = None,
 ) -> TrialRecord:
     """The row of trial `t` from what the worker reported, every field of the result its column's (one
     the schema lacks raises: a bug), with what the sweep adds: whether one of its own stages missed
-    its device's target (`own_stages_missed`), the testbed that ran it, and what was repaired before this attempt."""
+    its device's target (`own_stages_missed`), the testbed that ran it, what was repaired before this
+    attempt, and an RPC study's bytes per call each way on the link (`testbed.sweep.rpc_wire`)."""
     measured = {f.name: getattr(result, f.name) for f in fields(result)}
     return TrialRecord(
         **{
@@ -120,5 +122,7 @@ def trial_row(
             "emulation_flagged": emulation_flagged,
             "replica": replica,
             "repair": repair,
+            "wire_up": wire[0] if wire else None,
+            "wire_down": wire[1] if wire else None,
         }
     )

@@ -41,6 +41,8 @@ def resolve_device(
     experiment sets `client_cpu`, the old host-relative profile)."""
     if manifest is not None and manifest.manifest.device is not None:
         return DeviceProfile.from_dict(manifest.manifest.device.profile)
+    if exp.rpc_study:  # its calls run at host speed (docs/rpc-study.md): no device to emulate
+        return None
     ref = exp.client_device or (None if exp.client_cpu else inv.client_device)
     if not ref:
         return None
@@ -74,6 +76,8 @@ def resolve_server_device(
     inventory's; None (the server runs as its host) when none names one."""
     if manifest is not None and manifest.manifest.server_device is not None:
         return DeviceProfile.from_dict(manifest.manifest.server_device.profile)
+    if exp.rpc_study:  # its calls run at host speed (docs/rpc-study.md)
+        return None
     ref = exp.server_device or inv.server_device
     if not ref:
         return None

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from contracts.device import PACED, DeviceProfile, Mode
 from contracts.errors import UserError
-from contracts.grid import LinkPoint
+from contracts.grid import LinkPoint, is_unshaped
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
-from contracts.stages import GRPC, PYTHON
+from contracts.stages import GRPC, PYTHON, TAGLESS
 from contracts.worker_api import TrialResult, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
@@ -45,6 +45,7 @@ from testbed.sweep.calibration import calibrate_devices, calibrate_host
 from testbed.sweep.plan import Trial, device_names, plan_trials, rate_groups
 from testbed.sweep.progress import Progress
 from testbed.sweep.rounds import Rounds
+from testbed.sweep.rpc_wire import WireCount
 from testbed.sweep.scheduler import WorkSource, split_by_rep
 from testbed.sweep.testbeds import Testbed
 from testbed.sweep.together import Together
@@ -54,7 +55,6 @@ from testbed.sweep.trials import (
     run_threads,
     run_trial,
     unusable_cells,
-    validate_or_heal,
     warm_up,
 )
 from testbed.sweep.worker_link import WorkerLink
@@ -208,7 +208,7 @@ class Sweep(Together):
         if exp.datasets:
             transfers.make_datasets(lab, exp)
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
-        if not lab.server_alive(grpc=GRPC in exp.methods) or (
+        if not lab.server_alive(grpc=GRPC in exp.methods, tagless=TAGLESS in exp.methods) or (
             tb.use.was_up
             and (
                 lab.running_stack() != exp.server_stack  # up with the other stack
@@ -226,7 +226,10 @@ class Sweep(Together):
         calibration is every one's: the same CPU and the same code time the same work, and a
         calibration of the paper's grid takes the better part of an hour (both devices' slowdowns
         then follow this host in each testbed's own worker: `client.scaler`). Throttle mode sets each
-        testbed's own CPU quotas, so each of those calibrates. A transfer sweep calibrates nothing."""
+        testbed's own CPU quotas, so each of those calibrates. A transfer sweep calibrates nothing,
+        nor does an RPC study (its calls run at host speed)."""
+        if self.exp.rpc_study:
+            return
         if self.exp.datasets:
             transfers.record_device(self.manifest, self.device, self.exp)
             return
@@ -318,16 +321,8 @@ class Sweep(Together):
         appliance's counters around them."""
         lab, exp = tb.lab, self.exp
         rate = point.rate_mbps if point is not None else None
-        if point is not None:
-            lab.delay_ms, lab.loss_pct = point.delay_ms, point.loss_pct  # what `set_rate` shapes with
-        if point is not None and point not in tb.problems:
-            self.show(f"validating {point.label()}")
-            # iperf3 through a userspace switch is CPU work: no replica's transfer or stage beside it
-            with tb.quiet.alone(), tb.cpu_lock.held():
-                tb.problems[point] = validate_or_heal(lab, exp, rate, self.manifest)
-        elif point is not None and not tb.problems[point]:
-            lab.set_rate(int(round(rate * 1e6)))  # validated earlier in this session
-        if tb.problems.get(point):
+        unshaped = is_unshaped(rate)  # an RPC study's: no shaping, nothing to validate or guard
+        if tb.prepare(point, exp, self.manifest, self.show):
             for t in group:
                 self.record(tb, t, TrialResult(ok=False, error=tb.problems[point]))
             self.close_cells()
@@ -341,8 +336,8 @@ class Sweep(Together):
         if exp.together and point is not None:  # the local baseline: the first client alone, below
             self.run_together(tb, point, group)
             return
-        counters = counters_before(self.manifest, lab, rate) if rate is not None else None
-        guard = None if rate is None else shaping_guard(lab, rate)
+        counters = counters_before(self.manifest, lab, rate) if rate is not None and not unshaped else None
+        guard = None if rate is None or unshaped else shaping_guard(lab, rate)
         # the local baseline has the machine to itself (testbed.quiet): its scaled time multiplies a
         # few milliseconds of this host's CPU time by hundreds
         with tb.quiet.alone() if rate is None else nullcontext():
@@ -350,8 +345,13 @@ class Sweep(Together):
                 if self.source.stopped:
                     return  # another testbed failed, or the user interrupted: no row for what did not run
                 repair = None
+                wire = WireCount(lab) if exp.rpc_study else None  # its bytes per call on the link
                 if tb.problems.get(point):  # the link broke and could not be repaired
                     result = TrialResult(ok=False, error=tb.problems[point])
+                elif unshaped:  # an RPC study's batch on the unshaped link: no shaping to check
+                    self.show(cell_label(t))
+                    with tb.quiet.shared():
+                        result, tb.worker = run_trial(lab, exp, tb.worker, self.run_dir, t)
                 elif guard is None:  # the local baseline: on client 1, or on its device's client
                     self.show(cell_label(t))
                     role = lab.client_roles[(t.client or 1) - 1]
@@ -367,7 +367,15 @@ class Sweep(Together):
                     result, tb.worker, repair = done.result, done.worker, done.repair
                 if self.source.stopped:
                     return  # the trial was cut short by the stop (its worker killed): it runs on resume
-                self.record(tb, t, result, emulation_flagged=self.flagged(tb, t, result), repair=repair)
+                flagged = self.flagged(tb, t, result)
+                self.record(
+                    tb,
+                    t,
+                    result,
+                    emulation_flagged=flagged,
+                    repair=repair,
+                    wire=wire and wire.per_call(result),
+                )
         if counters is not None:
             counters_after(self.manifest, counters, lab, [t.trial for t in group])
         self.close_cells()
@@ -433,12 +441,14 @@ class Sweep(Together):
         *,
         emulation_flagged: bool = False,
         repair: str | None = None,
+        wire: tuple[float, float] | None = None,
     ) -> None:
         """A trial's row (`trial_row`: the result, and what the sweep adds to it: the testbed's
         replica), written at once; its cell's progress; the adaptive rule's results."""
         row = trial_row(
-            self.run_id, t, result, emulation_flagged=emulation_flagged, replica=tb.lab.replica, repair=repair
-        )
+            self.run_id, t, result, emulation_flagged=emulation_flagged, replica=tb.lab.replica,
+            repair=repair, wire=wire,
+        )  # fmt: skip
         with self.lock:
             self.writer.write(row)
             self.failed += not row.ok

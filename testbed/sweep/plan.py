@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 from itertools import product
 
-from contracts.grid import LinkPoint, sizes_for
+from contracts.grid import LinkPoint
 from contracts.stages import LOCAL, offloads
 from testbed.devices import load_device
 from testbed.experiment import Experiment
@@ -97,11 +97,11 @@ def plan_trials(exp: Experiment) -> list[Trial]:
     baselines = [None] if not devices else [devices.index(d) + 1 for d in dict.fromkeys(devices)]
     if exp.local:
         for op in exp.ops:
-            for size in sizes_for(op, exp.sizes):
+            for size in exp.sizes_of(op):
                 for rep, client in product(range(exp.reps), baselines):
                     add(op, size, None, LOCAL, rep, "", None, client)
     for op in exp.ops:
-        for size in sizes_for(op, exp.sizes):
+        for size in exp.sizes_of(op):
             for point in exp.link_points():
                 for method, server in offloads(exp.methods, exp.servers, op):
                     # the settings a sweep varies, then each repetition with its clients (k at once)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from contracts.device import DeviceProfile
 from contracts.errors import UserError
+from contracts.grid import rate_label
 from contracts.run import MANIFEST_FILE
 from contracts.stages import PYTHON, unserved
 from testbed.estimate import DurationModel, model_for
@@ -58,6 +59,8 @@ class SweepSetup:
         low, high = trial_range(exp)
         if exp.datasets:  # a transfer sweep (docs/transfers.md)
             return transfer_headline(self.run_id, exp, client, low) + f"results in {self.run_dir}"
+        if exp.rpc_study:  # docs/rpc-study.md
+            return rpc_headline(self.run_id, exp, low) + f"results in {self.run_dir}"
         parts = [
             f"sweep {self.run_id}: {len(exp.ops)} op(s) x {len(exp.sizes)} size(s) x "
             f"{len(exp.rates_mbps)} rate(s) x "
@@ -148,4 +151,16 @@ def transfer_headline(run_id: str, exp: Experiment, client: str, trials: int) ->
         + (f"{len(exp.losses_pct)} loss(es) x " if exp.losses_pct else "")
         + f"{'; '.join(s for s in settings if not s.endswith(' '))} x {exp.describe_reps()} = {trials} fetches; "
         f"client {client} (its power figures); "
+    )
+
+
+def rpc_headline(run_id: str, exp: Experiment, trials: int) -> str:
+    """An RPC study's first line: its operations at their sizes, transports and links."""
+    ops = ", ".join(f"{op} {'/'.join(map(str, exp.sizes_of(op)))}" for op in exp.ops)
+    servers = f" on {', '.join(exp.servers)}" if exp.servers != (PYTHON,) else ""
+    calls = "/".join(str(exp.calls_of(r)) for r in exp.rates_mbps) if exp.calls_at else exp.calls
+    return (
+        f"sweep {run_id}: RPC study, {ops} x {', '.join(exp.methods)}{servers} x "
+        f"{', '.join(rate_label(r) for r in exp.rates_mbps)} x {exp.describe_reps()} = {trials} batches "
+        f"of {calls} calls, at host speed (no device emulated); "
     )

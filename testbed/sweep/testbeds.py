@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contracts.cpu_lock import CpuLock
+from contracts.grid import LinkPoint, is_unshaped
 from contracts.worker_api import WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.backends.life_cycle import LabUse
+from testbed.experiment import Experiment
 from testbed.quiet import NoQuiet, Quiet
+from testbed.run_files import ManifestFile
+from testbed.sweep.trials import validate_or_heal
 from testbed.sweep.worker_link import WorkerLink
 
 
@@ -31,3 +36,25 @@ class Testbed:
 
     def __post_init__(self) -> None:
         self.cpu_lock = CpuLock(self.lab.inv.cpu_lock)
+
+    def prepare(
+        self, point: LinkPoint | None, exp: Experiment, manifest: ManifestFile, show: Callable
+    ) -> str | None:
+        """Its link at `point` for a group: shaped and validated the first time a session meets the
+        point, shaped again after (validated earlier); the unshaped link (an RPC study's) cleared, with
+        nothing to validate; the local baseline (None) as it is. Why the point cannot be used, or None."""
+        if point is None:
+            return None
+        lab = self.lab
+        lab.delay_ms, lab.loss_pct = point.delay_ms, point.loss_pct  # what `set_rate` shapes with
+        if is_unshaped(point.rate_mbps):
+            lab.clear_shaping()
+            self.problems.setdefault(point, None)
+        elif point not in self.problems:
+            show(f"validating {point.label()}")
+            # iperf3 through a userspace switch is CPU work: no replica's transfer or stage beside it
+            with self.quiet.alone(), self.cpu_lock.held():
+                self.problems[point] = validate_or_heal(lab, exp, point.rate_mbps, manifest)
+        elif not self.problems[point]:
+            lab.set_rate(int(round(point.rate_mbps * 1e6)))  # validated earlier in this session
+        return self.problems.get(point)

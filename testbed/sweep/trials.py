@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contracts.grid import sizes_for
 from contracts.run import TrialRecord
 from contracts.stages import GRPC, offload_label
 from contracts.worker_api import TrialResult
@@ -186,7 +185,7 @@ def warm_up(lab: Lab, exp: Experiment, worker: WorkerLink, run_dir: Path, group:
     for t in group:
         seen.setdefault((t.op, t.method, t.server), t)
     for (op, method, server), t in seen.items():
-        size = min(sizes_for(op, exp.sizes))  # a fetch: the dataset of the fewest files, once, as planned
+        size = min(exp.sizes_of(op))  # a fetch: the dataset of the fewest files, once, as planned
         probe = Trial(-1, op, size, t.dtype, t.rate_mbps, method, -1, server, dataset=exp.dataset_of(size))
         for _ in range(exp.warmup):
             _, worker = run_trial(lab, exp, worker, run_dir, probe)

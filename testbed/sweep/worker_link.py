@@ -51,6 +51,7 @@ class WorkerLink:
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the worker
         self.timeout = exp.trial_timeout
+        self.exp = exp  # an RPC study's batch: its calls at the trial's rate
         self.proc = host.popen(
             host.python(
                 "client.worker",
@@ -58,6 +59,7 @@ class WorkerLink:
                 lab.server_url,
                 "--grpc-targets",
                 json.dumps(lab.grpc_targets),
+                *(["--tagless-targets", json.dumps(lab.tagless_targets)] if exp.rpc_study else []),
                 "--seed",
                 str(exp.seed),
                 "--timeout",
@@ -73,6 +75,7 @@ class WorkerLink:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
+            limited=False if exp.rpc_study else None,  # an RPC study's calls run at host speed
         )
         self._lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -106,6 +109,7 @@ class WorkerLink:
             io_kb=trial.io_kb,
             concurrency=trial.concurrency if trial.dataset else None,
             dataset=trial.dataset,
+            calls=self.exp.calls_of(trial.rate_mbps),
         )
         try:
             self.proc.stdin.write((json.dumps(spec.to_json()) + "\n").encode())

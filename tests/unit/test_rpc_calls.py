@@ -14,7 +14,8 @@ from contracts.tagless import Timing
 def test_an_operation_and_its_size_name_the_method_and_its_values():
     assert study_method("SendRcvLargeData", 256).name == "SendRcvLargeData256"
     assert study_method("Average", 7).name == "Average"
-    assert request_values(study_method("SayHello", 0), 0) == ("testbed",)
+    assert request_values(study_method("SayHello", 7), 7) == ("testbed",)
+    assert request_values(study_method("SayHello", 10), 10) == ("testbedtes",)  # n characters
     (numbers,) = request_values(study_method("Average", 1000), 1000)
     assert numbers.dtype == np.int32 and len(numbers) == 1000 and numbers.min() < 0 < numbers.max()
     assert request_values(study_method("GetRandNums", 10), 10) == (10,)

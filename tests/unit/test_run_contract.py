@@ -110,7 +110,7 @@ def test_resuming_an_older_run_upgrades_its_trials_to_this_version_before_append
     text = path.read_text()
     assert text.startswith(f"{TRIALS_MARK}{FORMAT_VERSION}\n") and "t_server_start" in text.splitlines()[1]
     after = read_trials(path)
-    assert after.version == FORMAT_VERSION == 13 and after.records[:-1] == before
+    assert after.version == FORMAT_VERSION == 14 and after.records[:-1] == before
     assert after.records[-1].t_server_start == 0.25
 
 
