@@ -59,6 +59,7 @@ def rpc_cells(trials: pd.DataFrame) -> pd.DataFrame:
     time of 1000 calls, the median and p99 call, the server's CPU per call, and bytes per call."""
     rows = trials[trials["op"].isin(STUDY_OPS)].copy()
     rows["server"] = rows["server"].fillna("python")
+    rows["method"] = rows["method"].str.partition("@")[0]  # the loaded label (`grpc@cpp`): its transport
     ok = rows["ok"].astype(bool) & (rows["calls"] > 0)
     rows["per_call_s"] = (rows["t_total"] / rows["calls"]).where(ok)
     out = []

@@ -107,6 +107,9 @@ class Lab(OffloadServers, ABC):
     # the delay and loss of a sweep's group of trials (its `LinkPoint`; None: the inventory's)
     delay_ms: float | None = None
     loss_pct: float | None = None
+    # the HTB burst a sweep shapes with (bytes; None: derived from the rate, `default_burst`): an RPC
+    # study's `SMALL_BURST`, so that no message of a call passes within it at line rate
+    burst: int | None = None
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -250,7 +253,8 @@ class Lab(OffloadServers, ABC):
 
     def link_at(self, rate_bps: int) -> LinkSpec:
         """What `set_rate` shapes: the inventory's link at this rate, with the sweep's delay and loss."""
-        return self.inv.link.at_rate(rate_bps, self.delay_ms, self.loss_pct)
+        link = self.inv.link.at_rate(rate_bps, self.delay_ms, self.loss_pct)
+        return link if self.burst is None else replace(link, burst=self.burst)
 
     def replay_plan(self, plan: ReplayPlan) -> list[answers.ReplayStepPlan]:
         """The appliance's timed operations for a trace, from its ports' state now (the dry run)."""

@@ -28,6 +28,7 @@ from contracts.grid import LinkPoint, is_unshaped
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.stages import GRPC, PYTHON, TAGLESS
+from contracts.units import small_burst
 from contracts.worker_api import TrialResult, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
@@ -204,6 +205,8 @@ class Sweep(Together):
         lab.parts = max(exp.parallelism or (1,)) * max(exp.concurrency or (1,))  # connections per client
         if exp.datasets:
             transfers.serve_datasets(lab)
+        if exp.rpc_study:  # its calls' messages must not pass within a burst (`small_burst`)
+            lab.burst = small_burst(lab.inv.link.mtu)
         tb.use = lab.use(self.keep_up).open()
         if exp.datasets:
             transfers.make_datasets(lab, exp)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+from itertools import product
 
 import pandas as pd
 import pytest
@@ -34,16 +35,18 @@ CALL = {
 JITTER = (0.98, 1.0, 1.02)  # the three repetitions' spread around the call's time
 
 
-def rows(rate: float = UNSHAPED, calls: int = 1000) -> list[TrialRecord]:
+def rows(
+    rate: float = UNSHAPED, calls: int = 1000, servers: tuple[str, ...] = ("python",)
+) -> list[TrialRecord]:
     out = []
-    for (op, size, method), (t, cpu, framed, wire) in CALL.items():
+    for ((op, size, method), (t, cpu, framed, wire)), server in product(CALL.items(), servers):
         for rep, k in enumerate(JITTER):
             out.append(
                 TrialRecord(
                     op, size, method, True, run_id="r", trial=len(out), rate_mbps=rate, rep=rep,
                     t_total=t * k * calls, calls=calls, t_call_median=t * k, t_call_p99=2 * t,
                     cpu_server_call=cpu, bytes_up=framed[0], bytes_down=framed[1], wire_up=wire[0],
-                    wire_down=wire[1], server="python",
+                    wire_down=wire[1], server=server,
                 )
             )  # fmt: skip
     return out
@@ -96,7 +99,7 @@ def test_a_call_faster_than_its_bytes_at_the_links_rate_is_flagged():
 
 def test_an_rpc_run_is_analysed_from_its_files(tmp_path):
     writer = TrialWriter(tmp_path / TRIALS_FILE)
-    for row in rows():
+    for row in rows(servers=("python", "cpp")):  # loaded, gRPC's rows on C++ read as `grpc@cpp`
         writer.write(row)
     writer.close()
     exp = Experiment(name="t", ops=("SayHello", "SendRcvLargeData"), sizes=(7, 8192), rates_mbps=(UNSHAPED,),
@@ -105,12 +108,18 @@ def test_an_rpc_run_is_analysed_from_its_files(tmp_path):
     write_manifest(tmp_path / MANIFEST_FILE, Manifest(run_id="t-1", status="complete", experiment=exp))
     said = io.StringIO()
     out = analyze(tmp_path, out=said)
-    assert len(pd.read_csv(out / "rpc_cells.csv")) == 4 and len(pd.read_csv(out / "rpc_ratios.csv")) == 2
+    assert len(pd.read_csv(out / "rpc_cells.csv")) == 8
+    ratios = pd.read_csv(out / "rpc_ratios.csv")
+    assert sorted(zip(ratios["op"], ratios["server"], strict=True)) == [
+        (op, s) for op in ("SayHello", "SendRcvLargeData") for s in ("cpp", "python")
+    ]
     assert sorted(p.name for p in out.glob("rpc-fig9*.png")) == ["rpc-fig9c.png", "rpc-fig9d.png"]
     page = (out / "report.html").read_text()
     assert "RPC study: t-1" in page and "Against the lightweight-RPC study" in page and "host speed" in page
     summary = said.getvalue()
-    assert summary.splitlines()[1].startswith(
-        "SayHello on python, unshaped: tagless/gRPC per call SayHello 0.25"
+    lines = summary.splitlines()
+    assert lines[1].startswith("SayHello on cpp, unshaped: tagless/gRPC per call SayHello 0.25 [")
+    assert any(
+        x.startswith("SayHello on python, unshaped: tagless/gRPC per call SayHello 0.25") for x in lines
     )
     assert not (out / "decision_vectors.csv").exists()  # no offload decisions: a call has no local side

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from appliance.shaper import link_counters
+from appliance.shaper import link_counters, plan_shaping
 from contracts.agent_answers import CounterSnapshot
 from contracts.errors import UserError
 from contracts.grid import UNSHAPED, parse_rates, rate_label
 from contracts.manifest import Experiment as ManifestExperiment
 from contracts.rpc_study import LARGE_DATA_K, STUDY_OPS, expected_bytes
 from contracts.trials_file import TrialRecord, TrialWriter, read_trials
+from contracts.units import small_burst
 from contracts.worker_api import TrialResult, TrialSpec
 from testbed.estimate import model_for
 from testbed.experiment import load_experiment, planned_trials
@@ -197,3 +198,18 @@ def test_the_estimates_bytes_put_grpcs_tags_on_every_large_data_member():
             expected_bytes("SendRcvLargeData", k, "grpc"),
         )
         assert tagless[0] == 4 * k + 16 and grpc[0] - tagless[0] > 1.5 * k
+
+
+def test_an_rpc_studys_link_is_shaped_with_a_burst_of_two_frames(netns):
+    """The default burst (a timer tick of data: 51514 bytes at 100 Mbit/s, HZ 250) passes a
+    LargeData8192 message at line rate; a study shapes with `small_burst` instead."""
+    assert small_burst(1500) == 3028
+    default = netns.link_at(100_000_000)
+    assert default.burst is None  # derived from the rate where it is applied (`plan_shaping`)
+    netns.burst = small_burst(netns.inv.link.mtu)
+    link = netns.link_at(100_000_000)
+    assert link.burst == 3028 and link.up_rate == link.down_rate == 100_000_000
+    (up, down) = plan_shaping(link, "a-up", "a-down", hz=250)
+    assert (
+        up.burst == down.burst == 3028 and plan_shaping(default, "a-up", "a-down", hz=250)[0].burst == 51514
+    )
