@@ -26,7 +26,7 @@ from analysis.plots import Plot
 from analysis.report_fidelity import verdict_html
 from analysis.report_figures import delay_html, fidelity_figures_html, more_figures_html, results_html
 from analysis.report_findings import answer, question
-from analysis.report_html import CSS, details, e, flatten, image_src, kv, records, section, table
+from analysis.report_html import details, e, flatten, image_src, kv, records, section, table, write_page
 from analysis.tables import FILES, cell_columns
 from contracts.device import DeviceProfile, Mode
 from contracts.power import Power
@@ -97,14 +97,7 @@ def write_report(
         ),
         '<p class="note">Files: ' + " ".join(_files(path.parent)) + "</p>",
     ]
-    page = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Offloading analysis: {e(run_id)}</title><style>{CSS}</style></head><body>\n"
-        + "\n".join(p for p in parts if p)
-        + "\n</body></html>\n"
-    )
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_page(path, f"Offloading analysis: {run_id}", parts)
 
 
 def _nav(plots: list[Plot], optional: dict[str, list[str]]) -> str:

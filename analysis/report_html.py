@@ -145,3 +145,15 @@ def figure(plot: Plot, caption: str = "", embed: bool = True) -> str:
 def figures(items: list[str], large: bool = False) -> str:
     """Figures side by side as the page's width allows (`large`: fewer, wider ones)."""
     return f'<div class="figures{" large" if large else ""}">' + "\n".join(items) + "</div>"
+
+
+def write_page(path: Path, title: str, parts: list[str]) -> Path:
+    """One self-contained page: the shared style, then the parts in order (empty ones left out)."""
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{e(title)}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(p for p in parts if p)
+        + "\n</body></html>\n"
+    )
+    path.write_text(page, encoding="utf-8")
+    return path

@@ -10,13 +10,14 @@ from typing import TextIO
 import pandas as pd
 
 from analysis.plots import Plot
-from analysis.report_html import CSS, details, e, figure, figures, flatten, kv, table
+from analysis.report_html import details, e, figure, figures, flatten, kv, table, write_page
 from analysis.rpc_plots import rpc_figures
 from analysis.rpc_study import (
     CELLS_FILE,
     RATIOS_FILE,
     STUDY_FILE,
     findings,
+    headlines,
     rpc_cells,
     rpc_ratios,
     study_table,
@@ -52,11 +53,18 @@ def write_rpc_report(
     embed: bool = True,
 ) -> Path:
     lines = summary.splitlines()
+    every = [line for line in lines[1:] if " per call " in line]  # a line per operation, server, link
+    others = [line for line in lines[1:] if line not in every]
     parts = [
         f"<h1>RPC study: {e(run_id)}</h1>",
         f'<p class="lead">{e(lines[0])}</p>',
-        "<ul>" + "".join(f"<li>{e(line)}</li>" for line in lines[1:]) + "</ul>",
+        "<ul>" + "".join(f"<li>{e(line)}</li>" for line in [*headlines(tables["ratios"]), *others]) + "</ul>",
         f'<p class="note">{e(HOST_SPEED)}</p>',
+        details(
+            "Every ratio, per operation, server and link",
+            "<ul>" + "".join(f"<li>{e(x)}</li>" for x in every) + "</ul>",
+            "every-ratio",
+        ),
         '<h2 id="figures">Fig. 9, measured here</h2>',
         f'<p class="note">{e(NOTE)}</p>',
         figures([figure(p, embed=embed) for p in plots], large=True),
@@ -77,14 +85,7 @@ def write_rpc_report(
     ]
     if manifest is not None:
         parts.append(details("Experiment", kv(flatten(manifest.experiment.as_dict())), "experiment"))
-    page = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>RPC study: {e(run_id)}</title><style>{CSS}</style></head><body>\n"
-        + "\n".join(p for p in parts if p)
-        + "\n</body></html>\n"
-    )
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_page(path, f"RPC study: {run_id}", parts)
 
 
 def rpc_tables(trials: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -10,7 +10,7 @@ from typing import TextIO
 import pandas as pd
 
 from analysis.plots import Plot
-from analysis.report_html import CSS, details, e, figure, figures, flatten, kv, table
+from analysis.report_html import details, e, figure, figures, flatten, kv, table, write_page
 from analysis.transfer_plots import transfer_figures
 from analysis.transfers import FILE, baseline, effect_lines, transfer_table
 from contracts.power import Power
@@ -47,14 +47,7 @@ def write_transfer_report(
     ]
     if manifest is not None:
         parts.append(details("Experiment", kv(flatten(manifest.experiment.as_dict())), "experiment"))
-    page = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Transfer analysis: {e(run_id)}</title><style>{CSS}</style></head><body>\n"
-        + "\n".join(p for p in parts if p)
-        + "\n</body></html>\n"
-    )
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_page(path, f"Transfer analysis: {run_id}", parts)
 
 
 def analyze_transfers(run, power: Power | None, out_dir: Path, plots: bool, out: TextIO | None, embed: bool):

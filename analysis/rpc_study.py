@@ -137,6 +137,9 @@ def rpc_ratios(cells: pd.DataFrame) -> pd.DataFrame:
                 "ratio_low": low,
                 "ratio_high": high,
                 "significant": bool(np.isfinite(high) and (high < 1 or low > 1)),
+                # either transport's calls beat their bytes at the link's rate (`below_link_bound`):
+                # the shaper's burst passed part of them free, so the ratio is not the link's
+                "flagged": bool(t.get("below_link_bound", False) or r.get("below_link_bound", False)),
                 "tagless_per_call_s": t["per_call_s"],
                 "grpc_per_call_s": r["per_call_s"],
                 "saved_per_call_s": r["per_call_s"] - t["per_call_s"],
@@ -188,12 +191,35 @@ def study_table(ratios: pd.DataFrame) -> pd.DataFrame:
                     "ratio_low": r["ratio_low"],
                     "ratio_high": r["ratio_high"],
                     "ours_against_study": r["ratio"] / theirs,
+                    "flagged": r["flagged"],
                     "why": why(r),
                 }
             )
         if mine.empty:
             out.append({"op": op, "size": size, "study_ratio": theirs, "study_says": said, "why": "not run"})
     return pd.DataFrame(out)
+
+
+def headlines(ratios: pd.DataFrame) -> list[str]:
+    """One line per operation: the range of tagless/gRPC over its sizes, servers and links (flagged
+    cells apart), beside the study's range: what the report's first screen says."""
+    out = []
+    if ratios.empty:
+        return out
+    for op, g in ratios.groupby("op", sort=False):
+        kept = g[~g["flagged"]] if "flagged" in g else g
+        theirs = [r for o, _, r, _ in STUDY if o == op]
+        study = f"{min(theirs):.2f}-{max(theirs):.2f}" if len(theirs) > 1 else f"{theirs[0]:.2f}"
+        if kept.empty:
+            out.append(f"{op}: every cell flagged (the study: {study})")
+            continue
+        low, high = kept.loc[kept["ratio"].idxmin()], kept.loc[kept["ratio"].idxmax()]
+        out.append(
+            f"{op}: tagless/gRPC per call {low['ratio']:.2f} ({low['server']}, {low['link']}, size "
+            f"{low['size']}) to {high['ratio']:.2f} ({high['server']}, {high['link']}, size {high['size']}); "
+            f"the study: {study}"
+        )
+    return out
 
 
 def findings(cells: pd.DataFrame, ratios: pd.DataFrame) -> list[str]:

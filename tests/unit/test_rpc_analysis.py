@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyze
-from analysis.rpc_study import rpc_cells, rpc_ratios, study_table
+from analysis.rpc_study import headlines, rpc_cells, rpc_ratios, study_table
 from contracts.grid import UNSHAPED
 from contracts.run import (
     MANIFEST_FILE,
@@ -116,6 +116,7 @@ def test_an_rpc_run_is_analysed_from_its_files(tmp_path):
     assert sorted(p.name for p in out.glob("rpc-fig9*.png")) == ["rpc-fig9c.png", "rpc-fig9d.png"]
     page = (out / "report.html").read_text()
     assert "RPC study: t-1" in page and "Against the lightweight-RPC study" in page and "host speed" in page
+    assert "<li>SayHello: tagless/gRPC per call 0.25 (" in page and "the study: 0.91" in page  # first
     summary = said.getvalue()
     lines = summary.splitlines()
     assert lines[1].startswith("SayHello on cpp, unshaped: tagless/gRPC per call SayHello 0.25 [")
@@ -123,3 +124,11 @@ def test_an_rpc_run_is_analysed_from_its_files(tmp_path):
         x.startswith("SayHello on python, unshaped: tagless/gRPC per call SayHello 0.25") for x in lines
     )
     assert not (out / "decision_vectors.csv").exists()  # no offload decisions: a call has no local side
+
+
+def test_the_headline_of_an_operation_leaves_its_flagged_cells_out():
+    ratios = rpc_ratios(rpc_cells(frame(rows(rate=100.0) + rows())))
+    lines = headlines(ratios)
+    large = next(x for x in lines if x.startswith("SendRcvLargeData"))
+    assert "100M" not in large and "unshaped" in large  # at 100 Mbit/s both its cells beat the link
+    assert large.endswith("the study: 0.08-0.37")
