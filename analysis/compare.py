@@ -15,6 +15,9 @@ root) and says, against the first run:
   run's mean lies within the first run's 95% CI and the first's within its own (the issue's criterion),
   with the difference in percent. A mean outside both CIs is a difference to explain.
 
+- an RPC study's runs (`analysis.rpc_study`) have no decisions: their cells' mean time per call
+  (`call`), compared as the means are; an RPC run and an offload run are not compared;
+
 - **the paper's scorecard** (`analysis.paper_checks`), where the runs measured any of its statements:
   each statement's verdict and measured figure in every run, side by side, each run labelled by its
   operands and text (`float64, compact`; `int32 0..9, era`), with each run's held-out score: the
@@ -36,7 +39,9 @@ import pandas as pd
 from analysis.cells import KEYS, cell_table
 from analysis.decisions import OFFLOAD, STAY, UNCERTAIN, vector_marks
 from analysis.load import load_run, writable_dir
+from analysis.rpc_study import compared_calls, is_rpc_run
 from contracts.errors import UserError
+from contracts.grid import rate_label
 from contracts.stages import LOCAL, label_device, label_without_device, on_device
 
 STAGE_MEAN = re.compile(r"^(t_\w+)_mean$")
@@ -63,15 +68,23 @@ def compare_runs(run_dirs: list[Path]) -> Comparison:
     """Load each run, build its cells (`analysis.cells.cell_table`) and compare them with the first's."""
     if len(run_dirs) < 2:
         raise UserError("compare needs at least two runs", "pass two or more run directories")
-    labels, tables, hypotheses = [], [], {}
+    labels, tables, hypotheses, rpc = [], [], {}, []
     for run_dir in run_dirs:
         run = load_run(run_dir)
         label = run_label(run_dir, run.manifest)
         if label in labels:
             label = f"{label} ({run_dir})"
         labels.append(label)
-        tables.append(cell_table(run.trials, run.manifest))
+        rpc.append(is_rpc_run(run.trials))
+        tables.append(compared_calls(run.trials) if rpc[-1] else cell_table(run.trials, run.manifest))
         hypotheses[label] = hypothesis(run.manifest)
+    if any(rpc) and not all(rpc):
+        raise UserError(
+            "an RPC study's run has calls, not offload decisions: it compares only with RPC runs",
+            "compare RPC study runs with each other, offload runs with each other",
+        )
+    if all(rpc):  # a call's mean time per cell; no decisions, no paper
+        return Comparison(labels, compare_decisions(labels, []), compare_means(labels, tables))
     paper, scores = compare_paper_checks(labels, tables)
     return Comparison(
         labels, compare_decisions(labels, tables), compare_means(labels, tables), paper, hypotheses, scores
@@ -109,6 +122,8 @@ def compare_decisions(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataF
     """One row per cell of any run: its mark in each run (`-` where a run lacks the cell; `1~`: the
     emulation's error could flip it), whether the marks agree and contradict (`~` aside), and whether
     any run's mark is uncertain."""
+    if not tables:  # runs without decisions (an RPC study's)
+        return pd.DataFrame(columns=[*KEYS, *labels, "agree", "contradict", "uncertain"])
     marks = [t[KEYS].assign(mark=vector_marks(t).to_numpy()).set_index(KEYS)["mark"] for t in tables]
     table = pd.concat(marks, axis=1, keys=labels).fillna("-").sort_index()
     shown = table.to_numpy(dtype=str)
@@ -120,7 +135,10 @@ def compare_decisions(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataF
 
 
 def _quantities(cells: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(name, mean column, CI column): completion, the local baseline and each stage measured."""
+    """(name, mean column, CI column): completion, the local baseline and each stage measured; an RPC
+    study's cells, a call's time."""
+    if "per_call_s" in cells:
+        return [("call", "per_call_s", "per_call_ci95")]
     out = [("completion", "mean", "ci95"), ("local", "local_mean", "local_ci95")]
     for column in cells.columns:
         if (m := STAGE_MEAN.match(column)) and f"{m[1]}_ci95" in cells and cells[column].notna().any():
@@ -173,17 +191,20 @@ def compare_means(labels: list[str], tables: list[pd.DataFrame]) -> pd.DataFrame
 def _cell(row: pd.Series) -> str:
     if label_without_device(row["method"]) == LOCAL:
         return f"{row['op']} {row['size']} {row['method']}"
-    return f"{row['op']} {row['size']} {row['method']} @ {row['rate_mbps']:g} Mbit/s"
+    return f"{row['op']} {row['size']} {row['method']} @ {rate_label(row['rate_mbps'])}"
 
 
 def summary_lines(result: Comparison) -> list[str]:
     d, m = result.decisions, result.means
     lines = [f"compared {len(result.labels)} runs against {result.labels[0]}: {', '.join(result.labels[1:])}"]
-    differing = d[~d["agree"]]
+    if d.empty and not m.empty and (m["quantity"] == "call").all():
+        lines.append("decisions: none (RPC study runs: calls, not offloading); their calls' mean times below")
+    differing = d[~d["agree"].astype(bool)]
     told = f"; {int(d['contradict'].sum())} contradict (1 in one run, 0 in another)" if len(differing) else ""
     if within := int(differing["uncertain"].sum()):
         told += f"; {within} of the {len(differing)} differing uncertain (~) in a run, within the emulation's error"
-    lines.append(f"decisions: {int(d['agree'].sum())} of {len(d)} cells alike in every run{told}")
+    if len(lines) == 1:
+        lines.append(f"decisions: {int(d['agree'].sum())} of {len(d)} cells alike in every run{told}")
     for _, row in differing.head(SHOWN).iterrows():
         why = " (uncertain: the emulation's error could flip it)" if row["uncertain"] else ""
         lines.append(f"  {_cell(row)}: {' '.join(row[label] for label in result.labels)}{why}")

@@ -99,6 +99,18 @@ def rpc_cells(trials: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def compared_calls(trials: pd.DataFrame) -> pd.DataFrame:
+    """The cells as `testbed compare` keys them (op, size, rate, and the transport labelled with its
+    server: `grpc@cpp`), with a call's mean seconds and its CI (`analysis.compare`)."""
+    cells = rpc_cells(trials)
+    if cells.empty:
+        return pd.DataFrame(columns=["op", "size", "rate_mbps", "method", "per_call_s", "per_call_ci95"])
+    method = [
+        m if s == "python" else f"{m}@{s}" for m, s in zip(cells["method"], cells["server"], strict=True)
+    ]
+    return cells.assign(method=method)[["op", "size", "rate_mbps", "method", "per_call_s", "per_call_ci95"]]
+
+
 def ratio_ci(a: pd.Series, b: pd.Series) -> tuple[float, float, float]:
     """The ratio of the means of a over b per call and its 95% CI (delta method on the log)."""
     ratio = a["per_call_s"] / b["per_call_s"]

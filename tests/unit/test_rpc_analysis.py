@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import replace
 from itertools import product
 
 import pandas as pd
 import pytest
 
 from analysis import analyze
+from analysis.compare import compare_runs, summary_lines
 from analysis.rpc_study import headlines, rpc_cells, rpc_ratios, study_table
+from contracts.errors import UserError
 from contracts.grid import UNSHAPED
 from contracts.run import (
     MANIFEST_FILE,
@@ -24,6 +27,7 @@ from contracts.run import (
     TrialWriter,
     write_manifest,
 )
+from tests.helpers import REPO
 
 # per call: (seconds, server CPU, framed bytes each way, wire bytes each way) by transport
 CALL = {
@@ -132,3 +136,30 @@ def test_the_headline_of_an_operation_leaves_its_flagged_cells_out():
     large = next(x for x in lines if x.startswith("SendRcvLargeData"))
     assert "100M" not in large and "unshaped" in large  # at 100 Mbit/s both its cells beat the link
     assert large.endswith("the study: 0.08-0.37")
+
+
+def write_run(where, records: list[TrialRecord], run_id: str):
+    where.mkdir()
+    writer = TrialWriter(where / TRIALS_FILE)
+    for row in records:
+        writer.write(row)
+    writer.close()
+    exp = Experiment(name="t", ops=("SayHello", "SendRcvLargeData"), sizes=(7, 8192), rates_mbps=(UNSHAPED,),
+                     methods=("tagless", "grpc"), reps=3, local=False, calls=1000)  # fmt: skip
+    write_manifest(where / MANIFEST_FILE, Manifest(run_id=run_id, status="complete", experiment=exp))
+    return where
+
+
+def test_rpc_runs_compare_by_a_calls_mean_time_and_never_with_an_offload_run(tmp_path):
+    first = write_run(tmp_path / "a", rows(servers=("python", "cpp")), "a-1")
+    slower = [replace(r, t_total=r.t_total * 1.5) if r.method == "grpc" and r.server == "cpp" else r
+              for r in rows(servers=("python", "cpp"))]  # fmt: skip
+    second = write_run(tmp_path / "b", slower, "b-1")
+    result = compare_runs([first, second])
+    assert result.decisions.empty and set(result.means["quantity"]) == {"call"}
+    assert len(result.means) == 8 and int(result.means["within"].sum()) == 6
+    lines = summary_lines(result)
+    assert lines[1].startswith("decisions: none (RPC study runs")
+    assert "  SayHello 7 grpc@cpp @ unshaped call (b-1): 0.00072 s against 0.00048 s (+50.0%)" in lines
+    with pytest.raises(UserError, match="compares only with RPC runs"):
+        compare_runs([first, REPO / "tests" / "data" / "runs" / "v3-tiny"])
