@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl.tcmsg import sched_netem
 
 from appliance.tc_ops import CLASS_ID, FRESH, ROOT_HANDLE, ROOT_ID, PortState, TcOp, port_ops
 from contracts.errors import UserError
@@ -39,10 +40,11 @@ class PortShaping:
     delay_ms: float | None = None
     loss_pct: float | None = None
     netem_limit: int | None = None
+    serialize: bool = False  # netem's rate at the class's: each packet held for its bytes at the rate
 
     @property
     def needs_netem(self) -> bool:
-        return bool(self.delay_ms) or bool(self.loss_pct)
+        return bool(self.delay_ms) or bool(self.loss_pct) or self.serialize
 
 
 def plan_shaping(link: LinkSpec, up_if: str, down_if: str, hz: int | None = None) -> list[PortShaping]:
@@ -55,16 +57,38 @@ def plan_shaping(link: LinkSpec, up_if: str, down_if: str, hz: int | None = None
         cburst = link.burst or default_burst(ceil, link.mtu, hz)
         quantum = min(max(link.mtu + ETH_HEADER, rate // 8 // 10), MAX_QUANTUM)
         limit = None
-        if link.delay_ms or link.loss_pct:
+        if link.delay_ms or link.loss_pct or link.serialize:
             # enough packets to hold rate x delay (the bandwidth-delay product), with headroom
             bdp_packets = rate / 8 * (link.delay_ms or 0) / 1000 / (link.mtu + ETH_HEADER)
             limit = max(1000, math.ceil(bdp_packets * 2))
         ports.append(
             PortShaping(
-                ifname, direction, rate, ceil, burst, cburst, quantum, link.delay_ms, link.loss_pct, limit
-            )
+                ifname,
+                direction,
+                rate,
+                ceil,
+                burst,
+                cburst,
+                quantum,
+                link.delay_ms,
+                link.loss_pct,
+                limit,
+                link.serialize,
+            )  # fmt: skip
         )
     return ports
+
+
+def _netem_request(request: dict) -> None:
+    """pyroute2's netem plugin reads `rate` into TCA_NETEM_RATE but leaves it in the request, where it
+    becomes the qdisc's TCA_RATE (a rate estimator's parameters), which the kernel refuses with ERANGE
+    (found in the stock-kernel guest, `testbed shape --serialize`). Its tbf plugin drops it the same
+    way, after reading it."""
+    request.pop("rate", None)
+
+
+if not hasattr(sched_netem, "fix_request"):  # a pyroute2 that fixes it keeps its own
+    sched_netem.fix_request = _netem_request
 
 
 def link_counters(link) -> dict[str, int]:

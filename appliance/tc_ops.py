@@ -116,8 +116,8 @@ def port_ops(port, state: PortState) -> list[TcOp]:
 
     An HTB root in place keeps its qdisc: the class is changed in place (the cheap path between sweep
     cells) or added; anything else at the root is replaced by our HTB, which takes its children with
-    it. netem is replaced (created or changed) when delay or loss is asked for, and deleted when it is
-    not but is there.
+    it. netem is replaced (created or changed) when delay, loss or serialization is asked for, and
+    deleted when it is not but is there.
     """
     ops = []
     htb = (
@@ -142,6 +142,8 @@ def port_ops(port, state: PortState) -> list[TcOp]:
             netem.append(("delay", port.delay_ms))
         if port.loss_pct:
             netem.append(("loss", port.loss_pct))
+        if port.serialize:
+            netem.append(("rate", port.rate))
         netem.append(("limit", port.netem_limit))
         ops.append(TcOp("replace", "netem", port.ifname, NETEM_HANDLE, CLASS_HANDLE, tuple(netem)))
     elif netem_there:

@@ -66,6 +66,7 @@ class PortPlan(Message):
     exists: bool
     ops: list[TcOperation]
     commands: list[str]
+    serialize: bool = omitted(False)  # netem's rate at the class's (absent: not serialized)
 
 
 @answer

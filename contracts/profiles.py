@@ -57,9 +57,11 @@ MALLOC_ENV = {
 
 # where a kernel has no netem (this project's own machines), in one line that names where it runs: the
 # shaper's refusal of a delay or loss, and an experiment's or a validation's refusal before any work
-NETEM_MISSING = "delay/loss need netem, but this kernel has no sch_netem module (CONFIG_NET_SCH_NETEM)"
+NETEM_MISSING = (
+    "delay/loss/serialization need netem, but this kernel has no sch_netem module (CONFIG_NET_SCH_NETEM)"
+)
 NETEM_FIX = (
-    "drop the delay/loss, or run under a kernel that has it: `testbed guest -- COMMAND` boots Debian's "
+    "drop the delay/loss/serialization, or run under a kernel that has it: `testbed guest -- COMMAND` boots Debian's "
     "stock kernel under QEMU and runs the command there as root (docs/commands.md)"
 )
 
@@ -75,6 +77,10 @@ class LinkSpec:
     mtu: int = 1500
     delay_ms: float | None = None
     loss_pct: float | None = None
+    # each packet held for its bytes at the rate, as a line serializes it (netem's `rate` under the
+    # HTB class; needs sch_netem): a token bucket alone sends a burst's packets at once, so a message
+    # that fits in it crosses at line rate (docs/rpc-study.md)
+    serialize: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -93,9 +93,10 @@ def small_burst(mtu: int = 1500) -> int:
     with: the default's one timer tick of data (50 KB at 100 Mbit/s and HZ 250) passes a whole
     LargeData8192 message (35 KB) at line rate while the other direction's reply refills it, so a
     call took half its bytes' time at the rate. Up to a burst a direction still passes free (a token
-    bucket is not a line's serialization): `analysis.rpc_study` flags the calls it made faster than
-    their bytes at the rate. A kernel where two frames cannot reach the rate fails the link's
-    validation, and its trials are not run."""
+    bucket is not a line's serialization): where the kernel has netem the study serializes them too
+    (`LinkSpec.serialize`), and `analysis.rpc_study` flags the calls made faster than their bytes at
+    the rate. A kernel where two frames cannot reach the rate fails the link's validation, and its
+    trials are not run."""
     return 2 * (mtu + ETH_HEADER)
 
 

@@ -110,6 +110,7 @@ class Lab(OffloadServers, ABC):
     # the HTB burst a sweep shapes with (bytes; None: derived from the rate, `default_burst`): an RPC
     # study's `SMALL_BURST`, so that no message of a call passes within it at line rate
     burst: int | None = None
+    serialize: bool = False  # ... and each packet held for its bytes at the rate (netem, where there)
 
     # ---------------------------------------------------------------- what a backend supplies
     @abstractmethod
@@ -251,10 +252,15 @@ class Lab(OffloadServers, ABC):
         """The sweep's in-place rate change between cells: both directions, nothing else altered."""
         self.shape(self.link_at(rate_bps))
 
+    def netem_available(self) -> bool:
+        """Whether the appliance's kernel has netem (delay, loss, serialization)."""
+        return self.host("appliance").agent(api.ShapeNetem())
+
     def link_at(self, rate_bps: int) -> LinkSpec:
         """What `set_rate` shapes: the inventory's link at this rate, with the sweep's delay and loss."""
         link = self.inv.link.at_rate(rate_bps, self.delay_ms, self.loss_pct)
-        return link if self.burst is None else replace(link, burst=self.burst)
+        link = link if self.burst is None else replace(link, burst=self.burst)
+        return replace(link, serialize=self.serialize) if self.serialize else link
 
     def replay_plan(self, plan: ReplayPlan) -> list[answers.ReplayStepPlan]:
         """The appliance's timed operations for a trace, from its ports' state now (the dry run)."""

@@ -60,6 +60,12 @@ def add_link_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burst", type=int, help="HTB burst in bytes (default: rate/HZ + one frame)")
     p.add_argument("--delay", help="one-way delay per direction, e.g. 50 or 50ms (needs sch_netem)")
     p.add_argument("--loss", help="loss in %% per direction, e.g. 5 (needs sch_netem)")
+    p.add_argument(
+        "--serialize",
+        action="store_true",
+        default=None,
+        help="hold each packet for its bytes at the rate, as a line does (netem's rate; needs sch_netem)",
+    )
 
 
 def resolve_link(base: LinkSpec, args: argparse.Namespace) -> LinkSpec:
@@ -83,6 +89,8 @@ def resolve_link(base: LinkSpec, args: argparse.Namespace) -> LinkSpec:
         link = replace(link, delay_ms=_one(parse_delays(args.delay, "--delay"), "--delay", "--delays"))
     if args.loss is not None:
         link = replace(link, loss_pct=_one(parse_losses(args.loss, "--loss"), "--loss", "--losses"))
+    if getattr(args, "serialize", None):
+        link = replace(link, serialize=True)
     if link.ceil is not None and link.ceil < max(link.up_rate, link.down_rate):
         raise UserError(f"ceil {format_rate(link.ceil)} is below the rate", "give a ceil at least the rate")
     return link

@@ -125,6 +125,8 @@ def cmd_shape(args: argparse.Namespace) -> int:
     extra = ""
     if link.delay_ms or link.loss_pct:
         extra = f", delay {link.delay_ms or 0:g} ms, loss {link.loss_pct or 0:g}%"
+    if link.serialize:
+        extra += ", each packet serialized at the rate"
     print(
         f"shaped (as the kernel holds it): up (client->server) {format_rate(held['up'])}, "
         f"down (server->client) {format_rate(held['down'])}{extra}"

@@ -21,7 +21,6 @@ import re
 import statistics
 from dataclasses import asdict, dataclass, replace
 
-from contracts.agent_api import ShapeNetem
 from contracts.errors import UserError
 from contracts.profiles import NETEM_FIX, NETEM_MISSING, LinkSpec
 from contracts.stats import binomial_ci
@@ -211,11 +210,11 @@ def without_netem(link: LinkSpec) -> LinkSpec:
 
 
 def needs_netem(link: LinkSpec) -> bool:
-    return bool(link.delay_ms) or bool(link.loss_pct)
+    return bool(link.delay_ms) or bool(link.loss_pct) or link.serialize
 
 
 def require_netem(lab: Lab, what: str) -> None:
     """Refuse in one line, before any work, where the appliance's kernel has no netem: `what` (the
     experiment's delays and losses, say) needs it. The message is the shaper's (`appliance.shaper`)."""
-    if not lab.host("appliance").agent(ShapeNetem()):
+    if not lab.netem_available():
         raise UserError(f"{what}: {NETEM_MISSING}", NETEM_FIX)

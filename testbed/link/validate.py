@@ -81,7 +81,7 @@ def validate_rate(
     checks: list[Check | NetemCheck] = list(_goodput_checks(lab, rate_bps, duration, tolerance_pct))
     if link.delay_ms is not None or link.loss_pct is not None:  # which point of the link they are of
         checks = [replace(c, delay_ms=link.delay_ms, loss_pct=link.loss_pct) for c in checks]
-    if netem:
+    if link.delay_ms or link.loss_pct:  # a serialized link alone has no round trip or loss of its own
         checks += measure_netem(lab, link, rate_bps / 1e6, tolerance_pct)
     return checks
 

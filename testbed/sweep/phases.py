@@ -28,7 +28,6 @@ from contracts.grid import LinkPoint, is_unshaped
 from contracts.hosts import Backend, Role
 from contracts.run import TRIALS_FILE, Device, read_trials
 from contracts.stages import GRPC, PYTHON, TAGLESS
-from contracts.units import small_burst
 from contracts.worker_api import TrialResult, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
@@ -46,7 +45,7 @@ from testbed.sweep.calibration import calibrate_devices, calibrate_host
 from testbed.sweep.plan import Trial, device_names, plan_trials, rate_groups
 from testbed.sweep.progress import Progress
 from testbed.sweep.rounds import Rounds
-from testbed.sweep.rpc_wire import WireCount
+from testbed.sweep.rpc_wire import WireCount, shape_for_calls
 from testbed.sweep.scheduler import WorkSource, split_by_rep
 from testbed.sweep.testbeds import Testbed
 from testbed.sweep.together import Together
@@ -205,11 +204,11 @@ class Sweep(Together):
         lab.parts = max(exp.parallelism or (1,)) * max(exp.concurrency or (1,))  # connections per client
         if exp.datasets:
             transfers.serve_datasets(lab)
-        if exp.rpc_study:  # its calls' messages must not pass within a burst (`small_burst`)
-            lab.burst = small_burst(lab.inv.link.mtu)
         tb.use = lab.use(self.keep_up).open()
         if exp.datasets:
             transfers.make_datasets(lab, exp)
+        if exp.rpc_study:
+            shape_for_calls(lab)
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
         if not lab.server_alive(grpc=GRPC in exp.methods, tagless=TAGLESS in exp.methods) or (
             tb.use.was_up

@@ -58,3 +58,29 @@ def test_a_50ms_delay_is_validated_as_a_100ms_round_trip_and_5_percent_loss_in_i
 
     status = run_cli(inventory, "status").stdout
     assert "appliance" in status
+
+
+def median_rtt_ms(lease, size: int) -> float:
+    pings = subprocess.run(
+        ["ip", "netns", "exec", lease.name("client"), "ping", "-n", "-c", "10", "-i", "0.3", "-s", str(size),
+         lease.address(2)],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return statistics.median(float(t) for t in re.findall(r"time=([0-9.]+) ms", pings))
+
+
+def test_a_serialized_link_holds_each_packet_for_its_bytes_at_the_rate(inventory, lease, kernel_has_netem):
+    """`shape --serialize` (an RPC study's links, where netem is there): at 1 Mbit/s a 1442-byte ping
+    takes 11.5 ms a way on the line, which HTB alone lets through within its burst (2014 bytes at HZ
+    250, one frame more at HZ 100)."""
+    if not kernel_has_netem:
+        pytest.skip("this kernel has no sch_netem (scripts/test.sh runs this in the stock-kernel guest)")
+    run_cli(inventory, "up", "--no-server")
+    run_cli(inventory, "shape", "--rate", "1mbit")
+    free = median_rtt_ms(lease, 1400)
+    proc = run_cli(inventory, "shape", "--rate", "1mbit", "--serialize")
+    assert "each packet serialized at the rate" in proc.stdout
+    held = median_rtt_ms(lease, 1400)
+    line = 2 * (1400 + 8 + 20 + 14) * 8 / 1e6 * 1000  # both ways, ICMP, IP and Ethernet headers: 23.1 ms
+    assert held >= 0.95 * line and held <= line + 20, (free, held)
+    assert free < line / 2, (free, held)  # the burst passed it at once

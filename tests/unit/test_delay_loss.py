@@ -16,6 +16,7 @@ from contracts.grid import LinkPoint, parse_delays, parse_losses
 from contracts.profiles import NETEM_FIX, NETEM_MISSING, LinkSpec
 from contracts.run import TRIALS_MARK, read_manifest, read_trials
 from contracts.run_format import FORMAT_VERSION
+from testbed.backends.lab import Lab
 from testbed.cli import build_parser
 from testbed.cli import sweep as sweep_cli
 from testbed.experiment import load_experiment, planned_trials
@@ -326,13 +327,17 @@ def test_an_experiment_with_delays_is_refused_before_any_work_where_the_kernel_l
 
 
 def test_the_refusal_is_the_shapers_own_message():
-    assert NETEM_MISSING.startswith("delay/loss need netem") and "testbed guest" in NETEM_FIX
+    assert NETEM_MISSING.startswith("delay/loss/serialization need netem") and "testbed guest" in NETEM_FIX
     from appliance import shaper
 
     assert shaper.NETEM_MISSING is NETEM_MISSING and shaper.NETEM_FIX is NETEM_FIX
 
 
 class _Lab:
+    """The appliance's agent, answering `shape.netem` alone, behind `Lab`'s own question."""
+
+    netem_available = Lab.netem_available
+
     def __init__(self, netem: bool) -> None:
         self.netem = netem
 
@@ -347,7 +352,7 @@ class _Lab:
 
 def test_require_netem_asks_the_appliance_and_refuses_in_one_line():
     require_netem(_Lab(True), "x")
-    with pytest.raises(UserError, match=r"^--delays: delay/loss need netem") as refused:
+    with pytest.raises(UserError, match=r"^--delays: delay/loss/serialization need netem") as refused:
         require_netem(_Lab(False), "--delays")
     assert "testbed guest -- COMMAND" in refused.value.fix
 

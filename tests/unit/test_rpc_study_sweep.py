@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from appliance.shaper import link_counters, plan_shaping
+from appliance.tc_ops import FRESH, port_ops
 from contracts.agent_answers import CounterSnapshot
 from contracts.errors import UserError
 from contracts.grid import UNSHAPED, parse_rates, rate_label
 from contracts.manifest import Experiment as ManifestExperiment
+from contracts.profiles import LinkSpec
 from contracts.rpc_study import LARGE_DATA_K, STUDY_OPS, expected_bytes
 from contracts.trials_file import TrialRecord, TrialWriter, read_trials
 from contracts.units import small_burst
@@ -24,7 +26,7 @@ from contracts.worker_api import TrialResult, TrialSpec
 from testbed.estimate import model_for
 from testbed.experiment import load_experiment, planned_trials
 from testbed.sweep.plan import plan_trials, rate_groups
-from testbed.sweep.rpc_wire import WireCount
+from testbed.sweep.rpc_wire import WireCount, shape_for_calls
 from tests.helpers import write_experiment
 
 STUDY = Path(__file__).resolve().parents[2] / "experiments" / "rpc-study.yaml"
@@ -213,3 +215,39 @@ def test_an_rpc_studys_link_is_shaped_with_a_burst_of_two_frames(netns):
     assert (
         up.burst == down.burst == 3028 and plan_shaping(default, "a-up", "a-down", hz=250)[0].burst == 51514
     )
+
+
+def test_a_serialized_link_puts_netem_at_the_rate_under_each_ports_class():
+    link = LinkSpec(10_000_000, 10_000_000, burst=3028, serialize=True)
+    up, down = plan_shaping(link, "a-up", "a-down", hz=250)
+    assert up.needs_netem and down.needs_netem and up.netem_limit == 1000
+    (netem,) = [op for op in port_ops(up, FRESH) if op.kind == "netem"]
+    assert netem.action == "replace" and dict(netem.params)["rate"] == 10_000_000
+    assert "netem rate 10mbit limit 1000" in netem.tc() and netem.netlink()["rate"] == "10000000bit"
+    plain = plan_shaping(replace(link, serialize=False), "a-up", "a-down", hz=250)[0]
+    assert not plain.needs_netem and not [op for op in port_ops(plain, FRESH) if op.kind == "netem"]
+
+
+def test_an_rpc_studys_lab_serializes_where_the_appliance_has_netem(netns, monkeypatch):
+    for has in (True, False):
+        monkeypatch.setattr(type(netns), "netem_available", lambda self, has=has: has)
+        shape_for_calls(netns)
+        link = netns.link_at(10_000_000)
+        assert link.burst == 3028 and link.serialize is has
+
+
+def test_a_netem_rate_goes_into_netems_options_and_not_the_qdiscs_estimator():
+    """pyroute2 left `rate` in the request, as the qdisc's TCA_RATE, which the kernel refused (ERANGE,
+    in the stock-kernel guest): the shaper's request keeps it in TCA_NETEM_RATE alone."""
+    from pyroute2.requests.tc import TcIPRouteFilter
+
+    import appliance.shaper  # noqa: F401 - installs the netem request's fix
+
+    up = plan_shaping(LinkSpec(1_000_000, 1_000_000, serialize=True), "a-up", "a-down", hz=250)[0]
+    (netem,) = [op for op in port_ops(up, FRESH) if op.kind == "netem"]
+    request = {"kind": "netem", "index": 3, **netem.netlink()}
+    TcIPRouteFilter("replace").finalize(request)
+    assert "rate" not in request
+    assert request["options"]["attrs"] == [
+        ["TCA_NETEM_RATE", {"rate": 125000.0, "packet_overhead": 0, "cell_size": 0, "cell_overhead": 0}]
+    ]
