@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +49,7 @@ ENV = "TESTBED_CPU_LOCK"
 CGROUP_ENV = "TESTBED_CPU_CGROUP"
 RT_PRIORITY = 1  # above every task of the default policy, below every real-time one the system has
 REFERENCES_SUFFIX = ".refs"  # the host's reference runs beside the lock (`client.host_references`)
+_HOLDING = threading.local()  # `holding`: this thread holds its core (`unpreempted_thread`)
 
 
 def references_path(lock_path: str | None) -> str | None:
@@ -108,10 +110,18 @@ def unpreempted_thread(wanted: bool = True) -> Iterator[bool]:
     if not hold_the_core():
         yield False
         return
+    _HOLDING.holding = True
     try:
         yield True
     finally:
+        _HOLDING.holding = False
         os.sched_setscheduler(0, *before)
+
+
+def holding_core() -> bool:
+    """Whether the calling thread holds its core now (inside `unpreempted_thread`, done): a stage
+    whose host may hold its other cores too (`contracts.other_cores`)."""
+    return getattr(_HOLDING, "holding", False)
 
 
 def hold_the_core() -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from contracts.cpu_lock import references_path
 from contracts.errors import UserError
 from contracts.hosts import Backend
+from contracts.other_cores import FIFO_SUFFIX
 from testbed.backends import topology
 from testbed.backends.topology import Names
 from testbed.inventory import Inventory
@@ -82,6 +83,11 @@ def remove_cpu_lock(state_root: Path) -> list[str]:
         if (state_root / name).exists():
             (state_root / name).unlink(missing_ok=True)
             removed.append(f"{what} {state_root / name}")
+    for fifo in sorted(
+        state_root.glob(Path(CPU_LOCK).name + FIFO_SUFFIX + "*")
+    ):  # a crashed sweep's spinners'
+        fifo.unlink(missing_ok=True)
+        removed.append(f"spinner FIFO {fifo}")
     return removed
 
 

@@ -47,6 +47,7 @@ from testbed.sweep.progress import Progress
 from testbed.sweep.rounds import Rounds
 from testbed.sweep.rpc_wire import WireCount, shape_for_calls
 from testbed.sweep.scheduler import WorkSource, split_by_rep
+from testbed.sweep.spinners import holding_spinners, shared_lock
 from testbed.sweep.testbeds import Testbed
 from testbed.sweep.together import Together
 from testbed.sweep.trials import (
@@ -126,7 +127,7 @@ class Sweep(Together):
     def run(self) -> dict:
         self.prepare()
         try:
-            with sigterm_as_interrupt():
+            with sigterm_as_interrupt(), holding_spinners(shared_lock(self.testbeds)):
                 for tb in self.testbeds:
                     self.bring_up(tb)
                 self.session.datapath = ",".join(sorted({tb.lab.datapath() for tb in self.testbeds}))
