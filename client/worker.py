@@ -53,6 +53,7 @@ from contracts.stages import (
     PER_TRIAL,
     PERSISTENT,
     PYTHON,
+    TAGLESS,
     method_codec,
 )
 from contracts.wire import body_bytes
@@ -115,7 +116,7 @@ class TrialWorker:
         }
         # an RPC study's calls (`rpc`): each transport's and server's target, and with a persistent
         # connection its client, kept across trials
-        self.study_targets = {"tagless": dict(tagless_targets or {}), GRPC: targets}
+        self.study_targets = {TAGLESS: dict(tagless_targets or {}), GRPC: targets}
         self.study_clients: dict[tuple[str, str], object] = {}
         self.seed = seed
         self.image: str | None = None  # an image file the image ops run on (`--image`)
@@ -277,11 +278,14 @@ class TrialWorker:
         )
         try:
             batch = run_batch(client, method, values, calls, warmup=1)
-        finally:
-            if self.persistent:
-                self.study_clients[key] = client
-            else:
-                client.close()
+        except BaseException:  # its connection may be broken: the next batch opens its own
+            self.study_clients.pop(key, None)
+            client.close()
+            raise
+        if self.persistent:
+            self.study_clients[key] = client
+        else:
+            client.close()
         out.update(
             ok=True,
             t_total=batch.total_s,

@@ -51,3 +51,22 @@ def test_a_batch_counts_bytes_from_a_call_without_timing_and_times_each_call():
     assert (batch.calls, batch.bytes_up, batch.bytes_down) == (100, 20, 30)
     assert batch.server_cpu_s == pytest.approx(6e-6)
     assert 0 < batch.median_s <= batch.p99_s <= batch.total_s
+
+
+def test_a_persistent_connection_whose_batch_failed_is_not_kept_for_the_next():
+    """Nothing listens at the target: the batch fails with its error, and the next batch opens its own
+    connection rather than calling over the broken one."""
+    from client.worker import TrialWorker
+    from contracts.stages import PERSISTENT, TAGLESS
+    from contracts.worker_api import TrialSpec
+
+    worker = TrialWorker(
+        "http://127.0.0.1:1",
+        seed=1,
+        timeout=1.0,
+        connection=PERSISTENT,
+        tagless_targets={"python": "127.0.0.1:1"},
+    )
+    spec = TrialSpec(trial=1, op="SayHello", size=7, dtype="float64", method=TAGLESS, calls=3)
+    assert worker.run(spec).error
+    assert worker.study_clients == {}
