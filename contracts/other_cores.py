@@ -18,7 +18,7 @@ So while a stage's repeated runs are timed (`contracts.short_work`: a short stag
 of milliseconds run again), its thread is pinned to its core and every other core is held by a
 spinner at the same real-time priority: a process per core (`serve`), started by the sweep for its
 testbeds on one host (`testbed.sweep.spinners`), that sleeps on a FIFO beside the CPU lock
-(`fifo_path`) and, on `HOLD`, loops on a pause until `LET_GO` or `MAX_HOLD_S`. The hold spans only
+(`fifo_path`) and, on `HOLD`, loops reading it (without blocking) until `LET_GO` or `MAX_HOLD_S`. The hold spans only
 the repeated runs: about `contracts.short_work.BUDGET_S` for a short stage, at most `HOLD_UNDER_S`
 of runs for one of milliseconds; for that long the other testbeds' processes wait (their links keep
 draining the packets already queued in the kernel), and their lock-free time is the rest.

@@ -83,9 +83,8 @@ def remove_cpu_lock(state_root: Path) -> list[str]:
         if (state_root / name).exists():
             (state_root / name).unlink(missing_ok=True)
             removed.append(f"{what} {state_root / name}")
-    for fifo in sorted(
-        state_root.glob(Path(CPU_LOCK).name + FIFO_SUFFIX + "*")
-    ):  # a crashed sweep's spinners'
+    # a crashed sweep's spinners' FIFOs (`testbed.sweep.spinners`)
+    for fifo in sorted(state_root.glob(Path(CPU_LOCK).name + FIFO_SUFFIX + "*")):
         fifo.unlink(missing_ok=True)
         removed.append(f"spinner FIFO {fifo}")
     return removed
