@@ -25,6 +25,7 @@ from analysis.report_html import e
 from analysis.trial_fidelity import by_device, tolerance, worst
 from contracts.hosts import Role
 from contracts.run import LinkCheck, Manifest
+from contracts.steadiness import UNSTEADY_SHARE, Steadiness
 
 HEADERS = ("emulated", "checked by", "target", "worst case (target → achieved)", "outside tolerance")
 
@@ -66,6 +67,8 @@ def _device_rows(manifest: Manifest, fidelity: pd.DataFrame | None) -> list[tupl
             worst_ = _calibration_worst(table)
             flagged = int(table["flagged"].astype(bool).sum())
             rows.append((what, checked, target, worst_, f"{flagged} of {len(table)}", flagged > 0))
+            if (steady := cal.steadiness) is not None:
+                rows.append(_steadiness_row(what, checked, steady))
         name = device.profile["name"] if role == Role.CLIENT and several else ""
         if (mine := groups.get((role, name))) is not None and len(mine):
             w = worst(mine)
@@ -78,6 +81,18 @@ def _device_rows(manifest: Manifest, fidelity: pd.DataFrame | None) -> list[tupl
             checked = _link("the trials", "trial-fidelity")
             rows.append((what, checked, target, worst_, f"{flagged} of {len(mine)}", flagged > 0))
     return rows
+
+
+def _steadiness_row(what: str, checked: str, steady: Steadiness) -> tuple:
+    """The host's speed around a calibration (`contracts.steadiness`): its probes of one fixed work
+    against the fastest of them; unsteady, no emulation rule holds its stages within tolerance."""
+    target = (
+        f"the host's speed: probes of one fixed work within {steady.slow_pct:g}% of the fastest "
+        f"({steady.fastest_ms:.2g} ms), at most {UNSTEADY_SHARE:.0%} slower"
+    )
+    worst_ = e(f"median {steady.median_ratio:.2f}x, slowest {steady.worst_ratio:.2f}x the fastest")
+    outside = f"{steady.slow_share:.0%} of {steady.probes} probes"
+    return (what, checked, e(target), worst_, outside, steady.unsteady)
 
 
 def _calibration_worst(table: pd.DataFrame) -> str:

@@ -15,6 +15,7 @@ from client.throttle_check import check_wall
 from contracts.device import DeviceProfile, Grid
 from contracts.message import encode
 from contracts.processes import end_when_unheard
+from contracts.steadiness import Steadiness, probe_pass
 from contracts.tolerance import DeviceTolerance
 
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     The request: {"device": <profile as JSON>, "grid": <Grid as JSON>, "tolerance_pct": ...,
     "tolerance_ms": ... (the experiment's `contracts.tolerance.DeviceTolerance`), "check":
     "wall" for throttle mode's check, "quotas": its per-work quotas, "only": the keys to check}.
+    The host's speed is probed before and after (`contracts.steadiness`) and recorded with it.
     """
     request = json.load(sys.stdin)
     device = DeviceProfile.from_dict(request["device"])
@@ -31,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     check = check_wall if request.get("check") == "wall" else calibrate  # wall: throttle, inside the limit
     extra = {k: request[k] for k in ("quotas", "only") if request.get(k)}
     tolerance = DeviceTolerance(request["tolerance_pct"], request["tolerance_ms"])
-    json.dump(encode(check(device, grid, tolerance=tolerance, **extra)), sys.stdout)
+    before = probe_pass()  # the host's speed around the work: a calibration on an unsteady host says so
+    result = check(device, grid, tolerance=tolerance, **extra)
+    result.steadiness = Steadiness.of(before + probe_pass(), tolerance.pct)
+    json.dump(encode(result), sys.stdout)
     return 0
 
 

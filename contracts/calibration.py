@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from contracts.device import key, stack_key
 from contracts.message import decode_fields, encode_fields, omitted
 from contracts.stages import SERVER_START
+from contracts.steadiness import Steadiness
 from contracts.tolerance import DeviceTolerance
 
 KERNEL, ENCODE, DECODE = "kernel", "encode", "decode"  # the kinds of work a trial times, with SERVER_START
@@ -134,6 +135,8 @@ class Calibration:
     role: str | None = omitted()
     # `testbed calibrate --slow-host`: held under this extra quota, a fraction of a core (never a sweep's)
     slow_host: float | None = omitted()
+    # how steady the host's speed was around it (`contracts.steadiness`); absent before it was probed
+    steadiness: Steadiness | None = omitted()
 
     @property
     def tolerance(self) -> DeviceTolerance:

@@ -440,10 +440,12 @@ def calibration_answers(
     slowdown: float,
     flagged_size: int | None = None,
     flagged_kind: str = "kernel",
+    steadiness: dict | None = None,
 ) -> list[dict]:
     """`host` answers `python -m client.calibration` for `role`: every work's slowdown `slowdown`, the
-    `flagged_kind` of work (every codec's, for encode or decode) at `flagged_size` flagged (30% over).
-    Returns the requests, as they come."""
+    `flagged_kind` of work (every codec's, for encode or decode) at `flagged_size` flagged (30% over),
+    and `steadiness` (`contracts.steadiness.Steadiness` as JSON) if given. Returns the requests, as
+    they come."""
     from contracts.device import Grid, key
 
     requests: list[dict] = []
@@ -465,6 +467,8 @@ def calibration_answers(
                                  "size": size, "target_s": 1.0, "achieved_s": 1.3 if flagged else 1.0,
                                  "error_pct": 30.0 if flagged else 0.0, "flagged": flagged})  # fmt: skip
         calibration = {"device": device, "mode": "scaled", "role": role, "rows": rows, "scale": scale}
+        if steadiness is not None:
+            calibration["steadiness"] = steadiness
         return 0, json.dumps({**calibration, "tolerance_pct": 10.0})
 
     host.on("python", "-m", "client.calibration", answer=answer)

@@ -83,6 +83,12 @@ def calibrate_host(
         device_emulation.record_calibration(
             manifest, profile, mode, result, now(), role, lab.replica, replicas, client
         )
+        if result.steadiness is not None and result.steadiness.unsteady:
+            log.warning("the %s host's %s", host or role, result.steadiness.describe())
+            progress.note(
+                f"{host or role} host's {result.steadiness.describe()}: its stages' CPU times vary with "
+                "it, so trials will be flagged; a quieter machine emulates the device closer"
+            )
     progress.reset_clock()
     if missed := device_emulation.missed_work(result):
         what = ", ".join(missed)

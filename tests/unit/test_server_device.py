@@ -17,8 +17,10 @@ from client.scaled_calibration import calibrate
 from contracts.device import DeviceProfile, Grid, SpeedCurve, key, stack_key
 from contracts.errors import UserError
 from contracts.image_wire import peek_op
+from contracts.message import encode
 from contracts.run import read_manifest, write_manifest
 from contracts.stages import format_server_timing, parse_server_timing
+from contracts.steadiness import Steadiness
 from contracts.tolerance import DeviceTolerance
 from contracts.wire import body_bytes
 from server.timing import StageClock
@@ -29,7 +31,7 @@ from testbed.run_files import ManifestFile
 from testbed.sweep.bookkeeping import start_run
 from testbed.sweep.device_emulation import format_calibration
 from testbed.sweep.phases import run_sweep
-from tests.fakes import FAKE_SWEEP, healthy_worker, server_calibration
+from tests.fakes import FAKE_SWEEP, calibration_answers, healthy_worker, server_calibration
 from tests.helpers import rows, saved
 
 SERVER = "multilang-i5-5200u"  # a server profile shipped in experiments/devices
@@ -321,6 +323,26 @@ def test_a_sweep_with_a_server_device_calibrates_the_server_host_and_scales_its_
     again = read_manifest(run_dir / "manifest.json")
     write_manifest(tmp_path / "copy.json", again)
     assert ManifestFile.load(tmp_path / "copy.json").manifest.server_device == again.server_device
+
+
+@pytest.mark.parametrize("slow_share", [0.3, 0.0])
+def test_a_host_whose_speed_was_unsteady_around_its_calibration_is_announced(
+    lab, tmp_path, capsys, slow_share
+):
+    """The host's probes (`contracts.steadiness`) come back with the calibration, are recorded with
+    it, and a host too unsteady for its stages to keep their tolerance is named before the trials."""
+    probes = [0.0019] * int(100 * (1 - slow_share)) + [0.0034] * int(100 * slow_share)
+    steady = encode(Steadiness.of(probes, 10))
+    calibration_answers(lab.hosts["server"], SERVER, "server", 7.0, steadiness=steady)
+    exp = replace(FAKE_SWEEP, server_device=SERVER)
+    run_dir = tmp_path / "run"
+    run_sweep(
+        lab, exp, run_dir, start_run(run_dir, "fake-steady", exp, lab), server_device=load_device(SERVER)
+    )
+    (calibration,) = saved(run_dir)["server_device"]["calibrations"]
+    assert calibration["steadiness"] == steady
+    announced = "server host's speed unsteady: 30% of 100 probes" in capsys.readouterr().err
+    assert announced == (slow_share > 0)
 
 
 def test_the_calibration_times_the_trials_operands_in_the_trials_text():
