@@ -148,6 +148,7 @@ def _summary(run_id: str, run: Run, tables: dict) -> str:
     """What the terminal shows (and the report's top): the decisions, then a line or a block for each
     optional table that has something to say."""
     from analysis.contention import contention_lines
+    from analysis.devices import steadiness_lines
     from analysis.link_delay import delay_lines
     from analysis.paper_checks import held_out_summary
     from analysis.replicas import replica_summary
@@ -164,6 +165,8 @@ def _summary(run_id: str, run: Run, tables: dict) -> str:
     )
     if "trial_fidelity" in tables:
         summary += "\n" + "\n".join(fidelity_lines(tables["trial_fidelity"]))
+    if unsteady := steadiness_lines(run.manifest):
+        summary += "\n" + "\n".join(unsteady)
     if "contention" in tables:
         summary += "\n" + "\n".join(contention_lines(tables["contention"]))
     if "delay_decisions" in tables:

@@ -86,6 +86,17 @@ def last_calibrations(device: Device) -> dict[str | None, tuple[int, Calibration
     return {cal.client: (i, cal) for i, cal in enumerate(device.calibrations, 1)}
 
 
+def steadiness_lines(manifest: Manifest | None) -> list[str]:
+    """The summary's line per host whose last calibration found its speed unsteady
+    (`contracts.steadiness`): why its trials' stages missed, which no emulation rule could help."""
+    lines = []
+    for role, device in role_devices(manifest):
+        for host, (_, cal) in (last_calibrations(device) if device else {}).items():
+            if cal.steadiness is not None and cal.steadiness.unsteady:
+                lines.append(f"{host or role} host's {cal.steadiness.describe()}, around its calibration")
+    return lines
+
+
 def work_name(row) -> str:
     """A calibration row's work as a reader names it: `mul 500 json decode`, or the stack's own
     (`server_start`, for any op and size; its size column is empty, so the column reads as floats)."""

@@ -67,7 +67,7 @@ def test_a_calibration_carries_it_and_one_recorded_before_it_had_it_reads_as_non
 
 
 @pytest.mark.parametrize(("probes", "highlighted"), [(SPELL, True), (STEADY, False)])
-def test_the_reports_verdict_has_a_row_for_the_hosts_speed(tmp_path, probes, highlighted):
+def test_the_reports_verdict_and_the_summary_say_how_steady_the_host_was(tmp_path, probes, highlighted):
     run = write_synthetic_run(tmp_path / "run", sizes=(100,), rates=(10,), methods=("raw",), reps=2)
     m = read_manifest(run / "manifest.json")
     profile = DeviceProfile(
@@ -79,8 +79,11 @@ def test_the_reports_verdict_has_a_row_for_the_hosts_speed(tmp_path, probes, hig
     cal = Calibration(at="now", tolerance_pct=10, rows=[row], steadiness=Steadiness.of(probes, 10))
     m.device = Device(profile.as_dict(), "scaled", [cal])
     write_manifest(run / "manifest.json", m)
-    out = analyze(run, plots=False, out=io.StringIO())
+    text = io.StringIO()
+    out = analyze(run, plots=False, out=text)
     html = (out / "report.html").read_text()
+    summary = "client host's speed unsteady: 30% of 100 probes"  # and the terminal's summary says so
+    assert (summary in text.getvalue()) == highlighted
     row = next(r for r in html.split("<tr") if "probes of one fixed work" in r)
     assert f"{Steadiness.of(probes, 10).slow_share:.0%} of 100 probes" in row
     assert row.startswith(' class="bad"') == highlighted
