@@ -43,6 +43,27 @@ STUDY_NOTE = (
 )
 
 
+SERIALIZED = {
+    True: "Each packet crossed the shaped link held for its bytes at the rate (netem's rate beside HTB), "
+    "so no message crossed faster than a line of the rate would carry it.",
+    False: "The appliance's kernel had no netem: the links were shaped by HTB alone (a burst of two "
+    "frames), so a message's first packets may have crossed faster than the rate.",
+}
+
+
+def links_note(manifest: Manifest | None) -> str | None:
+    """How the study's links were shaped, as its sessions recorded it (`Session.serialized`); None for a
+    run from before it was recorded."""
+    kinds = {s.serialized for s in manifest.sessions} if manifest is not None else set()
+    if None in kinds or not kinds:
+        return None
+    if len(kinds) > 1:
+        return "The sessions differ: " + " ".join(
+            f"{'some' if k else 'others'}: {SERIALIZED[k]}" for k in (True, False)
+        )
+    return SERIALIZED[kinds.pop()]
+
+
 def write_rpc_report(
     path: Path,
     run_id: str,
@@ -60,6 +81,7 @@ def write_rpc_report(
         f'<p class="lead">{e(lines[0])}</p>',
         "<ul>" + "".join(f"<li>{e(line)}</li>" for line in [*headlines(tables["ratios"]), *others]) + "</ul>",
         f'<p class="note">{e(HOST_SPEED)}</p>',
+        *([f'<p class="note">{e(note)}</p>'] if (note := links_note(manifest)) else []),
         details(
             "Every ratio, per operation, server and link",
             "<ul>" + "".join(f"<li>{e(x)}</li>" for x in every) + "</ul>",

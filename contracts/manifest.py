@@ -222,6 +222,10 @@ class Session:
     # the switch's datapath as the testbeds' `up` chose it: system (the kernel's) or netdev (userspace);
     # several testbeds that differ: both, comma-separated. None: a run from before it was recorded
     datapath: str | None = None
+    # an RPC study's links: True, each packet held for its bytes at the rate by netem beside HTB (no
+    # message crosses faster than a line of the rate); False, HTB alone (the appliance's kernel had no
+    # netem); None: not an RPC study, or a run from before it was recorded
+    serialized: bool | None = None
 
 
 @dataclass(slots=True)

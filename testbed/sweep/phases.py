@@ -209,7 +209,7 @@ class Sweep(Together):
         if exp.datasets:
             transfers.make_datasets(lab, exp)
         if exp.rpc_study:
-            shape_for_calls(lab)
+            shape_for_calls(lab, self.session)
         lab.apply_cpu_limit()  # the experiment's profile, also on a testbed that was already up
         if not lab.server_alive(grpc=GRPC in exp.methods, tagless=TAGLESS in exp.methods) or (
             tb.use.was_up

@@ -8,6 +8,7 @@ Fig. 9d counts as a call's packets."""
 from __future__ import annotations
 
 from contracts.errors import UserError
+from contracts.manifest import Session
 from contracts.units import small_burst
 from contracts.worker_api import TrialResult
 from testbed.backends.lab import Lab
@@ -15,13 +16,15 @@ from testbed.backends.lab import Lab
 UNTIMED_CALLS = 1  # run_batch's warm-up call in a trial (the worker's `rpc`)
 
 
-def shape_for_calls(lab: Lab) -> None:
+def shape_for_calls(lab: Lab, session: Session) -> None:
     """How an RPC study's links are shaped: with a burst of two frames (`small_burst`: the default's
     timer tick of data passed whole LargeData messages at line rate), and where the appliance's kernel
     has netem, each packet held for its bytes at the rate (`LinkSpec.serialize`): then no message
-    crosses faster than a line of the rate would carry it."""
+    crosses faster than a line of the rate would carry it. The session records which (`serialized`:
+    true only where every testbed's links were), since the times depend on it."""
     lab.burst = small_burst(lab.inv.link.mtu)
     lab.serialize = lab.netem_available()
+    session.serialized = lab.serialize and session.serialized is not False
 
 
 class WireCount:

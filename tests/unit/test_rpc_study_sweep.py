@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from analysis.report_rpc import links_note
 from appliance.shaper import link_counters, plan_shaping
 from appliance.tc_ops import FRESH, port_ops
 from contracts.agent_answers import CounterSnapshot
 from contracts.errors import UserError
 from contracts.grid import UNSHAPED, parse_rates, rate_label
 from contracts.manifest import Experiment as ManifestExperiment
+from contracts.manifest import Manifest, Session
 from contracts.profiles import LinkSpec
 from contracts.rpc_study import LARGE_DATA_K, STUDY_OPS, expected_bytes
 from contracts.trials_file import TrialRecord, TrialWriter, read_trials
@@ -231,9 +233,35 @@ def test_a_serialized_link_puts_netem_at_the_rate_under_each_ports_class():
 def test_an_rpc_studys_lab_serializes_where_the_appliance_has_netem(netns, monkeypatch):
     for has in (True, False):
         monkeypatch.setattr(type(netns), "netem_available", lambda self, has=has: has)
-        shape_for_calls(netns)
+        session = Session("now", 0, "running")
+        shape_for_calls(netns, session)
         link = netns.link_at(10_000_000)
         assert link.burst == 3028 and link.serialize is has
+        assert session.serialized is has  # recorded: the times depend on it
+
+
+@pytest.mark.parametrize(
+    ("testbeds", "recorded"), [((True, True), True), ((True, False), False), ((False, True), False)]
+)
+def test_a_session_is_serialized_only_where_every_testbeds_links_were(netns, monkeypatch, testbeds, recorded):
+    session = Session("now", 0, "running")
+    for has in testbeds:
+        monkeypatch.setattr(type(netns), "netem_available", lambda self, has=has: has)
+        shape_for_calls(netns, session)
+    assert session.serialized is recorded
+
+
+def test_the_rpc_report_says_how_the_links_were_shaped_and_an_older_run_says_nothing():
+    def run_of(*sessions: Session) -> Manifest:
+        return Manifest("r", "complete", experiment=None, sessions=list(sessions))
+
+    run = run_of(Session("a", 0, "complete", serialized=True))
+    assert "held for its bytes at the rate" in links_note(run)
+    run.sessions.append(Session("b", 0, "complete", serialized=False))
+    assert links_note(run).startswith("The sessions differ")
+    assert links_note(run_of(Session("a", 0, "complete"))) is None  # from before it was recorded
+    assert "HTB alone" in links_note(run_of(Session("a", 0, "complete", serialized=False)))
+    assert links_note(None) is None
 
 
 def test_a_netem_rate_goes_into_netems_options_and_not_the_qdiscs_estimator():
