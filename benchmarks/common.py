@@ -24,7 +24,7 @@ BATCH_S = 0.02  # a batch of calls lasts at least this long (`batch_time`)
 
 @dataclass
 class Row:
-    section: str  # codecs | memory | efficiency | orchestration
+    section: str  # host | codecs | memory | efficiency | orchestration | rpc | runs
     figure: str  # what the value is, e.g. "enc+dec time / memory copy"
     case: str  # which measurement, e.g. "raw 800"
     value: float | None

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import codecs, efficiency, fidelity, grid, memory, orchestration, rpc
+from benchmarks import codecs, efficiency, fidelity, grid, host, memory, orchestration, rpc
 from benchmarks.common import MISS, PASS, SKIPPED, Row, fmt_value, skipped
 from benchmarks.session import BenchError, bench_lab, start_worker
 from contracts.errors import UserError
@@ -24,8 +24,9 @@ from testbed.run_files import environment
 from testbed.signals import sigterm_as_interrupt
 from testbed.sweep.worker_link import WorkerDied
 
-# table order: the issue's order (marshalling, efficiency, memory, orchestration), then the shipped run
-MODULES = (codecs, efficiency, memory, orchestration, rpc, grid, fidelity)
+# table order: the host's steadiness as the figures were taken, then the issue's order (marshalling,
+# efficiency, memory, orchestration), then the shipped run
+MODULES = (host, codecs, efficiency, memory, orchestration, rpc, grid, fidelity)
 CSV_COLUMNS = ("section", "figure", "case", "value", "unit", "target", "status", "note", "details")
 
 
@@ -70,7 +71,9 @@ def run_bench(
     """Run everything; write bench.json, bench.csv and table.txt to `out_dir`; the rows and the JSON."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    probes = host.Probes()
     with sigterm_as_interrupt():  # a kill stops the loopback servers and the testbed like Ctrl-C does
+        probes.take()
         rows = codecs.run(quick, progress=progress) + memory.run(quick, progress=progress)
         rows += grid.run(quick) + fidelity.run(quick)
         if skip_testbed or inv is None:
@@ -80,6 +83,8 @@ def run_bench(
         else:
             got, reason = testbed_rows(inv, quick, out_dir, progress)
             rows += got
+        probes.take()
+        rows.append(probes.row())
     rows = complete(rows, quick, reason or "not measured")
 
     doc = {

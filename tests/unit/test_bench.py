@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from benchmarks import common, fidelity, grid
+from benchmarks import common, fidelity, grid, host
 from benchmarks.common import INFO, MISS, PASS, SKIPPED, Row, batch_time
 from benchmarks.runner import complete, expected, format_table, key
 from contracts.run import Manifest, Session, write_manifest
@@ -90,6 +90,9 @@ def test_bench_quick_without_the_testbed(tmp_path):
             assert r["status"] != SKIPPED, r
     codec_rows = [r for r in rows if r["figure"] == "enc+dec time / memory copy"]
     assert all(r["details"]["encode_MBps"] > 0 and r["details"]["decode_MBps"] > 0 for r in codec_rows)
+    (steady,) = [r for r in rows if r["section"] == host.SECTION]  # the host as the figures were taken
+    assert 0 <= steady["value"] <= 100 and steady["status"] == "info" and "probes of" in steady["note"]
+    assert steady["details"]["probes"] >= 2  # a pass before the benchmarks and one after
     memory_rows = [r for r in rows if r["section"] == "memory"]
     assert all(r["details"]["peak_MB"] > 0 and r["details"]["idle_MB"] > 0 for r in memory_rows)
 
