@@ -226,6 +226,9 @@ class Session:
     # message crosses faster than a line of the rate); False, HTB alone (the appliance's kernel had no
     # netem); None: not an RPC study, or a run from before it was recorded
     serialized: bool | None = None
+    # the cores whose spinner held them while a replica's short stage was timed (`contracts.other_cores`):
+    # [] none (one testbed on this machine); None: a run from before it was recorded
+    held_cores: list[int] | None = None
 
 
 @dataclass(slots=True)

@@ -127,7 +127,7 @@ class Sweep(Together):
     def run(self) -> dict:
         self.prepare()
         try:
-            with sigterm_as_interrupt(), holding_spinners(shared_lock(self.testbeds)):
+            with sigterm_as_interrupt(), holding_spinners(shared_lock(self.testbeds), self.session):
                 for tb in self.testbeds:
                     self.bring_up(tb)
                 self.session.datapath = ",".join(sorted({tb.lab.datapath() for tb in self.testbeds}))

@@ -22,16 +22,20 @@ from contracts.other_cores import fifo_path
 from testbed.guest_run import die_with_parent, stop
 
 if TYPE_CHECKING:
+    from contracts.manifest import Session
     from testbed.sweep.testbeds import Testbed
 
 READY_S = 5.0  # a spinner makes its FIFO within this long, or the sweep goes on without it
 
 
 @contextmanager
-def holding_spinners(lock_path: str | None) -> Iterator[list[int]]:
+def holding_spinners(lock_path: str | None, session: Session | None = None) -> Iterator[list[int]]:
     """One spinner per core of this host for the CPU lock at `lock_path` for the block (none without
-    a lock: one testbed here); it gets the cores whose spinner is ready."""
+    a lock: one testbed here); it gets the cores whose spinner is ready, and `session` records them
+    (`held_cores`: a run's figures depend on whether its short stages were timed so)."""
     if lock_path is None:
+        if session is not None:
+            session.held_cores = []
         yield []
         return
     Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
@@ -45,7 +49,10 @@ def holding_spinners(lock_path: str | None) -> Iterator[list[int]]:
         for core in cores
     ]
     try:
-        yield _ready(lock_path, cores, procs)
+        ready = _ready(lock_path, cores, procs)
+        if session is not None:
+            session.held_cores = ready
+        yield ready
     finally:
         for core in cores:
             Path(fifo_path(lock_path, core)).unlink(missing_ok=True)

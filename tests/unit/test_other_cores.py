@@ -14,6 +14,7 @@ import pytest
 import contracts.other_cores as other_cores
 import contracts.short_work as short_work
 from contracts.cpu_lock import unpreempted_thread
+from contracts.manifest import Session
 from contracts.other_cores import HOLD_UNDER_S, IDLE_CHECK_S, MAX_HOLD_S, OtherCores, current_core, fifo_path
 from contracts.short_work import BUDGET_S, SHORT_S, per_run_cpu_s
 from testbed.backends import replicas
@@ -50,8 +51,9 @@ def test_a_sweeps_spinners_hold_the_other_cores_for_the_block_only_and_end_with_
     and their FIFOs go with the block."""
     lock = str(tmp_path / "cpu.lock")
     monkeypatch.setattr(other_cores, "holding_core", lambda: True)
-    with holding_spinners(lock) as ready:
-        assert ready == list(range(os.cpu_count()))
+    session = Session("now", 0, "running")
+    with holding_spinners(lock, session) as ready:
+        assert ready == list(range(os.cpu_count())) == session.held_cores  # the run records them
         spinners = _spinner_pids(lock)
         with OtherCores(lock).held() as held:
             mine = current_core()
@@ -174,6 +176,12 @@ def test_down_removes_a_crashed_sweeps_spinner_fifos(tmp_path, monkeypatch):
         os.mkfifo(fifo_path(replicas.CPU_LOCK, core))
     removed = replicas.remove_cpu_lock(tmp_path)
     assert len([r for r in removed if "spinner FIFO" in r]) == 2 and not list(tmp_path.iterdir())
+
+
+def test_one_testbed_here_holds_no_core_and_its_session_says_so():
+    session = Session("now", 0, "running")
+    with holding_spinners(None, session) as ready:
+        assert ready == [] == session.held_cores
 
 
 def test_spinners_are_for_testbeds_that_share_this_machines_lock():
