@@ -418,7 +418,8 @@ def format_calibration(calibration: Calibration) -> str:
             f"client quota {calibration.quota:g} of one core, period {calibration.period_s * 1000:g} ms"
             + (" (between stages; each stage under its work's quota)" if quotas else ""),
         )
-    return "\n".join(lines + [_row_line(r, quotas, counted) for r in calibration.rows])
+    steady = [f"the host's {calibration.steadiness.describe()}"] if calibration.steadiness else []
+    return "\n".join(lines + [_row_line(r, quotas, counted) for r in calibration.rows] + steady)
 
 
 def _row_line(r: CalibrationRow, quotas: bool, counted: bool) -> str:

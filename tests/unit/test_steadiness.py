@@ -87,3 +87,14 @@ def test_the_reports_verdict_and_the_summary_say_how_steady_the_host_was(tmp_pat
     row = next(r for r in html.split("<tr") if "probes of one fixed work" in r)
     assert f"{Steadiness.of(probes, 10).slow_share:.0%} of 100 probes" in row
     assert row.startswith(' class="bad"') == highlighted
+
+
+def test_testbed_calibrate_prints_the_hosts_steadiness_under_its_table():
+    from testbed.sweep.device_emulation import format_calibration
+
+    cal = Calibration(
+        tolerance_pct=10, rows=[], device="d", mode="scaled", steadiness=Steadiness.of(SPELL, 10)
+    )
+    assert format_calibration(cal).splitlines()[-1].startswith("the host's speed unsteady: 30% of 100 probes")
+    cal.steadiness = None  # recorded before it was probed: nothing said
+    assert "speed" not in format_calibration(cal)
