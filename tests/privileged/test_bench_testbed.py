@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks import grid
 from benchmarks.common import SKIPPED
+from benchmarks.runner import MODULES
 from tests.helpers import run_bench, run_cli
 from tests.isolation import leftovers
 
@@ -31,7 +32,7 @@ def test_bench_quick_brings_the_testbed_up_and_takes_it_down(inventory, lease, t
     assert "targets:" in proc.stdout
     assert f"bringing testbed {lease.prefix} up" in proc.stderr
     assert unmeasured(rows) == []
-    assert {r["section"] for r in rows} == {"codecs", "efficiency", "memory", "orchestration", "rpc", "runs"}
+    assert {r["section"] for r in rows} == {m.SECTION for m in MODULES}  # every benchmark measured
     assert leftovers(lease.prefix) == [], "a testbed the bench brought up is down again"
     assert (out / "worker.log").exists()
 
