@@ -90,3 +90,30 @@ def test_per_work_quotas_need_the_cgroup(monkeypatch):
     monkeypatch.delenv(CGROUP_ENV, raising=False)
     with pytest.raises(UserError, match="cgroup the process runs in"):
         throttle.Aligner(quotas={"base": 0.01})
+
+
+def test_the_check_leaves_a_whole_core_for_the_probes_after_it(tmp_path, monkeypatch):
+    """`client.calibration` probes the host after the check in the same process: the last work's
+    quota still in force would time the quota, not the host."""
+    from client import throttle_check
+    from contracts.device import Grid
+    from testbed.devices import load_device
+
+    cg = v1_cgroup(tmp_path)
+    monkeypatch.setenv(CGROUP_ENV, str(cg))
+    monkeypatch.setattr(throttle, "align", lambda period: True)
+    held = []
+    real_apply = CpuLimit.apply
+    monkeypatch.setattr(CpuLimit, "apply", lambda self: held.append(self.fraction) or real_apply(self))
+
+    def sampled(works, reps, rel, budget_s, settled, clock, seed, batch, before):
+        for i in range(len(works)):
+            before(i)  # each work's quota put in force, as the sampling does before its samples
+        return [0.01] * len(works), [reps] * len(works)
+
+    monkeypatch.setattr(throttle_check, "mean_seconds", sampled)
+    quotas = {"kernel|mul|100": 0.2, "base": 0.1}
+    device = load_device("paper-p4")
+    check = throttle_check.check_wall(device, Grid.of(["mul"], [100], ["raw"]), quotas=quotas)
+    assert check.rows and 0.2 in held and 0.1 in held
+    assert held[-1] == 1.0
