@@ -105,12 +105,14 @@ def _tables(run: Run, figures_of: dict[str, Power]) -> dict:
     from analysis.contention import borders, contention_table, has_contention
     from analysis.decisions import cumulative_penalties, decision_vectors
     from analysis.energy import as_decision_cells, energy_cells
+    from analysis.host_speed import host_speed_table, read_host_speed
     from analysis.link_counters import link_counters
     from analysis.link_delay import delay_decisions, delay_table
     from analysis.load import at_point, main_point
     from analysis.paper_checks import judged, paper_checks
     from analysis.replicas import has_replicas, replica_effect
     from analysis.trial_fidelity import trial_fidelity
+    from contracts.tolerance import DEFAULT
 
     # a run that varies delay or loss: the tables against the rate are of its first point (no cell is
     # pooled across points), every point's are against the round trip (`analysis.link_delay`)
@@ -126,6 +128,9 @@ def _tables(run: Run, figures_of: dict[str, Power]) -> dict:
         fidelity := trial_fidelity(run.trials, run.manifest)
     ).empty:  # the devices, as the trials kept them
         tables["trial_fidelity"] = fidelity
+    pct = run.manifest.experiment.device_tolerance.pct if run.manifest else DEFAULT.pct
+    if not (speed := host_speed_table(run.trials, read_host_speed(run.run_dir), pct)).empty:
+        tables["host_speed"] = speed  # the sweep's record of the host's speed, against its trials
     if judged(checks := paper_checks(cells)):  # the paper's grid, or part of it: its statements
         tables["paper_checks"] = checks
     if has_replicas(run.trials):  # a sweep over several testbeds: did they measure alike?
@@ -149,6 +154,7 @@ def _summary(run_id: str, run: Run, tables: dict) -> str:
     optional table that has something to say."""
     from analysis.contention import contention_lines
     from analysis.devices import steadiness_lines
+    from analysis.host_speed import host_speed_lines
     from analysis.link_delay import delay_lines
     from analysis.paper_checks import held_out_summary
     from analysis.replicas import replica_summary
@@ -167,6 +173,8 @@ def _summary(run_id: str, run: Run, tables: dict) -> str:
         summary += "\n" + "\n".join(fidelity_lines(tables["trial_fidelity"]))
     if unsteady := steadiness_lines(run.manifest):
         summary += "\n" + "\n".join(unsteady)
+    if "host_speed" in tables:
+        summary += "\n" + "\n".join(host_speed_lines(tables["host_speed"]))
     if "contention" in tables:
         summary += "\n" + "\n".join(contention_lines(tables["contention"]))
     if "delay_decisions" in tables:

@@ -21,6 +21,7 @@ from analysis.devices import (
     role_devices,
     work_name,
 )
+from analysis.host_speed import RECORD, SLOW, STEADY
 from analysis.report_html import e
 from analysis.trial_fidelity import by_device, tolerance, worst
 from contracts.hosts import Role
@@ -35,6 +36,7 @@ def verdict_html(manifest: Manifest | None, tables: dict[str, pd.DataFrame]) -> 
     if manifest is None:
         return "<p>No manifest.json in the run directory: no device or link check is known.</p>"
     rows = [*_device_rows(manifest, tables.get("trial_fidelity")), *_link_rows(manifest, tables)]
+    rows += _host_speed_rows(tables.get("host_speed"))
     head = "".join(f'<th class="k">{h}</th>' for h in HEADERS)
     body = "".join(
         ('<tr class="bad">' if bad else "<tr>") + "".join(f'<td class="k">{c}</td>' for c in cells) + "</tr>"
@@ -93,6 +95,31 @@ def _steadiness_row(what: str, checked: str, steady: Steadiness) -> tuple:
     worst_ = e(f"median {steady.median_ratio:.2f}x, slowest {steady.worst_ratio:.2f}x the fastest")
     outside = f"{steady.slow_share:.0%} of {steady.probes} probes"
     return (what, checked, e(target), worst_, outside, steady.unsteady)
+
+
+def _host_speed_rows(table: pd.DataFrame | None) -> list[tuple]:
+    """The host's speed through the sweep (`analysis.host_speed`): its probes against the fastest, and
+    the trials flagged on a steady host beside those on a slow one."""
+    if table is None or table.empty:
+        return []
+    by = table.set_index("host")
+    whole = by.loc[RECORD]
+    target = (
+        f"the host's speed through the trials: probes of one fixed work within "
+        f"{whole['slow_above_pct']:g}% of the fastest ({whole['fastest_ms']:.2g} ms), at most {UNSTEADY_SHARE:.0%} slower"
+    )
+    flagged = "; ".join(
+        f"{by.loc[name, 'flagged']:.0f} of {by.loc[name, 'trials']:.0f} trials flagged on a {name} host"
+        for name in (STEADY, SLOW)
+        if by.loc[name, "trials"]
+    )
+    worst_ = f"slowest {whole['slowest_ms'] / whole['fastest_ms']:.2f}x the fastest" + (
+        f"; {flagged}" if flagged else ""
+    )
+    outside = f"{whole['slow_pct']:.0f}% of {whole['probes']:.0f} probes"
+    bad = whole["slow_probes"] > UNSTEADY_SHARE * whole["probes"]
+    checked = "the sweep's probes (analysis/host_speed.csv)"
+    return [("host", e(checked), e(target), e(worst_), outside, bad)]
 
 
 def _calibration_worst(table: pd.DataFrame) -> str:

@@ -61,6 +61,7 @@ FILES = {
     "contention_borders": "contention_borders.csv",
     "delay_cells": "delay_cells.csv",
     "delay_decisions": "delay_decisions.csv",
+    "host_speed": "host_speed.csv",
 }
 
 

@@ -79,7 +79,10 @@ Versions (Flent's `resultset.py` is the model: refuse newer, convert older on lo
   and `wire_down`; the unshaped link, a rate of `inf` in trials.csv and `none` among the manifest's
   `rates_mbps`; the experiment's `calls` and `op_sizes`; the appliance counters' `link` (what each
   port sent, by the kernel's count). Older runs load with them empty, which is what they ran;
-  resuming one rewrites its trials.csv in version 14's columns.
+  resuming one rewrites its trials.csv in version 14's columns. Later within version 14, beside
+  them, `host_speed.csv` (`contracts.steadiness.HOST_SPEED_FILE`: the host's speed through the sweep,
+  `at,probe_ms` per probe, appended by each session), where every testbed ran on the sweep's machine;
+  older runs and SSH labs have none, and their analysis has no host-speed table.
 """
 
 from __future__ import annotations

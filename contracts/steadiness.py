@@ -14,18 +14,32 @@ The calibration probes its host before and after its work (`PASS_S` each) and re
 a `Steadiness`, beside its rows; the sweep says when a host is unsteady and the report's fidelity
 verdict has a row for it. The probe is the interpreter's own work (what marshalling is made of), a
 fixed number of iterations, so its fastest figure also says how fast the host's interpreter is.
+
+A calibration's probes cover the seconds around it; a sweep's trials run for minutes to hours after
+it, and the host's spells come and go meanwhile. So a sweep whose testbeds all run on this machine
+also records the host's speed throughout (`record`, `python -m contracts.steadiness FILE`: a probe
+every `RECORD_EVERY_S`, to `HOST_SPEED_FILE` in the run's directory), and the analysis says how
+many flagged trials ran while the host was slow (`analysis.host_speed`).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 PROBE_ITERATIONS = 50_000  # one probe's loop: about 2 ms of CPU on the 2-core VM's fast state
 PASS_S = 2.0  # each pass of probes, before and after the calibration's work (wall seconds)
 UNSTEADY_SHARE = 0.05  # more slow probes than this: a stage's figures miss their tolerance as often
+# a sweep's record of the host's speed: a probe this often (2 ms of CPU in 250 ms: under 1% of a core,
+# and the host's spells, measured at a second or so, each seen by several probes)
+RECORD_EVERY_S = 0.25
+HOST_SPEED_FILE = "host_speed.csv"  # in a run's directory: `at,probe_ms` (Unix seconds, CPU ms)
+HOST_SPEED_HEADER = "at,probe_ms"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,3 +102,31 @@ def probe_pass(duration_s: float = PASS_S, one: Callable[[], float] = probe) -> 
     while time.monotonic() < end:
         figures.append(one())
     return figures
+
+
+def record(
+    path: Path,
+    every_s: float = RECORD_EVERY_S,
+    one: Callable[[], float] = probe,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], object] = time.sleep,
+    probes: int | None = None,
+) -> None:
+    """Append a probe's time to `path` every `every_s` (a line `at,probe_ms`, flushed one by one, the
+    header first in a new file), until `probes` have been taken (None: until the process is ended)."""
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", encoding="utf-8") as out:
+        if new:
+            out.write(HOST_SPEED_HEADER + "\n")
+        taken = 0
+        while probes is None or taken < probes:
+            at, figure = clock(), one()
+            out.write(f"{at:.3f},{figure * 1e3:.4f}\n")
+            out.flush()
+            taken += 1
+            sleep(every_s)
+
+
+if __name__ == "__main__":  # `python -m contracts.steadiness FILE`: the sweep's recorder (niced)
+    os.nice(19)  # a probe waits for an idle moment rather than delay a trial; its CPU time is the same
+    record(Path(sys.argv[1]))

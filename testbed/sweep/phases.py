@@ -32,16 +32,14 @@ from contracts.worker_api import TrialResult, WorkerEmulation
 from testbed.backends.lab import Lab
 from testbed.estimate import DurationModel
 from testbed.experiment import Experiment
-from testbed.link.repairs import (
-    Unrepairable,
-    shaping_guard,
-)
+from testbed.link.repairs import Unrepairable, shaping_guard
 from testbed.quiet import NoQuiet, Quiet
 from testbed.run_files import ManifestFile, TrialFile, end_session, setup_log, start_session
 from testbed.signals import sigterm_as_interrupt
 from testbed.sweep import device_emulation, transfers
 from testbed.sweep.bookkeeping import counters_after, counters_before, own_stages_missed, trial_row
 from testbed.sweep.calibration import calibrate_devices, calibrate_host
+from testbed.sweep.host_speed import recording_host_speed
 from testbed.sweep.plan import Trial, device_names, plan_trials, rate_groups
 from testbed.sweep.progress import Progress
 from testbed.sweep.rounds import Rounds
@@ -127,7 +125,8 @@ class Sweep(Together):
     def run(self) -> dict:
         self.prepare()
         try:
-            with sigterm_as_interrupt(), holding_spinners(shared_lock(self.testbeds), self.session):
+            lock, here = shared_lock(self.testbeds), recording_host_speed(self.run_dir, self.testbeds)
+            with sigterm_as_interrupt(), here, holding_spinners(lock, self.session):
                 for tb in self.testbeds:
                     self.bring_up(tb)
                 self.session.datapath = ",".join(sorted({tb.lab.datapath() for tb in self.testbeds}))
