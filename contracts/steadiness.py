@@ -113,18 +113,36 @@ def record(
     probes: int | None = None,
 ) -> None:
     """Append a probe's time to `path` every `every_s` (a line `at,probe_ms`, flushed one by one, the
-    header first in a new file), until `probes` have been taken (None: until the process is ended)."""
-    new = not path.exists() or path.stat().st_size == 0
-    with path.open("a", encoding="utf-8") as out:
-        if new:
-            out.write(HOST_SPEED_HEADER + "\n")
-        taken = 0
-        while probes is None or taken < probes:
-            at, figure = clock(), one()
-            out.write(f"{at:.3f},{figure * 1e3:.4f}\n")
-            out.flush()
-            taken += 1
-            sleep(every_s)
+    header first in a new file), until `probes` have been taken (None: until the process is ended).
+    A file system that fills up ends the record quietly: it describes the trials, it is none of them,
+    and the sweep says what to do about the space itself."""
+    try:
+        size = _whole_lines(path) if path.is_file() else 0
+        with path.open("a", encoding="utf-8") as out:
+            if size == 0:
+                out.write(HOST_SPEED_HEADER + "\n")
+            taken = 0
+            while probes is None or taken < probes:
+                at, figure = clock(), one()
+                out.write(f"{at:.3f},{figure * 1e3:.4f}\n")
+                out.flush()
+                taken += 1
+                sleep(every_s)
+    except OSError:
+        return
+
+
+def _whole_lines(path: Path) -> int:
+    """Cut off a line an earlier recorder was ended in the middle of (its figure may be cut short
+    too); the file's size after."""
+    with path.open("r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - 4096))
+        tail = f.read()
+        whole = size - len(tail) + tail.rfind(b"\n") + 1
+        if whole != size:
+            f.truncate(whole)
+        return whole
 
 
 if __name__ == "__main__":  # `python -m contracts.steadiness FILE`: the sweep's recorder (niced)

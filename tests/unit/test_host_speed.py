@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -46,6 +47,15 @@ def test_the_recorder_appends_one_flushed_line_per_probe_and_its_header_once(tmp
         HOST_SPEED_HEADER, "100.000,2.0000", "100.250,2.0000", "100.500,3.5000"
     ]  # fmt: skip
     assert waits == [0.25, 0.25, 0.25]
+
+
+def test_a_record_after_a_line_cut_short_starts_on_its_own_line_and_a_full_disk_ends_it(tmp_path):
+    path = tmp_path / HOST_SPEED_FILE
+    path.write_text(HOST_SPEED_HEADER + "\n100.000,2.0000\n100.250,2.")  # the recorder killed mid-line
+    record(path, one=lambda: 0.003, clock=lambda: 101.0, sleep=lambda s: None, probes=1)
+    assert path.read_text().splitlines() == [HOST_SPEED_HEADER, "100.000,2.0000", "101.000,3.0000"]
+    # /dev/full: every write fails with ENOSPC, as on a full results file system; the record just ends
+    record(Path("/dev/full"), one=lambda: 0.002, sleep=lambda s: None, probes=3)
 
 
 def test_a_line_the_recorder_was_killed_in_is_left_out(tmp_path):
